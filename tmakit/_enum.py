@@ -1,0 +1,82 @@
+"""Forgiving parsing for tmakit's IntEnums: members, ints, driver enum members, full and short names."""
+from __future__ import annotations
+
+import enum
+from typing import Any, TypeVar
+
+from .errors import InvalidArgumentError
+
+E = TypeVar("E", bound="ParsableEnum")
+
+
+def _norm(text: str) -> str:
+    return text.strip().upper().replace("-", "_").replace(" ", "_")
+
+
+class ParsableEnum(enum.IntEnum):
+    """An IntEnum whose ``parse`` accepts the member, its int, the driver's member and name, and aliases.
+
+    Subclasses set ``_driver_prefix_`` (e.g. ``"CU_TENSOR_MAP_SWIZZLE_"``) and may define ``_aliases_``
+    (a dict short name -> member name) through ``aliases()``.
+    """
+
+    @classmethod
+    def _driver_prefix(cls) -> str:
+        return ""
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        return {}
+
+    @classmethod
+    def parse(cls: type[E], value: Any, parameter: str | None = None) -> E:
+        param = parameter or cls.__name__
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, bool):
+            raise InvalidArgumentError(param, value, f"is not a {cls.__name__}", cls._choices())
+        if isinstance(value, enum.Enum) and not isinstance(value, str):  # a cuda.bindings enum member
+            value = value.name if type(value).__name__.startswith("CU") else value.value
+        if isinstance(value, int):
+            try:
+                return cls(int(value))
+            except ValueError:
+                raise InvalidArgumentError(param, value, f"is not a valid {cls.__name__} value", cls._choices()) from None
+        if isinstance(value, str):
+            key = _norm(value)
+            prefix = cls._driver_prefix()
+            if prefix and key.startswith(prefix):
+                key = key[len(prefix):]
+            if key in cls.__members__:
+                return cls.__members__[key]
+            alias = {_norm(k): v for k, v in cls.aliases().items()}.get(key)
+            if alias is not None:
+                return cls.__members__[alias]
+            raise InvalidArgumentError(param, value, f"is not a known {cls.__name__}", cls._choices())
+        raise InvalidArgumentError(param, value, f"must be a {cls.__name__}, its name or its int value", cls._choices())
+
+    @classmethod
+    def _choices(cls) -> str:
+        return "use one of " + ", ".join(repr(m.short) for m in cls)
+
+    @property
+    def short(self) -> str:
+        return self.name
+
+    @property
+    def driver_name(self) -> str:
+        return self._driver_prefix() + self.name
+
+    def to_driver(self) -> Any:
+        """The matching ``cuda.bindings.driver`` enum member."""
+        from ._driver import bindings
+
+        enum_type = getattr(bindings(), self._driver_enum_name())
+        return enum_type(int(self))
+
+    @classmethod
+    def _driver_enum_name(cls) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.short

@@ -1,0 +1,162 @@
+"""Interop: a uniform view of any device array (``__cuda_array_interface__``, torch-like, DLPack) or numpy array.
+
+``ArrayView`` carries the pointer, shape and byte strides in numpy order, the element type's name and the
+device; it holds a reference to the source object so the memory outlives the view.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError
+
+
+@dataclass(frozen=True)
+class ArrayView:
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, numpy order (outermost first)
+    dtype_name: str  # numpy-style name: "float32", "bfloat16", "float8_e4m3fn", ...
+    itemsize: int
+    device: int | None  # CUDA ordinal, None for host memory
+    owner: Any = None  # keeps the memory alive
+
+    @property
+    def is_device(self) -> bool:
+        return self.device is not None
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.itemsize if self.shape else self.itemsize
+
+    @property
+    def is_c_contiguous(self) -> bool:
+        expected = self.itemsize
+        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
+            if dim != 1 and stride != expected:
+                return False
+            expected *= dim
+        return True
+
+
+_TYPESTR_NAMES = {
+    ("u", 1): "uint8", ("i", 1): "int8", ("b", 1): "bool", ("u", 2): "uint16", ("i", 2): "int16",
+    ("f", 2): "float16", ("u", 4): "uint32", ("i", 4): "int32", ("f", 4): "float32", ("u", 8): "uint64",
+    ("i", 8): "int64", ("f", 8): "float64",
+}
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(dim), 1)
+    return tuple(reversed(strides))
+
+
+def _from_cai(obj: Any, cai: dict) -> ArrayView:
+    typestr = cai["typestr"]
+    key = (typestr[1], int(typestr[2:]))
+    name = _TYPESTR_NAMES.get(key)
+    if name is None:
+        raise InvalidArgumentError("array", typestr, "has an element type TMA cannot move", "use a 1/2/4/8-byte type")
+    shape = tuple(int(s) for s in cai["shape"])
+    itemsize = key[1]
+    strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else _c_strides(shape, itemsize)
+    ptr = int(cai["data"][0])
+    return ArrayView(ptr, shape, strides, name, itemsize, _device_of_pointer(ptr), obj)
+
+
+def _device_of_pointer(ptr: int) -> int:
+    from . import _driver
+
+    dev = _driver.pointer_device(ptr) if ptr else None
+    return 0 if dev is None else dev
+
+
+def _from_torch_like(obj: Any) -> ArrayView:
+    dev = obj.device
+    if getattr(dev, "type", "cuda") != "cuda":
+        raise InvalidArgumentError("array", f"tensor on {dev}", "must be a CUDA device array",
+                                   "move it to the GPU first (tensor.cuda())")
+    itemsize = int(obj.element_size())
+    shape = tuple(int(s) for s in obj.shape)
+    strides = tuple(int(s) * itemsize for s in obj.stride())
+    name = str(obj.dtype).rsplit(".", 1)[-1]
+    return ArrayView(int(obj.data_ptr()), shape, strides, name, itemsize, int(dev.index or 0), obj)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 2, 3, 13
+_DL_NAMES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8", (1, 16): "uint16",
+             (1, 32): "uint32", (1, 64): "uint64", (2, 16): "float16", (2, 32): "float32", (2, 64): "float64",
+             (4, 16): "bfloat16", (6, 8): "bool"}
+
+
+def _from_dlpack(obj: Any) -> ArrayView:
+    try:
+        capsule = obj.__dlpack__(stream=None)
+    except TypeError:
+        capsule = obj.__dlpack__()
+    get_ptr = ctypes.pythonapi.PyCapsule_GetPointer
+    get_ptr.restype, get_ptr.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    is_valid = ctypes.pythonapi.PyCapsule_IsValid
+    is_valid.restype, is_valid.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    if is_valid(capsule, b"dltensor"):
+        tensor = _DLTensor.from_address(get_ptr(capsule, b"dltensor"))  # DLManagedTensor starts with DLTensor
+    elif is_valid(capsule, b"dltensor_versioned"):
+        # DLManagedTensorVersioned: {DLPackVersion(2 x u32), manager_ctx, deleter, flags(u64), DLTensor}
+        tensor = _DLTensor.from_address(get_ptr(capsule, b"dltensor_versioned") + 8 + 8 + 8 + 8)
+    else:
+        raise InvalidArgumentError("array", type(obj).__name__, "returned an unknown DLPack capsule", "pass a torch/cupy array")
+    if tensor.device.device_type not in (_DL_CUDA, _DL_CUDA_MANAGED):
+        raise InvalidArgumentError("array", f"DLPack device type {tensor.device.device_type}",
+                                   "must be a CUDA device array", "copy it to the GPU first")
+    key = (tensor.dtype.code, tensor.dtype.bits)
+    name = _DL_NAMES.get(key, f"dl{key[0]}_{key[1]}")
+    itemsize = max(1, tensor.dtype.bits // 8)
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = (tuple(tensor.strides[i] * itemsize for i in range(tensor.ndim)) if tensor.strides
+               else _c_strides(shape, itemsize))
+    ptr = (tensor.data or 0) + tensor.byte_offset
+    return ArrayView(ptr, shape, strides, name, itemsize, int(tensor.device.device_id), (obj, capsule))
+
+
+def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
+    """View a device array. Host arrays raise ``InvalidArgumentError`` naming ``parameter``."""
+    if isinstance(obj, ArrayView):
+        if not obj.is_device:
+            raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
+        return obj
+    if isinstance(obj, np.ndarray):
+        raise InvalidArgumentError(parameter, f"numpy.ndarray{obj.shape}", "is host memory; a TMA descriptor needs a device array",
+                                   "copy it to the GPU (tmakit.DeviceArray.from_host, torch.as_tensor(x, device='cuda'))")
+    # torch first: its __cuda_array_interface__ refuses bfloat16 and fp8
+    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride"):
+        return _from_torch_like(obj)
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if cai is not None:
+        return _from_cai(obj, cai)
+    if hasattr(obj, "__dlpack__"):
+        return _from_dlpack(obj)
+    raise InvalidArgumentError(parameter, type(obj).__name__,
+                               "is not a device array (no __cuda_array_interface__, DLPack or torch tensor API)",
+                               "pass a torch/cupy array, a tmakit.DeviceArray or a cuda.core Buffer view")

@@ -1,0 +1,78 @@
+"""The tmakit exception hierarchy.
+
+TmakitError
+ +-- CudaDriverError        a driver call returned an error (call, error name, error text)
+ +-- TensorMapError         tensor-map parameters broke one or more rules (holds every Violation)
+ +-- UnsupportedDeviceError no driver/GPU, or a GPU below the capability a feature needs
+ +-- CompileError           NVRTC/ptxas rejected a kernel (log, options, numbered source)
+ +-- LaunchError            a kernel launch was refused before reaching the driver
+ +-- InvalidArgumentError   a Python-level argument is of the wrong type/value (also a ValueError)
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tensormap.rules import Violation
+
+
+class TmakitError(Exception):
+    """Base class of every error tmakit raises on purpose."""
+
+
+class InvalidArgumentError(TmakitError, ValueError):
+    """An argument has the wrong type or value; the message names the parameter and the fix."""
+
+    def __init__(self, parameter: str, value: object, rule: str, fix: str = ""):
+        self.parameter, self.value, self.rule, self.fix = parameter, value, rule, fix
+        text = f"{parameter}={value!r}: {rule}"
+        if fix:
+            text += f"; fix: {fix}"
+        super().__init__(text)
+
+
+class CudaDriverError(TmakitError):
+    """A CUDA driver call failed. Carries the call's name, the CUresult name and its text."""
+
+    def __init__(self, call: str, code: int, name: str, text: str, hint: str = ""):
+        self.call, self.code, self.name, self.text, self.hint = call, code, name, text, hint
+        msg = f"{call} failed: {name} ({code}): {text}"
+        if hint:
+            msg += f"\n  hint: {hint}"
+        super().__init__(msg)
+
+
+class UnsupportedDeviceError(TmakitError):
+    """No usable GPU/driver, or the GPU is below the capability the feature needs."""
+
+    def __init__(self, message: str, required: object = None, actual: object = None):
+        self.required, self.actual = required, actual
+        super().__init__(message)
+
+
+class TensorMapError(TmakitError, ValueError):
+    """Tensor-map parameters violate one or more rules; ``violations`` holds all of them."""
+
+    def __init__(self, violations: "Sequence[Violation]", header: str = "invalid tensor map"):
+        self.violations = list(violations)
+        lines = [f"{header}: {len(self.violations)} violation(s)"]
+        lines += [f"  - {v}" for v in self.violations]
+        super().__init__("\n".join(lines))
+
+
+class CompileError(TmakitError):
+    """A kernel failed to compile or assemble. ``dump()`` shows log, options and numbered source."""
+
+    def __init__(self, name: str, log: str, options: Sequence[str] = (), source: str = ""):
+        self.name, self.log, self.options, self.source = name, log, list(options), source
+        super().__init__(f"compiling {name} failed:\n{log.strip()}\n  options: {' '.join(self.options)}")
+
+    def numbered_source(self) -> str:
+        return "\n".join(f"{i:5d}  {line}" for i, line in enumerate(self.source.splitlines(), 1))
+
+    def dump(self) -> str:
+        return f"{self}\n--- source ---\n{self.numbered_source()}"
+
+
+class LaunchError(TmakitError):
+    """A launch was refused before the driver saw it (argument count/type, shared memory, device)."""

@@ -1,0 +1,130 @@
+"""CPU model of a TMA tile-mode box load and store: the exact bytes written to shared memory.
+
+Sources: PTX ISA 'Tensors' (tiled mode: bounding box, traversal stride, OOB access; swizzling modes) and the
+cuTensorMapEncodeTiled documentation, with the open points settled by hardware dumps on an H100
+(benchmarks/experiments/tma_probe.py). tests/test_tma_hardware.py checks this model byte for byte.
+
+Layout of one box in shared memory (no interleave):
+- n_0 = box[0] elements along dim 0 (its traversal stride is ignored), n_i = ceil(box[i] / es[i]) otherwise;
+- rows (all outer index combinations, dim 1 fastest) of n_0 * elem bytes each; a row is padded to the swizzle
+  span when the mode swizzles; the swizzle then permutes 16-byte chunks by address (see ``swizzle``);
+- element j_i along dim i reads coordinate c_i + j_i * es_i; any coordinate outside [0, dims_i) is filled
+  with zero, or with the type's NaN when the OOB fill is NaN.
+``box_bytes`` (the mbarrier transaction count) counts data bytes, not the padding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..dtypes import DataType
+from ..tensormap.enums import Interleave, OOBFill, Swizzle
+from .swizzle import swizzle_offset
+
+# The bit patterns TMA writes for a NaN fill, per element size (canonical quiet NaNs; see the hardware probe).
+NAN_FILL = {2: {DataType.FLOAT16: 0x7FFF, DataType.BFLOAT16: 0x7FFF}, 4: 0x7FFFFFFF, 8: 0x7FFFFFFFFFFFFFFF}
+
+
+@dataclass(frozen=True)
+class BoxGeometry:
+    """Derived sizes of one box in shared memory."""
+
+    counts: tuple[int, ...]  # elements loaded per dimension, innermost first
+    elem_size: int
+    row_bytes: int  # data bytes per row (dim 0)
+    row_pitch: int  # bytes from one row to the next in shared memory
+    rows: int
+
+    @property
+    def box_bytes(self) -> int:
+        """Data bytes the load writes = the mbarrier expect_tx count."""
+        return self.rows * self.row_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared-memory footprint including row padding."""
+        return self.rows * self.row_pitch
+
+
+def box_geometry(spec: Any) -> BoxGeometry:
+    """Geometry of ``spec`` (anything with dtype, box, element_strides, swizzle, interleave; driver order)."""
+    dtype = DataType.parse(spec.dtype)
+    interleave = Interleave.parse(spec.interleave)
+    swizzle = Swizzle.parse(spec.swizzle)
+    es = list(spec.element_strides)
+    counts = [(-(-b // e) if (i > 0 or interleave is not Interleave.NONE) else b)
+              for i, (b, e) in enumerate(zip(spec.box, es))]
+    size = dtype.size
+    row_bytes = counts[0] * size
+    pitch = max(row_bytes, swizzle.span) if swizzle is not Swizzle.NONE else row_bytes
+    rows = int(np.prod(counts[1:], dtype=np.int64)) if len(counts) > 1 else 1
+    return BoxGeometry(tuple(counts), size, row_bytes, pitch, rows)
+
+
+def _fill_value(dtype: DataType, oob: OOBFill) -> int:
+    if oob is OOBFill.NONE or not dtype.is_float:
+        return 0
+    entry = NAN_FILL[dtype.size]
+    return entry[dtype] if isinstance(entry, dict) else entry
+
+
+def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndarray, np.ndarray, np.ndarray]:
+    """For every loaded element: its shared-memory offset, its global byte offset and whether it is in bounds."""
+    geo = box_geometry(spec)
+    interleave = Interleave.parse(spec.interleave)
+    rank = len(geo.counts)
+    if len(coords) != rank:
+        raise ValueError(f"coords has {len(coords)} entries; the tensor map has rank {rank}")
+    es = [1 if (i == 0 and interleave is Interleave.NONE) else e for i, e in enumerate(spec.element_strides)]
+    strides = [geo.elem_size] + [int(s) for s in spec.strides]
+    # index grids, numpy order reversed: axis k of the grid = dimension rank-1-k
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(geo.counts)], indexing="ij")
+    idx = [g.ravel() for g in reversed(grids)]  # idx[i] = index along dim i, dim 0 fastest
+    inb = np.ones(idx[0].shape, dtype=bool)
+    goff = np.zeros(idx[0].shape, dtype=np.int64)
+    for i in range(rank):
+        coord = int(coords[i]) + idx[i] * es[i]
+        inb &= (coord >= 0) & (coord < int(spec.dims[i]))
+        goff += coord * strides[i]
+    row = np.zeros_like(idx[0])
+    mult = 1
+    for i in range(1, rank):
+        row += idx[i] * mult
+        mult *= geo.counts[i]
+    soff = row * geo.row_pitch + idx[0] * geo.elem_size
+    soff = swizzle_offset(soff, Swizzle.parse(spec.swizzle))
+    return geo, soff, goff, inb
+
+
+def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, poison: int | None = None) -> np.ndarray:
+    """The shared-memory bytes a TMA tile load of ``spec`` at ``coords`` (innermost first) writes.
+
+    ``memory`` holds the tensor's bytes starting at its base address (uint8). The result has
+    ``smem_bytes`` entries; padding bytes the hardware leaves untouched are ``poison`` (0 when None).
+    """
+    geo, soff, goff, inb = _element_map(spec, coords)
+    dtype = DataType.parse(spec.dtype)
+    mem = np.ascontiguousarray(memory).view(np.uint8).ravel()
+    image = np.full(geo.smem_bytes, 0 if poison is None else poison, dtype=np.uint8)
+    size = geo.elem_size
+    fill = np.frombuffer(int(_fill_value(dtype, OOBFill.parse(spec.oob_fill))).to_bytes(size, "little"), dtype=np.uint8)
+    byte = np.arange(size, dtype=np.int64)
+    src = goff[inb][:, None] + byte
+    dst = soff[:, None] + byte
+    if src.size and (src.max() >= mem.size):
+        raise ValueError(f"memory holds {mem.size} bytes; the box reads up to byte {int(src.max())}")
+    image[dst[inb]] = mem[src]
+    image[dst[~inb]] = np.broadcast_to(fill, dst[~inb].shape)
+    return image
+
+
+def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:
+    """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements are dropped)."""
+    geo, soff, goff, inb = _element_map(spec, coords)
+    mem = memory.view(np.uint8).reshape(-1)
+    byte = np.arange(geo.elem_size, dtype=np.int64)
+    img = np.asarray(image, dtype=np.uint8).ravel()
+    mem[(goff[inb][:, None] + byte)] = img[(soff[inb][:, None] + byte)]
+    return memory

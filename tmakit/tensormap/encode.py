@@ -1,0 +1,53 @@
+"""The tensor-map encoder: the one place (besides ``_driver``) that calls ``cuTensorMapEncode*``.
+
+``encode_*_raw`` return the driver's verdict without raising (the driver-truth corpus needs verdicts);
+``encode_*`` raise ``CudaDriverError`` naming the call. Parameters are in driver order and units.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import _driver
+
+
+def _args(drv: Any, dtype: int, interleave: int, swizzle: int, l2: int, oob: int) -> tuple:
+    return (drv.CUtensorMapDataType(dtype), drv.CUtensorMapInterleave(interleave), drv.CUtensorMapSwizzle(swizzle),
+            drv.CUtensorMapL2promotion(l2), drv.CUtensorMapFloatOOBfill(oob))
+
+
+def encode_tiled_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                     element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple[Any, Any]:
+    """``(CUresult, CUtensorMap)`` straight from the driver; a context must be current."""
+    drv = _driver.driver()
+    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
+    return drv.cuTensorMapEncodeTiled(dt, len(dims), address, [u64(d) for d in dims], [u64(s) for s in strides],
+                                      [u32(b) for b in box], [u32(e) for e in element_strides], il, sw, l2p, of)
+
+
+def encode_im2col_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int],
+                      lower_corner: Sequence[int], upper_corner: Sequence[int], channels_per_pixel: int,
+                      pixels_per_column: int, element_strides: Sequence[int], interleave: int, swizzle: int, l2: int,
+                      oob: int) -> tuple[Any, Any]:
+    drv = _driver.driver()
+    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    return drv.cuTensorMapEncodeIm2col(dt, len(dims), address, [u64(d) for d in dims], [u64(s) for s in strides],
+                                       [int(v) for v in lower_corner], [int(v) for v in upper_corner],
+                                       u32(channels_per_pixel), u32(pixels_per_column),
+                                       [u32(e) for e in element_strides], il, sw, l2p, of)
+
+
+def descriptor_bytes(tensor_map: Any) -> bytes:
+    """The 128 opaque bytes of a ``CUtensorMap``."""
+    import ctypes
+
+    return ctypes.string_at(int(tensor_map.getPtr()), 128)
+
+
+def encode_tiled(*args: Any) -> bytes:
+    return descriptor_bytes(_driver.check("cuTensorMapEncodeTiled", encode_tiled_raw(*args)))
+
+
+def encode_im2col(*args: Any) -> bytes:
+    return descriptor_bytes(_driver.check("cuTensorMapEncodeIm2col", encode_im2col_raw(*args)))

@@ -23,8 +23,9 @@ from ..dtypes import DataType
 from ..tensormap.enums import Interleave, OOBFill, Swizzle
 from .swizzle import swizzle_offset
 
-# The bit patterns TMA writes for a NaN fill, per element size (canonical quiet NaNs; see the hardware probe).
-NAN_FILL = {2: {DataType.FLOAT16: 0x7FFF, DataType.BFLOAT16: 0x7FFF}, 4: 0x7FFFFFFF, 8: 0x7FFFFFFFFFFFFFFF}
+# The bit pattern of the "NaN request zero FMA" fill, measured on an H100: 0x7FF7 in every 16-bit half-word
+# (f16/bf16 0x7FF7, f32 0x7FF77FF7, f64 0x7FF77FF77FF77FF7), a NaN in each of these formats.
+NAN_FILL = {2: 0x7FF7, 4: 0x7FF77FF7, 8: 0x7FF77FF77FF77FF7}
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,7 @@ def box_geometry(spec: Any) -> BoxGeometry:
 def _fill_value(dtype: DataType, oob: OOBFill) -> int:
     if oob is OOBFill.NONE or not dtype.is_float:
         return 0
-    entry = NAN_FILL[dtype.size]
-    return entry[dtype] if isinstance(entry, dict) else entry
+    return NAN_FILL[dtype.size]
 
 
 def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndarray, np.ndarray, np.ndarray]:
@@ -77,6 +77,10 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
     rank = len(geo.counts)
     if len(coords) != rank:
         raise ValueError(f"coords has {len(coords)} entries; the tensor map has rank {rank}")
+    if interleave is not Interleave.NONE:
+        raise NotImplementedError("interleaved layouts (16B/32B) are not modelled yet: hardware dumps on the H100 did "
+                                  "not match the documented reading; see docs/TMA_SEMANTICS.md")
+    check_box_start(geo, coords)
     es = [1 if (i == 0 and interleave is Interleave.NONE) else e for i, e in enumerate(spec.element_strides)]
     strides = [geo.elem_size] + [int(s) for s in spec.strides]
     # index grids, numpy order reversed: axis k of the grid = dimension rank-1-k
@@ -98,6 +102,35 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
     return geo, soff, goff, inb
 
 
+def check_box_start(geo: BoxGeometry, coords: Sequence[int]) -> None:
+    """The box's start along dim 0 must be 16-byte aligned (coords[0] * elem_size % 16 == 0).
+
+    Measured on an H100: a load whose dim-0 start is not a multiple of 16 bytes stops the kernel with
+    CUDA_ERROR_ILLEGAL_INSTRUCTION, whether in bounds or not (PTX ISA: the bounding box's address must be
+    16-byte aligned). tmakit refuses such coordinates before a launch.
+    """
+    start = int(coords[0]) * geo.elem_size
+    if start % 16:
+        raise ValueError(f"coords[0]={coords[0]} starts the box at byte {start} of dim 0, not a multiple of 16: "
+                         f"TMA faults (illegal instruction); use a multiple of {16 // geo.elem_size or 1}")
+
+
+def _convert(dtype: DataType, values: np.ndarray) -> np.ndarray:
+    """Element conversions TMA applies on the way (tf32 rounding, flush-to-zero) on uint32 bit patterns."""
+    if dtype not in (DataType.FLOAT32_FTZ, DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
+        return values
+    bits = values.view(np.uint32).copy()
+    finite = (bits & 0x7F800000) != 0x7F800000
+    if dtype in (DataType.FLOAT32_FTZ, DataType.TFLOAT32_FTZ):
+        denormal = ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
+        bits[denormal] &= np.uint32(0x80000000)
+    if dtype in (DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
+        lsb = (bits >> 13) & 1
+        rounded = (bits.astype(np.uint64) + 0xFFF + lsb) & 0xFFFFE000
+        bits = np.where(finite, rounded.astype(np.uint32), bits)
+    return bits.view(np.uint8)
+
+
 def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, poison: int | None = None) -> np.ndarray:
     """The shared-memory bytes a TMA tile load of ``spec`` at ``coords`` (innermost first) writes.
 
@@ -115,7 +148,7 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
     dst = soff[:, None] + byte
     if src.size and (src.max() >= mem.size):
         raise ValueError(f"memory holds {mem.size} bytes; the box reads up to byte {int(src.max())}")
-    image[dst[inb]] = mem[src]
+    image[dst[inb]] = _convert(dtype, np.ascontiguousarray(mem[src])).reshape(src.shape)
     image[dst[~inb]] = np.broadcast_to(fill, dst[~inb].shape)
     return image
 

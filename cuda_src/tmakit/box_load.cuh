@@ -1,0 +1,123 @@
+// The one-source box load: a kernel calls box_load() once per box and box_wait() before reading it.
+//
+//   TMAKIT_USE_TMA == 1 (sm_90, not forced): the parameter is the 128-byte TensorMapDesc; thread 0 arms the
+//     mbarrier with the box's byte count and issues one cp.async.bulk.tensor load.
+//   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the parameter is BoxParams; the whole block
+//     loads the box with cp.async (16-byte chunks where aligned and in bounds, cp.async zero-fill for whole
+//     out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would write: same traversal,
+//     element strides, OOB zero/NaN fill and swizzle permutation. Each thread then arrives on the mbarrier
+//     once for its own stores and once (cp.async.mbarrier.arrive) for its cp.async completions.
+// Either way completion is the same mbarrier phase, so box_wait() is one call for both.
+//
+// Declare the parameter with TMAKIT_BOX_SOURCE; TensorMap.__kernel_param__ hands over 128 or 160 bytes by
+// the parameter's declared size. Blocks are 1-D (threadIdx.x) for the cooperative path.
+#pragma once
+#include "tmakit/box_geometry.cuh"
+#include "tmakit/config.cuh"
+#include "tmakit/cp_async.cuh"
+#include "tmakit/mbarrier.cuh"
+#include "tmakit/swizzle.cuh"
+#include "tmakit/tma.cuh"
+#include "tmakit/types.cuh"
+
+namespace tmakit {
+#if TMAKIT_USE_TMA
+typedef TensorMapDesc BoxSource;
+#else
+typedef BoxParams BoxSource;
+#endif
+}  // namespace tmakit
+
+#define TMAKIT_BOX_SOURCE const __grid_constant__ tmakit::BoxSource
+
+namespace tmakit {
+
+// Initialise the block's box barrier. ALL threads call it (it synchronises the block); one barrier can
+// complete any number of box loads, one phase each.
+__device__ __forceinline__ MbarrierPhase box_barrier_init(uint64_t* bar) {
+  if (threadIdx.x == 0) {
+    mbarrier_init(bar, TMAKIT_USE_TMA ? 1u : blockDim.x);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  return MbarrierPhase{bar, 0};
+}
+
+// Write one element's `size` bytes (1/2/4/8) from a 64-bit value to a naturally aligned address.
+__device__ __forceinline__ void store_bits(void* dst, uint64_t bits, uint32_t size) {
+  switch (size) {
+    case 1: *static_cast<uint8_t*>(dst) = (uint8_t)bits; break;
+    case 2: *static_cast<uint16_t*>(dst) = (uint16_t)bits; break;
+    case 4: *static_cast<uint32_t*>(dst) = (uint32_t)bits; break;
+    default: *static_cast<uint64_t*>(dst) = bits; break;
+  }
+}
+
+__device__ __forceinline__ uint64_t load_bits(const void* src, uint32_t size) {
+  switch (size) {
+    case 1: return *static_cast<const uint8_t*>(src);
+    case 2: return *static_cast<const uint16_t*>(src);
+    case 4: return *static_cast<const uint32_t*>(src);
+    default: return *static_cast<const uint64_t*>(src);
+  }
+}
+
+// The cp.async path's copy of one 16-byte image chunk into shared memory at `dst`.
+__device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChunk& ch, uint8_t* dst) {
+  const uint32_t per_chunk = 16u / p.elem_size;
+  const int64_t dim0 = (int64_t)p.dims[0];
+  const bool all_in = ch.row_in_bounds && ch.first >= 0 && ch.first + per_chunk <= dim0;
+  const bool all_out = !ch.row_in_bounds || ch.first + per_chunk <= 0 || ch.first >= dim0;
+  const uint64_t src = ch.row_address + (uint64_t)ch.first * p.elem_size;  // only used when in bounds
+  if (all_in && (src & 15u) == 0) {
+    cp_async_cg_16(dst, reinterpret_cast<const void*>(src));
+    return;
+  }
+  if (all_out && !p.oob_nan) {
+    // src-size 0: cp.async reads nothing and writes 16 zero bytes (the tensor base is a valid address).
+    cp_async_cg_16(dst, reinterpret_cast<const void*>(p.address), 0);
+    return;
+  }
+  const uint64_t fill = oob_fill_bits(p);
+  for (uint32_t e = 0; e < per_chunk; ++e) {
+    const int64_t g = ch.first + e;
+    uint8_t* d = dst + e * p.elem_size;
+    if (!ch.row_in_bounds || g < 0 || g >= dim0) {
+      store_bits(d, fill, p.elem_size);
+    } else {
+      const void* s = reinterpret_cast<const void*>(ch.row_address + (uint64_t)g * p.elem_size);
+      if (p.elem_size == 8) cp_async_ca<8>(d, s);
+      else if (p.elem_size == 4) cp_async_ca<4>(d, s);
+      else store_bits(d, load_bits(s, p.elem_size), p.elem_size);  // cp.async has no 1/2-byte form
+    }
+  }
+}
+
+// Load the box at `at` into `smem` (aligned to the swizzle's alignment). ALL threads of the block call it
+// with the same arguments, after every thread has finished reading the previous contents of `smem`.
+// `rank` and `bytes` (TensorMap.rank / .box_bytes) drive the TMA path; the cp.async path reads them from
+// BoxParams and traps if the host passed numbers that disagree (a host bug, better loud than wrong).
+__device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const Coords& at, int rank,
+                                         uint32_t bytes, uint64_t* bar) {
+#if TMAKIT_USE_TMA
+  if (threadIdx.x == 0) {
+    mbarrier_arrive_expect_tx(bar, bytes);
+    cp_async_bulk_tensor_g2s(rank, smem, &src, at, bar);
+  }
+#else
+  if (src.interleave != 0 || (int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
+  const uint32_t chunks = bytes / 16u;
+  uint8_t* base = static_cast<uint8_t*>(smem);
+  for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
+    const BoxChunk ch = box_chunk(src, at, k);
+    box_load_chunk(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
+  }
+  cp_async_mbarrier_arrive(bar);  // arrives when this thread's cp.async have landed
+  mbarrier_arrive(bar);           // this thread's own arrival: releases its plain shared stores
+#endif
+}
+
+// Wait for the box load tracked by `phase` (all threads that read the box).
+__device__ __forceinline__ void box_wait(MbarrierPhase& phase) { phase.wait(); }
+
+}  // namespace tmakit

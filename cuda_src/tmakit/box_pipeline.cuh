@@ -1,0 +1,42 @@
+// A ring of box buffers: load box k+Stages-1 while the block works on box k (the async-copy pattern done
+// right: one barrier per stage, phases tracked per stage, a buffer refilled only after every thread is done
+// with it). Works on both box_load paths.
+#pragma once
+#include "tmakit/box_load.cuh"
+
+namespace tmakit {
+
+// for_each_box_pipelined<Stages>(...) walks this block's boxes first, first+step, ... < count.
+//   smem:        Stages * stage_bytes of shared memory, aligned for the swizzle; stage_bytes a multiple of it
+//   bars:        Stages mbarriers in shared memory
+//   coords_of:   (uint64_t box) -> Coords
+//   consume:     (uint64_t box, const uint8_t* image) -> void, run by ALL threads
+// ALL threads of the block call it.
+template <int Stages, class CoordsOf, class Consume>
+__device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int rank, uint32_t box_bytes,
+                                                       uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
+                                                       uint64_t first, uint64_t step, uint64_t count,
+                                                       CoordsOf coords_of, Consume consume) {
+  static_assert(Stages >= 2 && Stages <= 8, "a ring needs 2..8 stages");
+  MbarrierPhase phase[Stages];
+  for (int s = 0; s < Stages; ++s) phase[s] = box_barrier_init(&bars[s]);
+  // Prologue: fill all but one stage.
+  for (int s = 0; s < Stages - 1; ++s) {
+    const uint64_t box = first + (uint64_t)s * step;
+    if (box < count) box_load(src, smem + s * stage_bytes, coords_of(box), rank, box_bytes, &bars[s]);
+  }
+  for (uint64_t k = 0;; ++k) {
+    const uint64_t box = first + k * step;
+    if (box >= count) break;
+    // Refill the stage consumed in iteration k-1; the __syncthreads() that ended it freed the buffer.
+    const uint64_t ahead = box + (uint64_t)(Stages - 1) * step;
+    const int refill = (int)((k + Stages - 1) % Stages);
+    if (ahead < count) box_load(src, smem + refill * stage_bytes, coords_of(ahead), rank, box_bytes, &bars[refill]);
+    const int s = (int)(k % Stages);
+    box_wait(phase[s]);
+    consume(box, smem + s * stage_bytes);
+    __syncthreads();
+  }
+}
+
+}  // namespace tmakit

@@ -1,0 +1,35 @@
+// Non-tensor bulk copies (sm_90; PTX ISA "cp.async.bulk"): contiguous bytes moved by the TMA unit, no
+// descriptor. Addresses 16-byte aligned, sizes a multiple of 16.
+#pragma once
+#include "tmakit/config.cuh"
+#include "tmakit/types.cuh"
+
+namespace tmakit {
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes: global -> shared, `bytes` complete_tx
+// on `bar`. ONE thread issues it after mbarrier_arrive_expect_tx(bar, bytes) (or expect_tx for several).
+__device__ __forceinline__ void cp_async_bulk_g2s(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+#if TMAKIT_HAS_SM90
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   shared_addr(smem)),
+               "l"(gmem), "r"(bytes), "r"(shared_addr(bar))
+               : "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// cp.async.bulk.global.shared::cta.bulk_group: shared -> global. ONE thread issues it (after the writers'
+// fence_proxy_async_shared_cta() and a block sync if other threads wrote `smem`); completes through
+// cp_async_bulk_commit_group() / cp_async_bulk_wait_group[_read]<N>() from tma.cuh.
+__device__ __forceinline__ void cp_async_bulk_s2g(void* gmem, const void* smem, uint32_t bytes) {
+#if TMAKIT_HAS_SM90
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(shared_addr(smem)),
+               "r"(bytes)
+               : "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+}  // namespace tmakit

@@ -1,0 +1,220 @@
+"""A CPU stand-in for the CUDA driver, so the host-side logic (exactly-once frees, keep-alive, copy checks,
+chunking) is tested on machines without a GPU. It implements only the calls tmakit's host side makes;
+"device memory" is ordinary host memory and every copy runs at once (bounds-checked against live
+allocations, so an out-of-bounds copy fails the test instead of corrupting memory).
+
+Usage: the ``fake`` fixture patches ``tmakit._driver.driver``; ``fake.hold_events = True`` keeps events
+"not ready" until ``fake.complete_all()``.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from cuda.bindings import driver as real
+
+from tmakit import _driver, streams
+
+OK = real.CUresult.CUDA_SUCCESS
+NOT_READY = real.CUresult.CUDA_ERROR_NOT_READY
+INVALID = real.CUresult.CUDA_ERROR_INVALID_VALUE
+BAD_HANDLE = real.CUresult.CUDA_ERROR_INVALID_HANDLE
+ALREADY = real.CUresult.CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+
+
+class FakeCtx(int):
+    """A context handle the fake hands out (an int subclass so ``int(ctx)`` works)."""
+
+
+class FakeDriver:
+    def __init__(self, devices: int = 2):
+        self.devices = devices
+        self.current = 0
+        self.ctx_stack: list[int] = []
+        self.host: dict[int, ctypes.Array] = {}
+        self.dev: dict[int, tuple[ctypes.Array, int]] = {}  # ptr -> (buffer, device)
+        self.registered: dict[int, int] = {}
+        self.streams: dict[int, int] = {}
+        self.events: dict[int, dict] = {}
+        self.errors: list[str] = []  # double frees, unknown handles: must stay empty
+        self.calls: list[str] = []
+        self.hold_events = False
+        self.clock = 0.0
+        self._next = 0x1000
+
+    def __getattr__(self, name):  # enums such as CUpointer_attribute
+        if name.startswith("CU"):
+            return getattr(real, name)
+        raise AttributeError(name)
+
+    def _new(self) -> int:
+        self._next += 0x10
+        return self._next
+
+    def _log(self, name):
+        self.calls.append(name)
+
+    # ---- init / devices / contexts
+    def cuInit(self, flags): return (OK,)
+    def cuDeviceGetCount(self): return (OK, self.devices)
+    def cuDeviceGet(self, i): return (OK, i) if 0 <= i < self.devices else (real.CUresult.CUDA_ERROR_INVALID_DEVICE, None)
+    def cuDevicePrimaryCtxRetain(self, dev): return (OK, FakeCtx(1000 + int(dev)))
+    def cuCtxGetCurrent(self): return (OK, FakeCtx(self.current))
+    def cuCtxSetCurrent(self, ctx): self.current = int(ctx); return (OK,)
+    def cuCtxGetDevice(self): return (OK, self.current - 1000)
+
+    def cuCtxPushCurrent(self, ctx):
+        self.ctx_stack.append(self.current)
+        self.current = int(ctx)
+        return (OK,)
+
+    def cuCtxPopCurrent(self):
+        self.current = self.ctx_stack.pop()
+        return (OK, None)
+
+    def _device(self) -> int:
+        assert self.current >= 1000, "no context current"
+        return self.current - 1000
+
+    # ---- streams / events
+    def cuStreamCreateWithPriority(self, flags, prio):
+        h = self._new(); self.streams[h] = self._device(); return (OK, h)
+
+    def cuStreamDestroy(self, h):
+        if self.streams.pop(int(h), None) is None:
+            self.errors.append(f"cuStreamDestroy({h}) of an unknown/destroyed stream")
+            return (BAD_HANDLE,)
+        return (OK,)
+
+    def cuStreamGetDevice(self, h):
+        return (OK, self.streams[int(h)]) if int(h) in self.streams else (BAD_HANDLE, None)
+
+    def cuStreamSynchronize(self, h): self.complete_all(); return (OK,)
+    def cuStreamWaitEvent(self, s, e, flags): self._log("cuStreamWaitEvent"); return (OK,)
+
+    def cuEventCreate(self, flags):
+        h = self._new(); self.events[h] = {"done": True, "t": None, "timing": not flags & 2}; return (OK, h)
+
+    def cuEventRecord(self, e, s):
+        self.clock += 1.0
+        self.events[int(e)].update(done=not self.hold_events, t=self.clock)
+        return (OK,)
+
+    def cuEventQuery(self, e): return (OK,) if self.events[int(e)]["done"] else (NOT_READY,)
+    def cuEventSynchronize(self, e): self.events[int(e)]["done"] = True; return (OK,)
+
+    def cuEventElapsedTime(self, a, b):
+        return (OK, self.events[int(b)]["t"] - self.events[int(a)]["t"])
+
+    def cuEventDestroy(self, e):
+        if self.events.pop(int(e), None) is None:
+            self.errors.append(f"cuEventDestroy({e}) twice")
+            return (BAD_HANDLE,)
+        return (OK,)
+
+    def complete_all(self):
+        for ev in self.events.values():
+            ev["done"] = True
+
+    # ---- memory
+    def cuMemHostAlloc(self, n, flags):
+        buf = (ctypes.c_char * n)(); p = ctypes.addressof(buf); self.host[p] = buf; return (OK, p)
+
+    def cuMemFreeHost(self, p):
+        if self.host.pop(int(p), None) is None:
+            self.errors.append(f"cuMemFreeHost({p:#x}) twice or of unknown memory")
+            return (INVALID,)
+        return (OK,)
+
+    def cuMemHostGetDevicePointer(self, p, flags): return (OK, int(p))
+
+    def cuMemHostRegister(self, p, n, flags):
+        if int(p) in self.registered:
+            return (ALREADY,)
+        self.registered[int(p)] = n
+        return (OK,)
+
+    def cuMemHostUnregister(self, p):
+        if self.registered.pop(int(p), None) is None:
+            self.errors.append(f"cuMemHostUnregister({p:#x}) twice")
+            return (INVALID,)
+        return (OK,)
+
+    def cuMemAlloc(self, n):
+        buf = (ctypes.c_char * n)(); p = ctypes.addressof(buf); self.dev[p] = (buf, self._device()); return (OK, p)
+
+    def cuMemFree(self, p):
+        if self.dev.pop(int(p), None) is None:
+            self.errors.append(f"cuMemFree({p:#x}) twice or of unknown memory")
+            return (INVALID,)
+        return (OK,)
+
+    def cuPointerGetAttribute(self, attr, p):
+        for start, (buf, device) in self.dev.items():
+            if start <= int(p) < start + len(buf):
+                return (OK, device)
+        return (INVALID, None)
+
+    def _in_dev(self, p: int, n: int) -> bool:
+        return any(s <= p and p + n <= s + len(b) for s, (b, _) in self.dev.items())
+
+    def _copy(self, name, dst, src, n, dst_dev, src_dev):
+        self._log(name)
+        if (dst_dev and not self._in_dev(int(dst), n)) or (src_dev and not self._in_dev(int(src), n)):
+            self.errors.append(f"{name} out of bounds")
+            return (INVALID,)
+        ctypes.memmove(int(dst), int(src), n)
+        return (OK,)
+
+    def cuMemcpyHtoDAsync(self, d, s, n, st): return self._copy("cuMemcpyHtoDAsync", d, s, n, True, False)
+    def cuMemcpyDtoHAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoHAsync", d, s, n, False, True)
+    def cuMemcpyDtoDAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoDAsync", d, s, n, True, True)
+
+    def _memset(self, ptr, value, count, size, pitch=None):
+        pitch = pitch or size
+        if not self._in_dev(int(ptr), pitch * (count - 1) + size):
+            self.errors.append("memset out of bounds")
+            return (INVALID,)
+        pattern = int(value).to_bytes(size, "little")
+        for i in range(count):
+            ctypes.memmove(int(ptr) + i * pitch, pattern, size)
+        return (OK,)
+
+    def cuMemsetD8Async(self, p, v, n, s): return self._memset(p, v, n, 1)
+    def cuMemsetD16Async(self, p, v, n, s): return self._memset(p, v, n, 2)
+    def cuMemsetD32Async(self, p, v, n, s): return self._memset(p, v, n, 4)
+    def cuMemsetD2D32Async(self, p, pitch, v, w, h, s): return self._memset(p, v, h, 4, pitch)
+
+    # ---- helpers for tests
+    def view(self, arr) -> np.ndarray:
+        """A numpy view of a (fake) device array's memory, for emulating kernels on the CPU."""
+        buf = (ctypes.c_char * max(1, arr.nbytes)).from_address(arr.ptr)
+        return np.frombuffer(buf, dtype=arr.dtype, count=arr.size).reshape(arr.shape)
+
+
+def _detach_fake_finalizers() -> None:
+    # Objects from a fake session must never reach the real driver (on a GPU machine) with fake handles.
+    registry = getattr(weakref.finalize, "_registry", {})
+    for fin in list(registry):
+        info = registry.get(fin)
+        if info is not None and any(isinstance(a, FakeCtx) for a in info.args):
+            fin.detach()
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    drv = FakeDriver()
+    _driver._primary_contexts.cache_clear()
+    monkeypatch.setattr(_driver, "driver", lambda: drv)
+    yield drv
+    drv.complete_all()
+    streams._watcher.sweep()
+    gc.collect()
+    streams._watcher.sweep()
+    gc.collect()
+    _detach_fake_finalizers()
+    _driver._primary_contexts.cache_clear()
+    assert drv.errors == [], drv.errors

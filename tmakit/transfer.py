@@ -1,0 +1,503 @@
+"""The chunked transfer pipeline: H2D copy -> user kernel -> D2H copy, overlapped over N streams.
+
+``pipeline(inputs, kernel)`` splits host arrays along axis 0 into chunks, and for each chunk copies the
+inputs to one of K device slots, calls ``kernel(chunk)`` (any callable that enqueues work on
+``chunk.stream``), and copies the outputs back. Chunk i runs on stream ``i % N`` in slot ``i % K``; a slot is
+reused only after the chunk that used it before has finished (a stream wait on the device, a host wait
+when pinned staging buffers are involved). Pageable inputs/outputs are staged through pinned buffers.
+
+The report times every stage with events and shows the overlap achieved: end-to-end time against the
+sum of the stages (what one stream would take) and the slowest stage (the ideal).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .device_array import DeviceArray
+from .errors import InvalidArgumentError
+from .memory import host_owner, pinned_empty
+from .streams import Event, Stream, as_stream, copy_d2h, copy_h2d, elapsed_ms
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """What a pipeline kernel gets: device views of this chunk's rows and the stream to enqueue on.
+
+    For torch: ``torch.cuda.ExternalStream(chunk.stream.handle)`` and ``torch.as_tensor(chunk.input,
+    device="cuda")``; for cupy: ``cupy.cuda.ExternalStream(chunk.stream.handle)`` and ``cupy.asarray``.
+    """
+
+    index: int
+    start: int  # first row (axis 0) of the host arrays
+    stop: int
+    inputs: tuple[DeviceArray, ...]
+    outputs: tuple[DeviceArray, ...]
+    stream: Stream
+
+    @property
+    def input(self) -> DeviceArray:
+        return self.inputs[0]
+
+    @property
+    def output(self) -> DeviceArray:
+        return self.outputs[0]
+
+
+Kernel = Callable[[Chunk], Any]
+_STAGES = ("h2d", "kernel", "d2h")
+
+
+@dataclass(frozen=True)
+class ChunkTiming:
+    """When each stage of one chunk ran, in ms since the pipeline started."""
+
+    index: int
+    stream: int
+    slot: int
+    rows: tuple[int, int]
+    h2d: tuple[float, float]
+    kernel: tuple[float, float]
+    d2h: tuple[float, float]
+
+
+def _busy_ms(spans: Sequence[tuple[float, float]]) -> float:
+    """Length of the union of intervals: the time a stage was busy on any stream."""
+    total, end = 0.0, -math.inf
+    for lo, hi in sorted(spans):
+        if hi <= end:
+            continue
+        total += hi - max(lo, end)
+        end = hi
+    return total
+
+
+@dataclass
+class TransferReport:
+    """Bytes, per-stage busy time, GB/s per direction, and the overlap the pipeline achieved."""
+
+    bytes_h2d: int
+    bytes_d2h: int
+    total_ms: float
+    chunks: list[ChunkTiming]
+    streams: int
+    buffers: int
+    chunk_rows: int
+    staged_inputs: int = 0
+    staged_outputs: int = 0
+    host_staging_ms: float = 0.0  # host time spent packing/unpacking pageable data (perf_counter)
+    device: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def stage_ms(self, stage: str) -> float:
+        if stage not in _STAGES:
+            raise InvalidArgumentError("stage", stage, f"is not one of {_STAGES}", "")
+        return _busy_ms([getattr(c, stage) for c in self.chunks])
+
+    @property
+    def h2d_ms(self) -> float:
+        return self.stage_ms("h2d")
+
+    @property
+    def kernel_ms(self) -> float:
+        return self.stage_ms("kernel")
+
+    @property
+    def d2h_ms(self) -> float:
+        return self.stage_ms("d2h")
+
+    @property
+    def h2d_gbps(self) -> float:
+        return _gbps(self.bytes_h2d, self.h2d_ms)
+
+    @property
+    def d2h_gbps(self) -> float:
+        return _gbps(self.bytes_d2h, self.d2h_ms)
+
+    @property
+    def end_to_end_gbps(self) -> float:
+        return _gbps(self.bytes_h2d + self.bytes_d2h, self.total_ms)
+
+    @property
+    def sum_stages_ms(self) -> float:
+        return self.h2d_ms + self.kernel_ms + self.d2h_ms
+
+    @property
+    def max_stage_ms(self) -> float:
+        return max(self.h2d_ms, self.kernel_ms, self.d2h_ms)
+
+    @property
+    def speedup_vs_serial(self) -> float:
+        """Sum of stages / end-to-end: 1.0 means no overlap, up to 3.0 with three equal stages."""
+        return self.sum_stages_ms / self.total_ms if self.total_ms else math.nan
+
+    @property
+    def vs_ideal(self) -> float:
+        """End-to-end / slowest stage: 1.0 is perfect overlap."""
+        return self.total_ms / self.max_stage_ms if self.max_stage_ms else math.nan
+
+    def summary(self) -> str:
+        lines = [
+            f"{len(self.chunks)} chunks of {self.chunk_rows} rows over {self.streams} stream(s), {self.buffers} buffer slot(s)",
+            f"  H2D    {_size(self.bytes_h2d)}  {self.h2d_ms:9.2f} ms  {self.h2d_gbps:7.1f} GB/s",
+            f"  kernel {'':10}  {self.kernel_ms:9.2f} ms",
+            f"  D2H    {_size(self.bytes_d2h)}  {self.d2h_ms:9.2f} ms  {self.d2h_gbps:7.1f} GB/s",
+            f"  end-to-end {self.total_ms:9.2f} ms  (sum of stages {self.sum_stages_ms:.2f} ms, slowest {self.max_stage_ms:.2f} ms)",
+            f"  overlap: {self.speedup_vs_serial:.2f}x faster than serial; {self.vs_ideal:.3f}x the ideal (1.0 = slowest stage only)",
+        ]
+        if self.staged_inputs or self.staged_outputs:
+            lines.append(f"  staged through pinned memory: {self.staged_inputs} input(s), {self.staged_outputs} output(s);"
+                         f" host copying {self.host_staging_ms:.2f} ms")
+        return "\n".join(lines)
+
+    __str__ = summary
+
+    # ---- pictures
+    def timeline_rows(self, width: int = 100) -> list[tuple[int, str]]:
+        """One text row per stream: H = host->device, K = kernel, D = device->host, '.' = idle."""
+        if width < 10:
+            raise InvalidArgumentError("width", width, "is too narrow for a timeline", "use width >= 10")
+        scale = width / self.total_ms if self.total_ms > 0 else 0.0
+        rows: dict[int, list[str]] = {s: ["."] * width for s in sorted({c.stream for c in self.chunks})}
+        for c in self.chunks:
+            for stage, mark in zip(_STAGES, "HKD"):
+                lo, hi = getattr(c, stage)
+                if hi <= lo:
+                    continue
+                a = min(width - 1, int(lo * scale))
+                b = max(a + 1, min(width, int(round(hi * scale))))
+                for x in range(a, b):
+                    rows[c.stream][x] = mark
+        return [(s, "".join(cells)) for s, cells in rows.items()]
+
+    def timeline_text(self, width: int = 100) -> str:
+        label = f"0 ms{'':{max(0, width - 14)}}{self.total_ms:8.2f} ms"
+        body = [f"stream {s:2d} |{row}|" for s, row in self.timeline_rows(width)]
+        return "\n".join([f"{'':10}{label}", *body, f"{'':10}H = host->device  K = kernel  D = device->host  . = idle"])
+
+    def print_timeline(self, width: int | None = None, console: Any = None) -> None:
+        """Print the summary and a coloured timeline with rich."""
+        from rich.console import Console
+        from rich.text import Text
+
+        console = console or Console()
+        width = width or max(20, min(120, console.width - 14))
+        colours = {"H": "bold blue", "K": "bold green", "D": "bold magenta", ".": "dim"}
+        console.print(self.summary())
+        for s, row in self.timeline_rows(width):
+            text = Text(f"stream {s:2d} |")
+            for ch in row:
+                text.append(ch, style=colours[ch])
+            text.append("|")
+            console.print(text)
+        console.print(Text("H = host->device  K = kernel  D = device->host", style="dim"))
+
+    def save_timeline_png(self, path: str) -> str:
+        """Draw the stream timeline as a PNG (needs matplotlib: pip install 'tmakit[plot]')."""
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError as exc:
+            raise ImportError("save_timeline_png needs matplotlib; install it with: pip install 'tmakit[plot]'") from exc
+        streams = sorted({c.stream for c in self.chunks})
+        fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(streams)))
+        colours = {"h2d": "tab:blue", "kernel": "tab:green", "d2h": "tab:purple"}
+        for stage, colour in colours.items():
+            for s in streams:
+                spans = [getattr(c, stage) for c in self.chunks if c.stream == s]
+                ax.broken_barh([(lo, hi - lo) for lo, hi in spans], (s - 0.4, 0.8), color=colour,
+                               label=stage if s == streams[0] else None)
+        ax.set_yticks(streams, [f"stream {s}" for s in streams])
+        ax.set_xlabel("ms")
+        ax.set_title(f"end-to-end {self.total_ms:.1f} ms, {self.vs_ideal:.2f}x the slowest stage")
+        ax.legend(loc="upper right")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+    def as_dict(self) -> dict:
+        keys = ("bytes_h2d", "bytes_d2h", "total_ms", "h2d_ms", "kernel_ms", "d2h_ms", "h2d_gbps", "d2h_gbps",
+                "sum_stages_ms", "max_stage_ms", "speedup_vs_serial", "vs_ideal", "streams", "buffers", "chunk_rows",
+                "host_staging_ms")
+        return {k: getattr(self, k) for k in keys} | {"chunks": len(self.chunks)}
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:7.2f} {unit}"
+    return f"{nbytes:7d} B "
+
+
+def _gbps(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e6) if ms > 0 else math.nan
+
+
+@dataclass
+class PipelineResult:
+    output: Any  # one numpy array, or a tuple when there are several outputs
+    report: TransferReport
+
+    def __iter__(self):  # out, report = tmakit.pipeline(...)
+        return iter((self.output, self.report))
+
+
+# ---------------------------------------------------------------- validation
+def _as_tuple(value: Any) -> tuple:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _check_inputs(inputs: tuple, parameter: str) -> int:
+    if not inputs:
+        raise InvalidArgumentError(parameter, inputs, "is empty", "pass at least one numpy array")
+    rows = None
+    for i, a in enumerate(inputs):
+        name = f"{parameter}[{i}]"
+        if not isinstance(a, np.ndarray):
+            raise InvalidArgumentError(name, type(a).__name__, "must be a numpy array (pinned or pageable)",
+                                       "pass numpy.asarray(x); device arrays need no pipeline")
+        if a.ndim == 0:
+            raise InvalidArgumentError(name, "0-d array", "needs at least one axis to split into chunks", "reshape(1)")
+        if a.dtype.hasobject:
+            raise InvalidArgumentError(name, a.dtype, "holds Python objects", "use a numeric dtype")
+        host_owner(a, name)  # raises if its pinned buffer was freed
+        if rows is None:
+            rows = a.shape[0]
+        elif a.shape[0] != rows:
+            raise InvalidArgumentError(name, f"shape {a.shape}", f"has {a.shape[0]} rows but {parameter}[0] has {rows}",
+                                       "all arrays must have the same length along axis 0 (the chunked axis)")
+    return int(rows)
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidArgumentError(name, value, "must be a positive int", "")
+    return int(value)
+
+
+def _direct(a: np.ndarray) -> bool:
+    """Copied straight from/to the user's array (pinned and contiguous), else staged."""
+    return a.flags.c_contiguous and host_owner(a) is not None
+
+
+# ---------------------------------------------------------------- the pipeline
+def pipeline(inputs: np.ndarray | Sequence[np.ndarray], kernel: Kernel | None = None, *,
+             outputs: np.ndarray | Sequence[np.ndarray] | None = None, chunk_bytes: int = 32 << 20,
+             streams: int | Sequence[Any] = 3, buffers: int | None = None, device: int = 0,
+             progress: bool | None = None) -> PipelineResult:
+    """Run ``kernel`` over host arrays larger than (or just large for) device memory, chunk by chunk.
+
+    inputs: numpy array(s), pinned or pageable, split along axis 0. kernel: ``fn(chunk: Chunk)`` that
+    enqueues work on ``chunk.stream`` reading ``chunk.inputs`` and writing ``chunk.outputs``; None copies
+    the input back (a round trip). outputs: preallocated arrays (same rows as the inputs); by default one
+    pinned array like ``inputs[0]``. chunk_bytes: size of a chunk of the widest array. streams: a count or
+    existing streams (all on ``device``). buffers: device slots K (default: one per stream).
+    progress: rich progress bar; None shows it for transfers of 1 GiB or more.
+    """
+    ins = _as_tuple(inputs)
+    rows = _check_inputs(ins, "inputs")
+    outs = _as_tuple(outputs) if outputs is not None else (pinned_empty(ins[0].shape, ins[0].dtype, device=device),)
+    if outputs is not None:
+        if _check_inputs(outs, "outputs") != rows:
+            raise InvalidArgumentError("outputs", f"{outs[0].shape[0]} rows", f"differ from the inputs' {rows} rows",
+                                       "give outputs the same length along axis 0")
+        for i, o in enumerate(outs):
+            if not o.flags.writeable:
+                raise InvalidArgumentError(f"outputs[{i}]", "read-only array", "must be writable", "pass a writable array")
+    if kernel is None and (len(ins) != len(outs) or any(a.dtype != b.dtype or a.shape != b.shape for a, b in zip(ins, outs))):
+        raise InvalidArgumentError("kernel", None, "a round trip needs outputs shaped and typed like the inputs",
+                                   "pass a kernel, or outputs matching the inputs")
+    if kernel is not None and not callable(kernel):
+        raise InvalidArgumentError("kernel", type(kernel).__name__, "must be callable as kernel(chunk)",
+                                   "pass a function that enqueues work on chunk.stream")
+    chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
+    stream_objs = ([as_stream(s, parameter="streams") for s in streams] if isinstance(streams, (list, tuple))
+                   else [Stream(device) for _ in range(_positive_int("streams", streams))])
+    if not stream_objs:
+        raise InvalidArgumentError("streams", streams, "is empty", "pass a count or at least one stream")
+    for s in stream_objs:
+        if s.device != device:
+            raise InvalidArgumentError("streams", s, f"is a stream of device {s.device}, the pipeline runs on device {device}",
+                                       f"create the streams on device {device} or pass device={s.device}")
+    owned = not isinstance(streams, (list, tuple))
+    n_slots = _positive_int("buffers", buffers if buffers is not None else len(stream_objs))
+    row_bytes = max(a.nbytes // rows if rows else a.dtype.itemsize for a in ins + outs)
+    chunk_rows = max(1, chunk_bytes // max(1, row_bytes))
+    try:
+        if rows == 0:
+            return PipelineResult(outs[0] if len(outs) == 1 else outs,
+                                  TransferReport(0, 0, 0.0, [], len(stream_objs), n_slots, chunk_rows, device=device))
+        runner = _Runner(ins, outs, kernel, stream_objs, n_slots, min(chunk_rows, rows), device)
+        report = runner.run(progress if progress is not None else sum(a.nbytes for a in ins + outs) >= 1 << 30)
+        return PipelineResult(outs[0] if len(outs) == 1 else outs, report)
+    finally:
+        if owned:
+            for s in stream_objs:
+                s.close()
+
+
+@dataclass
+class _Pending:
+    """A chunk in flight: what must happen on the host once it has finished."""
+
+    index: int
+    lo: int
+    hi: int
+    events: tuple[Event, Event, Event, Event]  # start, after H2D, after kernel, after D2H
+    stream: int
+    slot: int
+
+
+class _Runner:
+    def __init__(self, ins: tuple, outs: tuple, kernel: Kernel | None, streams: list[Stream], n_slots: int,
+                 chunk_rows: int, device: int):
+        self.ins, self.outs, self.kernel, self.streams = ins, outs, kernel, streams
+        self.chunk_rows, self.device, self.n_slots = chunk_rows, device, n_slots
+        self.direct_in = [_direct(a) for a in ins]
+        self.direct_out = [_direct(a) for a in outs]
+        self.host_ms = 0.0
+        self.owned: list[Any] = []  # device arrays, pinned buffers and events, closed by run()
+
+    def _own(self, obj: Any) -> Any:
+        self.owned.append(obj.base if isinstance(obj, np.ndarray) else obj)
+        return obj
+
+    def _alloc_slots(self) -> None:
+        def shape(a: np.ndarray) -> tuple[int, ...]:
+            return (self.chunk_rows,) + a.shape[1:]
+
+        def staging(arrays: tuple, direct: list[bool]) -> list[np.ndarray | None]:
+            return [None if d else self._own(pinned_empty(shape(a), a.dtype, device=self.device))
+                    for a, d in zip(arrays, direct)]
+
+        self.dev_in, self.dev_out, self.stage_in, self.stage_out = [], [], [], []
+        for _ in range(self.n_slots):
+            d_in = [self._own(DeviceArray.empty(shape(a), a.dtype, device=self.device)) for a in self.ins]
+            self.dev_in.append(d_in)
+            self.dev_out.append(d_in if self.kernel is None else
+                                [self._own(DeviceArray.empty(shape(a), a.dtype, device=self.device)) for a in self.outs])
+            self.stage_in.append(staging(self.ins, self.direct_in))
+            self.stage_out.append(staging(self.outs, self.direct_out))
+
+    def run(self, show_progress: bool) -> TransferReport:
+        try:
+            self._alloc_slots()
+            return self._run(show_progress)
+        finally:
+            for s in self.streams:
+                s.sync()
+            for obj in self.owned:
+                obj.close()
+
+    def _run(self, show_progress: bool) -> TransferReport:
+        rows = self.ins[0].shape[0]
+        n_chunks = -(-rows // self.chunk_rows)
+        self.t0 = self._own(Event(self.device)).record(self.streams[0])
+        for s in self.streams[1:]:
+            s.wait(self.t0)
+        busy: list[_Pending | None] = [None] * self.n_slots
+        done: list[_Pending] = []
+        with _Progress(show_progress, n_chunks) as progress:
+            for i in range(n_chunks):
+                slot, s = i % self.n_slots, self.streams[i % len(self.streams)]
+                if busy[slot] is not None:
+                    self._release_slot(busy[slot], s)
+                lo, hi = i * self.chunk_rows, min(rows, (i + 1) * self.chunk_rows)
+                busy[slot] = self._enqueue(i, slot, s, lo, hi)
+                done.append(busy[slot])
+                progress.poll(done)
+            for pending in sorted((p for p in busy if p is not None), key=lambda p: p.index):
+                self._release_slot(pending, None)
+            progress.poll(done, wait=True)
+        ends = [self._own(Event(self.device)).record(s) for s in self.streams]
+        total = max(elapsed_ms(self.t0, e) for e in ends)
+        return TransferReport(
+            bytes_h2d=sum(a.nbytes for a in self.ins), bytes_d2h=sum(a.nbytes for a in self.outs), total_ms=total,
+            chunks=[self._timing(p) for p in done], streams=len(self.streams), buffers=self.n_slots,
+            chunk_rows=self.chunk_rows, staged_inputs=self.direct_in.count(False),
+            staged_outputs=self.direct_out.count(False), host_staging_ms=self.host_ms, device=self.device)
+
+    def _enqueue(self, i: int, slot: int, s: Stream, lo: int, hi: int) -> _Pending:
+        n = hi - lo
+        events = tuple(self._own(Event(self.device)) for _ in range(4))
+        t = time.perf_counter()
+        for j, a in enumerate(self.ins):
+            stage = self.stage_in[slot][j]
+            if stage is not None:  # pageable (or strided): pack into pinned staging first
+                np.copyto(stage[:n], a[lo:hi])
+        self.host_ms += (time.perf_counter() - t) * 1e3
+        events[0].record(s)
+        for j, a in enumerate(self.ins):
+            stage = self.stage_in[slot][j]
+            copy_h2d(self.dev_in[slot][j][:n], a[lo:hi] if stage is None else stage[:n], s)
+        events[1].record(s)
+        if self.kernel is not None:
+            self.kernel(Chunk(i, lo, hi, tuple(d[:n] for d in self.dev_in[slot]),
+                              tuple(d[:n] for d in self.dev_out[slot]), s))
+        events[2].record(s)
+        for j, o in enumerate(self.outs):
+            stage = self.stage_out[slot][j]
+            copy_d2h(o[lo:hi] if stage is None else stage[:n], self.dev_out[slot][j][:n], s)
+        events[3].record(s)
+        return _Pending(i, lo, hi, events, self.streams.index(s), slot)
+
+    def _release_slot(self, p: _Pending, next_stream: Stream | None) -> None:
+        """Chunk p is done with its slot: unpack its staged outputs and let the slot's next user go."""
+        staged = any(x is not None for x in self.stage_in[p.slot] + self.stage_out[p.slot])
+        if staged or next_stream is None:
+            p.events[3].sync()  # the host is about to read/rewrite the slot's pinned staging buffers
+        if next_stream is not None and next_stream is not self.streams[p.stream]:
+            next_stream.wait(p.events[3])  # the slot's device buffers are reused on another stream
+        t = time.perf_counter()
+        for j, o in enumerate(self.outs):
+            stage = self.stage_out[p.slot][j]
+            if stage is not None:
+                np.copyto(o[p.lo:p.hi], stage[:p.hi - p.lo])
+        self.host_ms += (time.perf_counter() - t) * 1e3
+
+    def _timing(self, p: _Pending) -> ChunkTiming:
+        start, h2d, ker, d2h = (elapsed_ms(self.t0, e) for e in p.events)
+        return ChunkTiming(p.index, p.stream, p.slot, (p.lo, p.hi), (start, h2d), (h2d, ker), (ker, d2h))
+
+
+class _Progress:
+    """A rich progress bar counting finished chunks (or nothing)."""
+
+    def __init__(self, enabled: bool, n_chunks: int):
+        self.enabled, self.n_chunks, self.finished = enabled, n_chunks, 0
+        self._bar: Any = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn("transfer"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
+                                 TimeRemainingColumn(), transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("transfer", total=self.n_chunks)
+        return self
+
+    def poll(self, chunks: list[_Pending], wait: bool = False) -> None:
+        """Advance over chunks that have finished, in order (without waiting unless ``wait``)."""
+        if self._bar is None:
+            return
+        while self.finished < len(chunks):
+            last = chunks[self.finished].events[3]
+            if wait:
+                last.sync()
+            elif not last.query():
+                break
+            self.finished += 1
+            if self._bar is not None:
+                self._bar.advance(self._task)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

@@ -131,10 +131,10 @@ class PinnedBuffer(_UseTracker):
 
 def _normalize(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    try:
-        dims = tuple(int(d) for d in dims)
-    except TypeError:
-        raise InvalidArgumentError("shape", shape, "must be an int or a sequence of ints", "e.g. (1024, 1024)") from None
+    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__") or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
+        raise InvalidArgumentError("shape", shape, "must be an int or a sequence of ints", "e.g. (1024, 1024)")
+    dims = tuple(int(d) for d in dims)
     if any(d < 0 for d in dims):
         raise InvalidArgumentError("shape", shape, "has a negative dimension", "use sizes >= 0")
     try:

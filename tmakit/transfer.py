@@ -303,42 +303,47 @@ def pipeline(inputs: np.ndarray | Sequence[np.ndarray], kernel: Kernel | None = 
     """
     ins = _as_tuple(inputs)
     rows = _check_inputs(ins, "inputs")
-    outs = _as_tuple(outputs) if outputs is not None else (pinned_empty(ins[0].shape, ins[0].dtype, device=device),)
+    if kernel is not None and not callable(kernel):
+        raise InvalidArgumentError("kernel", type(kernel).__name__, "must be callable as kernel(chunk)",
+                                   "pass a function that enqueues work on chunk.stream")
+    chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
+    given_streams = isinstance(streams, (list, tuple))
+    if given_streams and not streams:
+        raise InvalidArgumentError("streams", streams, "is empty", "pass a count or at least one stream")
+    n_streams = len(streams) if given_streams else _positive_int("streams", streams)
+    n_slots = _positive_int("buffers", buffers if buffers is not None else n_streams)
     if outputs is not None:
+        outs = _as_tuple(outputs)
         if _check_inputs(outs, "outputs") != rows:
             raise InvalidArgumentError("outputs", f"{outs[0].shape[0]} rows", f"differ from the inputs' {rows} rows",
                                        "give outputs the same length along axis 0")
         for i, o in enumerate(outs):
             if not o.flags.writeable:
                 raise InvalidArgumentError(f"outputs[{i}]", "read-only array", "must be writable", "pass a writable array")
-    if kernel is None and (len(ins) != len(outs) or any(a.dtype != b.dtype or a.shape != b.shape for a, b in zip(ins, outs))):
-        raise InvalidArgumentError("kernel", None, "a round trip needs outputs shaped and typed like the inputs",
-                                   "pass a kernel, or outputs matching the inputs")
-    if kernel is not None and not callable(kernel):
-        raise InvalidArgumentError("kernel", type(kernel).__name__, "must be callable as kernel(chunk)",
-                                   "pass a function that enqueues work on chunk.stream")
-    chunk_bytes = _positive_int("chunk_bytes", chunk_bytes)
-    stream_objs = ([as_stream(s, parameter="streams") for s in streams] if isinstance(streams, (list, tuple))
-                   else [Stream(device) for _ in range(_positive_int("streams", streams))])
-    if not stream_objs:
-        raise InvalidArgumentError("streams", streams, "is empty", "pass a count or at least one stream")
+        if kernel is None and (len(ins) != len(outs) or any(a.dtype != b.dtype or a.shape != b.shape
+                                                            for a, b in zip(ins, outs))):
+            raise InvalidArgumentError("kernel", None, "a round trip needs outputs shaped and typed like the inputs",
+                                       "pass a kernel, or outputs matching the inputs")
+    stream_objs = [as_stream(s, parameter="streams") for s in streams] if given_streams else []
     for s in stream_objs:
         if s.device != device:
             raise InvalidArgumentError("streams", s, f"is a stream of device {s.device}, the pipeline runs on device {device}",
                                        f"create the streams on device {device} or pass device={s.device}")
-    owned = not isinstance(streams, (list, tuple))
-    n_slots = _positive_int("buffers", buffers if buffers is not None else len(stream_objs))
+    if outputs is None:
+        outs = (pinned_empty(ins[0].shape, ins[0].dtype, device=device),)
     row_bytes = max(a.nbytes // rows if rows else a.dtype.itemsize for a in ins + outs)
-    chunk_rows = max(1, chunk_bytes // max(1, row_bytes))
+    chunk_rows = max(1, min(rows, chunk_bytes // max(1, row_bytes)))
+    output = outs[0] if len(outs) == 1 else outs
+    if rows == 0:
+        return PipelineResult(output, TransferReport(0, 0, 0.0, [], n_streams, n_slots, chunk_rows, device=device))
+    if not given_streams:
+        stream_objs = [Stream(device) for _ in range(n_streams)]
     try:
-        if rows == 0:
-            return PipelineResult(outs[0] if len(outs) == 1 else outs,
-                                  TransferReport(0, 0, 0.0, [], len(stream_objs), n_slots, chunk_rows, device=device))
-        runner = _Runner(ins, outs, kernel, stream_objs, n_slots, min(chunk_rows, rows), device)
+        runner = _Runner(ins, outs, kernel, stream_objs, n_slots, chunk_rows, device)
         report = runner.run(progress if progress is not None else sum(a.nbytes for a in ins + outs) >= 1 << 30)
-        return PipelineResult(outs[0] if len(outs) == 1 else outs, report)
+        return PipelineResult(output, report)
     finally:
-        if owned:
+        if not given_streams:
             for s in stream_objs:
                 s.close()
 

@@ -10,28 +10,28 @@
 namespace tmakit {
 
 // Elements traversed along dim i: ceil(box / element stride); dim 0 ignores its stride without interleave.
-__device__ __forceinline__ uint32_t box_count(const BoxParams& p, int i) {
+TMAKIT_HD uint32_t box_count(const BoxParams& p, int i) {
   if (i == 0 && p.interleave == 0) return p.box[0];
   return (p.box[i] + p.elem_strides[i] - 1) / p.elem_strides[i];
 }
 
-__device__ __forceinline__ uint32_t box_rows(const BoxParams& p) {
+TMAKIT_HD uint32_t box_rows(const BoxParams& p) {
   uint32_t n = 1;
   for (int i = 1; i < (int)p.rank; ++i) n *= box_count(p, i);
   return n;
 }
 
-__device__ __forceinline__ uint32_t box_row_bytes(const BoxParams& p) { return box_count(p, 0) * p.elem_size; }
+TMAKIT_HD uint32_t box_row_bytes(const BoxParams& p) { return box_count(p, 0) * p.elem_size; }
 
 // Bytes from one row to the next in shared memory.
-__device__ __forceinline__ uint32_t box_row_pitch(const BoxParams& p) {
+TMAKIT_HD uint32_t box_row_pitch(const BoxParams& p) {
   const uint32_t span = p.swizzle == 0 ? 0u : 16u << p.swizzle;  // 32/64/128 bytes
   const uint32_t row = box_row_bytes(p);
   return row > span ? row : span;
 }
 
 // Data bytes of one box = the mbarrier expect_tx count (padding excluded).
-__device__ __forceinline__ uint32_t box_image_bytes(const BoxParams& p) { return box_rows(p) * box_row_bytes(p); }
+TMAKIT_HD uint32_t box_image_bytes(const BoxParams& p) { return box_rows(p) * box_row_bytes(p); }
 
 struct BoxChunk {
   uint32_t image_offset;  // byte offset in the unswizzled image (rows at box_row_pitch)
@@ -41,7 +41,7 @@ struct BoxChunk {
 };
 
 // Data chunk `chunk` (0 .. box_image_bytes/16 - 1) of the box at `at`.
-__device__ __forceinline__ BoxChunk box_chunk(const BoxParams& p, const Coords& at, uint32_t chunk) {
+TMAKIT_HD BoxChunk box_chunk(const BoxParams& p, const Coords& at, uint32_t chunk) {
   BoxChunk out;
   const uint32_t per_row = box_row_bytes(p) / 16u;
   uint32_t row = chunk / per_row;
@@ -60,16 +60,49 @@ __device__ __forceinline__ BoxChunk box_chunk(const BoxParams& p, const Coords& 
   return out;
 }
 
-// The bit pattern TMA writes for an out-of-bounds element: zero, or with oob_nan the type's canonical NaN
-// (all exponent bits and all mantissa bits set, sign clear). Must agree with tmakit.layout.
-__device__ __forceinline__ uint64_t oob_fill_bits(const BoxParams& p) {
-  if (!p.oob_nan) return 0;
+// The bit pattern TMA writes for an out-of-bounds element: zero, or with oob_nan on a float type the
+// "NaN request zero FMA" value, measured on an H100 as 0x7FF7 in every 16-bit half-word (f16/bf16 0x7FF7,
+// f32 0x7FF77FF7, f64 0x7FF77FF77FF77FF7). Must agree with tmakit.layout.tma_model.NAN_FILL.
+TMAKIT_HD uint64_t oob_fill_bits(const BoxParams& p) {
+  const bool is_float = p.dtype >= 6 && p.dtype <= 12;  // CU_TENSOR_MAP_DATA_TYPE_FLOAT16 .. TFLOAT32_FTZ
+  if (!p.oob_nan || !is_float) return 0;
+  const uint64_t half = 0x7FF7ull;
   switch (p.elem_size) {
-    case 2: return 0x7FFFull;                 // f16 and bf16
-    case 4: return 0x7FFFFFFFull;             // f32, f32_ftz, tf32, tf32_ftz
-    case 8: return 0x7FFFFFFFFFFFFFFFull;     // f64
+    case 2: return half;
+    case 4: return half | half << 16;
+    case 8: return half | half << 16 | half << 32 | half << 48;
     default: return 0;
   }
+}
+
+// What the cp.async path does with one 16-byte data chunk (box_load_chunk executes it; a host harness
+// executes the same plan with memcpy to check it against the Python model).
+enum ChunkKind : uint32_t {
+  kChunkCopy16 = 0,    // fully in bounds, source 16-byte aligned: one cp.async of 16 bytes
+  kChunkZero16 = 1,    // fully out of bounds with zero fill: cp.async with src-size 0
+  kChunkElements = 2,  // element by element: in-bounds elements copied, the others filled
+};
+
+TMAKIT_HD uint32_t chunk_elements(const BoxParams& p) { return 16u / p.elem_size; }
+
+TMAKIT_HD bool element_in_bounds(const BoxParams& p, const BoxChunk& ch, uint32_t e) {
+  const int64_t g = ch.first + e;
+  return ch.row_in_bounds && g >= 0 && g < (int64_t)p.dims[0];
+}
+
+// Global address of element e of the chunk (meaningful only when it is in bounds).
+TMAKIT_HD uint64_t element_address(const BoxParams& p, const BoxChunk& ch, uint32_t e) {
+  return ch.row_address + (uint64_t)(ch.first + e) * p.elem_size;
+}
+
+TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
+  const uint32_t n = chunk_elements(p);
+  const int64_t dim0 = (int64_t)p.dims[0];
+  const bool all_in = ch.row_in_bounds && ch.first >= 0 && ch.first + n <= dim0;
+  const bool all_out = !ch.row_in_bounds || ch.first + n <= 0 || ch.first >= dim0;
+  if (all_in && (element_address(p, ch, 0) & 15u) == 0) return kChunkCopy16;
+  if (all_out && !p.oob_nan) return kChunkZero16;
+  return kChunkElements;
 }
 
 }  // namespace tmakit

@@ -62,34 +62,30 @@ __device__ __forceinline__ uint64_t load_bits(const void* src, uint32_t size) {
   }
 }
 
-// The cp.async path's copy of one 16-byte image chunk into shared memory at `dst`.
+// The cp.async path's copy of one 16-byte data chunk into shared memory at `dst` (the plan is chunk_kind).
 __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChunk& ch, uint8_t* dst) {
-  const uint32_t per_chunk = 16u / p.elem_size;
-  const int64_t dim0 = (int64_t)p.dims[0];
-  const bool all_in = ch.row_in_bounds && ch.first >= 0 && ch.first + per_chunk <= dim0;
-  const bool all_out = !ch.row_in_bounds || ch.first + per_chunk <= 0 || ch.first >= dim0;
-  const uint64_t src = ch.row_address + (uint64_t)ch.first * p.elem_size;  // only used when in bounds
-  if (all_in && (src & 15u) == 0) {
-    cp_async_cg_16(dst, reinterpret_cast<const void*>(src));
-    return;
-  }
-  if (all_out && !p.oob_nan) {
-    // src-size 0: cp.async reads nothing and writes 16 zero bytes (the tensor base is a valid address).
-    cp_async_cg_16(dst, reinterpret_cast<const void*>(p.address), 0);
-    return;
+  switch (chunk_kind(p, ch)) {
+    case kChunkCopy16:
+      cp_async_cg_16(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)));
+      return;
+    case kChunkZero16:
+      // src-size 0: cp.async reads nothing and writes 16 zero bytes (the tensor base is a valid address).
+      cp_async_cg_16(dst, reinterpret_cast<const void*>(p.address), 0);
+      return;
+    default:
+      break;
   }
   const uint64_t fill = oob_fill_bits(p);
-  for (uint32_t e = 0; e < per_chunk; ++e) {
-    const int64_t g = ch.first + e;
+  for (uint32_t e = 0; e < chunk_elements(p); ++e) {
     uint8_t* d = dst + e * p.elem_size;
-    if (!ch.row_in_bounds || g < 0 || g >= dim0) {
+    if (!element_in_bounds(p, ch, e)) {
       store_bits(d, fill, p.elem_size);
-    } else {
-      const void* s = reinterpret_cast<const void*>(ch.row_address + (uint64_t)g * p.elem_size);
-      if (p.elem_size == 8) cp_async_ca<8>(d, s);
-      else if (p.elem_size == 4) cp_async_ca<4>(d, s);
-      else store_bits(d, load_bits(s, p.elem_size), p.elem_size);  // cp.async has no 1/2-byte form
+      continue;
     }
+    const void* s = reinterpret_cast<const void*>(element_address(p, ch, e));
+    if (p.elem_size == 8) cp_async_ca<8>(d, s);
+    else if (p.elem_size == 4) cp_async_ca<4>(d, s);
+    else store_bits(d, load_bits(s, p.elem_size), p.elem_size);  // cp.async has no 1/2-byte form
   }
 }
 

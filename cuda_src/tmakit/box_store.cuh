@@ -24,23 +24,19 @@ __device__ __forceinline__ void box_store(const BoxSource& dst, const void* smem
   if (dst.interleave != 0 || (int)dst.rank != rank || box_image_bytes(dst) != bytes) asm volatile("trap;");
   __syncthreads();
   const uint8_t* base = static_cast<const uint8_t*>(smem);
-  const uint32_t per_chunk = 16u / dst.elem_size;
-  const int64_t dim0 = (int64_t)dst.dims[0];
   for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
     const BoxChunk ch = box_chunk(dst, at, k);
-    if (!ch.row_in_bounds) continue;
     const uint8_t* s = base + swizzle_offset(ch.image_offset, dst.swizzle);
-    const uint64_t g = ch.row_address + (uint64_t)ch.first * dst.elem_size;
-    if (ch.first >= 0 && ch.first + per_chunk <= dim0 && (g & 15u) == 0) {
-      *reinterpret_cast<uint4*>(g) = *reinterpret_cast<const uint4*>(s);
-      continue;
-    }
-    for (uint32_t e = 0; e < per_chunk; ++e) {
-      const int64_t x = ch.first + e;
-      if (x < 0 || x >= dim0) continue;
-      store_bits(reinterpret_cast<void*>(ch.row_address + (uint64_t)x * dst.elem_size),
-                 load_bits(s + e * dst.elem_size, dst.elem_size), dst.elem_size);
-    }
+    const ChunkKind kind = chunk_kind(dst, ch);
+    if (kind == kChunkCopy16) {
+      *reinterpret_cast<uint4*>(element_address(dst, ch, 0)) = *reinterpret_cast<const uint4*>(s);
+    } else if (kind == kChunkElements) {
+      for (uint32_t e = 0; e < chunk_elements(dst); ++e) {
+        if (element_in_bounds(dst, ch, e))
+          store_bits(reinterpret_cast<void*>(element_address(dst, ch, e)), load_bits(s + e * dst.elem_size, dst.elem_size),
+                     dst.elem_size);
+      }
+    }  // kChunkZero16 / NaN-filled chunks that are wholly out of bounds: nothing to store
   }
   __syncthreads();
 #endif

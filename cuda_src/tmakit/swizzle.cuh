@@ -10,13 +10,13 @@ namespace tmakit {
 
 enum SwizzleMode : uint32_t { kSwizzleNone = 0, kSwizzle32B = 1, kSwizzle64B = 2, kSwizzle128B = 3 };
 
-__device__ __forceinline__ uint32_t swizzle_offset(uint32_t offset, uint32_t mode) {
+TMAKIT_HD uint32_t swizzle_offset(uint32_t offset, uint32_t mode) {
   // mode 1/2/3 -> XOR mask of 1/3/7 applied to the 16-byte chunk index within each 128-byte row.
   const uint32_t mask = mode == kSwizzleNone ? 0u : (1u << mode) - 1u;
   return offset ^ (((offset >> 7) & mask) << 4);
 }
 
 // Alignment the destination of a swizzled box needs (bytes); 128 without swizzle, as TMA requires.
-__device__ __forceinline__ uint32_t swizzle_alignment(uint32_t mode) { return mode == kSwizzleNone ? 128u : 128u << mode; }
+TMAKIT_HD uint32_t swizzle_alignment(uint32_t mode) { return mode == kSwizzleNone ? 128u : 128u << mode; }
 
 }  // namespace tmakit

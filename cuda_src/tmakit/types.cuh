@@ -2,6 +2,10 @@
 // NVRTC compiles these with no CUDA runtime headers, so nothing here includes <cstdint>.
 #pragma once
 
+// Pure integer helpers (swizzle, box geometry) are also host functions, so a CPU harness can run the
+// cp.async path's address arithmetic against the Python layout model (tests/test_box_geometry_host.py).
+#define TMAKIT_HD __host__ __device__ __forceinline__
+
 namespace tmakit {
 
 typedef unsigned char uint8_t;

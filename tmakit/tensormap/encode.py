@@ -15,13 +15,20 @@ def _args(drv: Any, dtype: int, interleave: int, swizzle: int, l2: int, oob: int
             drv.CUtensorMapL2promotion(l2), drv.CUtensorMapFloatOOBfill(oob))
 
 
+def _strides_arg(drv: Any, dims: Sequence[int], strides: Sequence[int]) -> list:
+    """The strides list; for rank 1 one unused entry, because cuda-bindings turns an empty list into NULL and
+    the driver rejects a NULL globalStrides even when it would read no entry of it."""
+    values = list(strides) if (strides or len(dims) != 1) else [16]
+    return [drv.cuuint64_t(s) for s in values]
+
+
 def encode_tiled_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
                      element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple[Any, Any]:
     """``(CUresult, CUtensorMap)`` straight from the driver; a context must be current."""
     drv = _driver.driver()
     dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
-    return drv.cuTensorMapEncodeTiled(dt, len(dims), address, [u64(d) for d in dims], [u64(s) for s in strides],
+    return drv.cuTensorMapEncodeTiled(dt, len(dims), address, [u64(d) for d in dims], _strides_arg(drv, dims, strides),
                                       [u32(b) for b in box], [u32(e) for e in element_strides], il, sw, l2p, of)
 
 
@@ -32,7 +39,7 @@ def encode_im2col_raw(dtype: int, address: int, dims: Sequence[int], strides: Se
     drv = _driver.driver()
     dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
     u64, u32 = drv.cuuint64_t, drv.cuuint32_t
-    return drv.cuTensorMapEncodeIm2col(dt, len(dims), address, [u64(d) for d in dims], [u64(s) for s in strides],
+    return drv.cuTensorMapEncodeIm2col(dt, len(dims), address, [u64(d) for d in dims], _strides_arg(drv, dims, strides),
                                        [int(v) for v in lower_corner], [int(v) for v in upper_corner],
                                        u32(channels_per_pixel), u32(pixels_per_column),
                                        [u32(e) for e in element_strides], il, sw, l2p, of)

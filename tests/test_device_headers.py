@@ -1,0 +1,293 @@
+"""CPU tier: every device header, kernel and hand-written PTX file builds for sm_90a and sm_80.
+
+Headers are compiled through NVRTC (tmakit.build.compile_cuda, the path the GPU uses) inside a small test
+kernel that calls what the header offers; PTX is assembled with ptxas. No GPU is needed.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_ptxas
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADERS = sorted(p.name for p in (ROOT / "cuda_src" / "tmakit").glob("*.cuh"))
+KERNELS = sorted(p.name for p in (ROOT / "cuda_src").glob("*.cu"))
+PTX = sorted(p.name for p in (ROOT / "ptx").glob("*.ptx"))
+ARCHS = ["sm_90a", "sm_80"]
+
+
+def _nvrtc_available() -> bool:
+    try:
+        from tmakit.build import nvrtc_version
+
+        nvrtc_version()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no NVRTC here"
+        return False
+
+
+requires_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC (nvidia-cuda-nvrtc) is not importable")
+
+# A use of each header: the body of `extern "C" __global__ void probe(const __grid_constant__
+# tmakit::TensorMapDesc d, const tmakit::BoxParams p, unsigned char* out)`.
+USES = {
+    "types.cuh": "tmakit::Coords c{{1,2,3,4,5}}; __shared__ tmakit::uint8_t s[256]; out[0] = *tmakit::align_shared(s, 128) + c.c[0];",
+    "config.cuh": "out[0] = TMAKIT_USE_TMA + TMAKIT_HAS_SM90;",
+    "mbarrier.cuh": """__shared__ tmakit::uint64_t bar;
+      if (threadIdx.x == 0) { tmakit::mbarrier_init(&bar, blockDim.x); tmakit::fence_mbarrier_init(); }
+      __syncthreads();
+      tmakit::cp_async_mbarrier_arrive(&bar); tmakit::mbarrier_arrive(&bar);
+      tmakit::MbarrierPhase ph{&bar, 0}; ph.wait(1000000);
+#if TMAKIT_HAS_SM90
+      if (threadIdx.x == 0) { tmakit::mbarrier_expect_tx(&bar, 16); tmakit::mbarrier_arrive_expect_tx(&bar, 16); }
+#endif
+      out[0] = tmakit::mbarrier_try_wait_parity(&bar, 1); __syncthreads(); if (threadIdx.x == 0) tmakit::mbarrier_inval(&bar);""",
+    "fence.cuh": "tmakit::fence_proxy_async_shared_cta();",
+    "tma.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar;
+      tmakit::Coords c{{0, 1, 2, 3, 4}};
+#if TMAKIT_HAS_SM90
+      tmakit::prefetch_tensormap(&d);
+      tmakit::cp_async_bulk_tensor_g2s<1>(s, &d, c, &bar); tmakit::cp_async_bulk_tensor_g2s<5>(s, &d, c, &bar);
+      tmakit::cp_async_bulk_tensor_g2s(out[1], s, &d, c, &bar);
+      tmakit::cp_async_bulk_tensor_g2s_multicast<2>(s, &d, c, &bar, 3);
+      tmakit::cp_async_bulk_tensor_s2g<3>(&d, c, s); tmakit::cp_async_bulk_tensor_s2g(out[2], &d, c, s);
+      tmakit::cp_reduce_async_bulk_tensor_add<4>(&d, c, s); tmakit::cp_async_bulk_prefetch_tensor<2>(&d, c);
+      tmakit::cp_async_bulk_commit_group(); tmakit::cp_async_bulk_wait_group_read<0>(); tmakit::cp_async_bulk_wait_group<1>();
+#endif""",
+    "bulk_copy.cuh": """__shared__ alignas(128) unsigned char s[256]; __shared__ tmakit::uint64_t bar;
+#if TMAKIT_HAS_SM90
+      tmakit::cp_async_bulk_g2s(s, out, 256, &bar); tmakit::cp_async_bulk_s2g(out, s, 256);
+#endif""",
+    "cp_async.cuh": """__shared__ alignas(16) unsigned char s[64];
+      tmakit::cp_async_ca<4>(s, out); tmakit::cp_async_ca<8>(s + 8, out, 0); tmakit::cp_async_ca<16>(s + 16, out);
+      tmakit::cp_async_cg_16(s + 32, out, 4); tmakit::cp_async_commit_group(); tmakit::cp_async_wait_group<1>();
+      tmakit::cp_async_wait_group_dynamic(out[0]); tmakit::cp_async_wait_all(); out[1] = s[threadIdx.x];""",
+    "swizzle.cuh": "out[0] = tmakit::swizzle_offset(threadIdx.x * 16, out[1]) + tmakit::swizzle_alignment(3);",
+    "box_geometry.cuh": """tmakit::Coords c{{-3, 2, 0, 0, 0}};
+      tmakit::BoxChunk ch = tmakit::box_chunk(p, c, threadIdx.x);
+      out[0] = tmakit::box_image_bytes(p) + tmakit::box_row_pitch(p) + ch.image_offset + (unsigned)tmakit::oob_fill_bits(p);""",
+    "box_load.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::uint64_t bar;
+      tmakit::MbarrierPhase ph = tmakit::box_barrier_init(&bar);
+      tmakit::Coords c{{0, 0, 0, 0, 0}};
+      tmakit::box_load(src, tmakit::align_shared(smem, 1024), c, 2, 4096, &bar); tmakit::box_wait(ph);""",
+    "box_store.cuh": """extern __shared__ __align__(16) unsigned char smem[];
+      tmakit::Coords c{{0, 0, 0, 0, 0}};
+      tmakit::box_store(src, tmakit::align_shared(smem, 1024), c, 2, 4096);""",
+    "box_pipeline.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::uint64_t bars[3];
+      tmakit::for_each_box_pipelined<3>(src, 2, 4096, tmakit::align_shared(smem, 1024), 4096, bars, blockIdx.x, gridDim.x, 10,
+          [](tmakit::uint64_t b) { tmakit::Coords c{{(int)b * 8, 0, 0, 0, 0}}; return c; },
+          [&](tmakit::uint64_t b, const tmakit::uint8_t* img) { out[b] = img[threadIdx.x]; });""",
+}
+
+
+def _probe_source(header: str) -> str:
+    # box_* headers take the one-source parameter (descriptor or BoxParams by build); the rest both kinds.
+    param = "TMAKIT_BOX_SOURCE src" if header in ("box_load.cuh", "box_store.cuh", "box_pipeline.cuh") else "const __grid_constant__ tmakit::BoxParams p"
+    return (f'#include "tmakit/{header}"\n#include "tmakit/box_load.cuh"\n'
+            f'extern "C" __global__ void probe(const __grid_constant__ tmakit::TensorMapDesc d, {param}, '
+            f"unsigned char* out) {{\n{USES[header]}\n}}\n")
+
+
+def test_every_header_has_a_use():
+    assert set(HEADERS) == set(USES), "add a use of the new header to USES"
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("header", HEADERS)
+def test_header_compiles(header, arch):
+    from tmakit.build import compile_cuda
+
+    code = compile_cuda(_probe_source(header), arch=arch, name=f"probe_{header}.cu")
+    assert code.entry_names() == ["probe"]
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("forced", [False, True], ids=["default", "forced_cp_async"])
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_compiles_and_box_param_matches_backend(kernel, arch, forced):
+    from tmakit.build import compile_cuda
+
+    code = compile_cuda(kernel, arch=arch, defines={"TMAKIT_FORCE_CP_ASYNC": 1} if forced else None)
+    names = code.entry_names()
+    assert names and all(n.startswith("tmakit_") for n in names)
+    src = (ROOT / "cuda_src" / kernel).read_text()
+    if "TMAKIT_BOX_SOURCE" in src:
+        first = code.params(names[0])[0]
+        expected = 128 if (arch == "sm_90a" and not forced) else 160  # descriptor vs BoxParams
+        assert first.size == expected, f"{kernel} {arch} forced={forced}: box parameter is {first.size} bytes"
+
+
+def test_tma_instructions_only_in_sm90_builds():
+    """The sm_80 PTX of a one-source kernel must not contain TMA (it would not assemble)."""
+    if not _nvrtc_available():
+        pytest.skip("NVRTC is not importable")
+    from tmakit.build import compile_cuda
+
+    ptx80 = compile_cuda("tile_load.cu", arch="sm_80").ptx
+    ptx90 = compile_cuda("tile_load.cu", arch="sm_90a").ptx
+    assert "cp.async.bulk.tensor" not in ptx80 and "cp.async.cg.shared.global" in ptx80
+    assert "cp.async.bulk.tensor" in ptx90
+
+
+@pytest.mark.parametrize("name", PTX)
+def test_ptx_version_loadable_by_cuda13_driver(name):
+    text = (ROOT / "ptx" / name).read_text()
+    m = re.search(r"^\s*\.version\s+(\d+)\.(\d+)", text, re.M)
+    assert m, f"{name} has no .version"
+    assert (int(m.group(1)), int(m.group(2))) <= (9, 0), f"{name}: .version {m.group(1)}.{m.group(2)} > 9.0"
+    target = re.search(r"^\s*\.target\s+(\S+)", text, re.M).group(1)
+    assert target in ("sm_90a", "sm_80")
+
+
+@requires_ptxas
+@pytest.mark.parametrize("name", PTX)
+def test_ptx_assembles(name):
+    from tmakit.build import assemble_ptx
+
+    cubin = assemble_ptx(name)
+    assert len(cubin) > 0
+
+
+def test_box_params_struct_size_matches_contract():
+    """The C struct (types.cuh) and the Python packer agree on 160 bytes."""
+    from tmakit.ops._boxparams import SIZE, pack_box_params
+
+    assert SIZE == 160
+    packed = pack_box_params(0x1000, (10, 20), (4, 40), (8, 4), 4, 7, swizzle=3)
+    assert len(packed.data) == 160 and packed.__kernel_param__(160) == packed.data
+    from tmakit.errors import LaunchError
+
+    with pytest.raises(LaunchError, match="compiled for the TMA path"):
+        packed.__kernel_param__(128)
+
+
+# --- The cp.async path's geometry, run on the CPU against tmakit.layout ---------------------------------
+# box_geometry.cuh / swizzle.cuh are host+device code. The harness executes the cp.async plan (chunk_kind,
+# element addresses, fill bits, swizzle) with memcpy, so every address decision the device makes is checked
+# byte for byte against tma_load_image on random boxes, without a GPU.
+
+HARNESS = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+#include "tmakit/box_geometry.cuh"
+#include "tmakit/swizzle.cuh"
+using namespace tmakit;
+int main(int argc, char** argv) {
+  FILE* in = fopen(argv[1], "rb");
+  FILE* out = fopen(argv[2], "wb");
+  BoxParams p;
+  while (fread(&p, sizeof p, 1, in) == 1) {
+    Coords at;
+    unsigned long long mem_bytes;
+    unsigned int image_bytes;
+    if (fread(&at, sizeof at, 1, in) != 1 || fread(&mem_bytes, 8, 1, in) != 1 || fread(&image_bytes, 4, 1, in) != 1) return 2;
+    std::vector<unsigned char> raw(mem_bytes + 32);
+    unsigned char* mem = raw.data() + ((16 - ((unsigned long long)raw.data() & 15)) & 15);
+    if (fread(mem, 1, mem_bytes, in) != mem_bytes) return 3;
+    p.address += (unsigned long long)mem;  // the file holds the tensor's offset in the buffer
+    std::vector<unsigned char> image(image_bytes, 0xA5);
+    const unsigned long long fill = oob_fill_bits(p);
+    for (unsigned k = 0; k < box_image_bytes(p) / 16u; ++k) {
+      const BoxChunk ch = box_chunk(p, at, k);
+      unsigned char* dst = image.data() + swizzle_offset(ch.image_offset, p.swizzle);
+      switch (chunk_kind(p, ch)) {
+        case kChunkCopy16: memcpy(dst, (const void*)element_address(p, ch, 0), 16); break;
+        case kChunkZero16: memset(dst, 0, 16); break;
+        default:
+          for (unsigned e = 0; e < chunk_elements(p); ++e) {
+            if (element_in_bounds(p, ch, e)) memcpy(dst + e * p.elem_size, (const void*)element_address(p, ch, e), p.elem_size);
+            else memcpy(dst + e * p.elem_size, &fill, p.elem_size);
+          }
+      }
+    }
+    fwrite(image.data(), 1, image_bytes, out);
+  }
+  fclose(out);
+  return 0;
+}
+"""
+
+
+def _random_case(rng):
+    import numpy as np
+
+    from tmakit.dtypes import DataType
+
+    rank = int(rng.integers(1, 6))
+    esize = int(rng.choice([1, 2, 4, 8]))
+    options = {1: [DataType.UINT8], 2: [DataType.FLOAT16, DataType.BFLOAT16, DataType.UINT16],
+               4: [DataType.FLOAT32, DataType.INT32], 8: [DataType.FLOAT64, DataType.UINT64]}[esize]
+    dtype = options[int(rng.integers(0, len(options)))]
+    swizzle = int(rng.integers(0, 4))
+    span = {0: 256 * esize, 1: 32, 2: 64, 3: 128}[swizzle]
+    row_bytes = int(rng.choice([r for r in (16, 32, 48, 64, 96, 128, 256) if r <= span and r // esize <= 256]))
+    box = [row_bytes // esize] + [int(rng.integers(1, 7)) for _ in range(rank - 1)]
+    es = [int(rng.integers(1, 4))] + [int(rng.integers(1, 4)) for _ in range(rank - 1)]
+    dims = [int(rng.integers(1, 3 * box[0] + 2))] + [int(rng.integers(1, 12)) for _ in range(rank - 1)]
+    aligned = bool(rng.integers(0, 2))  # TMA-describable strides, or any pitch (the cp.async-only case)
+    strides, acc = [esize], dims[0] * esize
+    for d in dims[1:]:
+        acc = -(-acc // 16) * 16 + 16 * int(rng.integers(0, 2)) if aligned else acc + esize * int(rng.integers(0, 3))
+        strides.append(acc)
+        acc *= d
+    total = acc if rank > 1 else dims[0] * esize
+    base = 0 if aligned else esize * int(rng.integers(0, 4))
+    coords = [int(rng.integers(-b * e - 1, d + 2)) for b, e, d in zip(box, es, dims)]
+    step = max(1, 16 // esize)  # TMA faults unless the dim-0 start is 16-byte aligned (tma_model.check_box_start)
+    coords[0] = coords[0] // step * step
+    oob_nan = int(dtype.is_float and rng.integers(0, 2))
+    memory = rng.integers(0, 256, size=base + total, dtype=np.uint8)
+    return dict(rank=rank, esize=esize, dtype=dtype, swizzle=swizzle, box=box, es=es, dims=dims, strides=strides,
+                base=base, coords=coords, oob_nan=oob_nan, memory=memory)
+
+
+@pytest.mark.skipif(not (__import__("shutil").which("nvcc")), reason="nvcc (host compiler driver) is not on the PATH")
+def test_cp_async_plan_matches_layout_model(tmp_path):
+    import struct
+    import subprocess
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from tmakit.layout.tma_model import box_geometry, tma_load_image
+    from tmakit.tensormap.enums import Interleave, OOBFill, Swizzle
+
+    src = tmp_path / "harness.cu"
+    src.write_text(HARNESS)
+    exe = tmp_path / "harness"
+    proc = subprocess.run(["nvcc", "-std=c++17", f"-I{ROOT / 'cuda_src'}", str(src), "-o", str(exe)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rng = np.random.default_rng(1234)
+    cases, blob, expected = [], bytearray(), []
+    for _ in range(400):
+        c = _random_case(rng)
+        spec = SimpleNamespace(dtype=c["dtype"], box=c["box"], element_strides=c["es"], swizzle=Swizzle(c["swizzle"]),
+                               interleave=Interleave.NONE, dims=c["dims"], strides=c["strides"][1:],
+                               oob_fill=OOBFill(c["oob_nan"]))
+        geo = box_geometry(spec)
+        pad = lambda v, f: list(v) + [f] * (5 - len(v))  # noqa: E731
+        blob += struct.pack("<Q5Q5Q5I5I6I2I", c["base"], *pad(c["dims"], 1), *pad(c["strides"], 0), *pad(c["box"], 1),
+                            *pad(c["es"], 1), c["rank"], c["esize"], c["swizzle"], 0, c["oob_nan"], int(c["dtype"]), 0, 0)
+        blob += struct.pack("<5i", *pad(c["coords"], 0)) + struct.pack("<QI", len(c["memory"]), geo.smem_bytes)
+        blob += c["memory"].tobytes()
+        expected.append(tma_load_image(spec, c["memory"][c["base"]:], c["coords"], poison=0xA5))
+        cases.append(c)
+    (tmp_path / "in.bin").write_bytes(bytes(blob))
+    run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got, offset = (tmp_path / "out.bin").read_bytes(), 0
+    for c, want in zip(cases, expected):
+        image = np.frombuffer(got[offset:offset + want.size], dtype=np.uint8)
+        offset += want.size
+        bad = np.flatnonzero(image != want)
+        assert bad.size == 0, (f"case {dict((k, v) for k, v in c.items() if k != 'memory')}: {bad.size} bytes differ, "
+                               f"first at {bad[0]}: got {image[bad[0]]:#x} want {want[bad[0]]:#x}")
+    assert offset == len(got)

@@ -1,0 +1,43 @@
+"""BoxParams bytes (docs/CONTRACTS.md) for a 2-D box over an array TMA cannot describe.
+
+The cp.async box load walks any byte strides, so ops such as transpose use it on arrays whose row pitch is
+not a multiple of 16 (where no tensor map can be encoded, hence no ``TensorMap.box_params()``). The layout
+is the contract's: little endian, 160 bytes, innermost first.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..errors import LaunchError
+
+_FORMAT = "<Q5Q5Q5I5I6I2I"
+SIZE = struct.calcsize(_FORMAT)
+assert SIZE == 160, SIZE
+
+
+def _pad(values: Sequence[int], fill: int) -> list[int]:
+    return [int(v) for v in values] + [fill] * (5 - len(values))
+
+
+@dataclass(frozen=True)
+class PackedBoxParams:
+    """A by-value kernel parameter for TMAKIT_BOX_SOURCE on the cp.async path."""
+
+    data: bytes
+
+    def __kernel_param__(self, nbytes: int) -> bytes:
+        if nbytes != SIZE:
+            raise LaunchError(f"BoxParams is {SIZE} bytes but the kernel parameter is {nbytes}: the kernel was "
+                              "compiled for the TMA path (128-byte descriptor); compile it with TMAKIT_FORCE_CP_ASYNC")
+        return self.data
+
+
+def pack_box_params(address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int], elem_size: int,
+                    dtype: int, swizzle: int = 0, oob_nan: bool = False) -> PackedBoxParams:
+    """dims/strides/box innermost first; strides[0] is the element size (bytes), like the driver's list + 1."""
+    rank = len(dims)
+    return PackedBoxParams(struct.pack(
+        _FORMAT, int(address), *_pad(dims, 1), *_pad(strides, 0), *_pad(box, 1), *([1] * 5),
+        rank, int(elem_size), int(swizzle), 0, int(bool(oob_nan)), int(dtype), 0, 0))

@@ -1,0 +1,29 @@
+"""Compiled kernels for the ops, one per (source, entry, backend, device), loaded once per process.
+
+The backend reaches the device code only through ``BackendChoice.defines`` (TMAKIT_FORCE_CP_ASYNC), so the
+same .cu file serves both engines and the build cache keys them apart.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from .. import _driver
+from ..backend import Backend, BackendChoice
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(source: str, entry: str, backend: Backend, device: int) -> Any:
+    from ..build import load_module  # deferred: importing tmakit.ops must not need NVRTC
+
+    module = load_module(source, device=device, defines=backend.defines)
+    return module.kernel(entry)  # the Kernel keeps its Module alive
+
+
+def kernel(source: str, entry: str, choice: BackendChoice, device: int) -> Any:
+    return _kernel(source, entry, choice.backend, int(device))
+
+
+@functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device)

@@ -1,0 +1,61 @@
+"""``copy(dst, src)``: a device-to-device copy through shared memory with the chosen async-copy engine.
+
+TMA path: bulk copies (cp.async.bulk) driven by one thread per block; cp.async path: a per-thread 16-byte
+ring. Both need dst and src to agree modulo 16 bytes (then the edges are copied byte-wise). Arrays that do
+not agree can only be copied byte by byte: ``backend="auto"`` does that and records it as the path (with a
+log line); an explicit backend refuses, since it could not run as asked.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..backend import BackendChoice, choose_backend
+from ..errors import InvalidArgumentError
+from . import _checks
+from ._kernels import kernel, sm_count
+
+log = logging.getLogger("tmakit")
+
+_BLOCKS_PER_SM = {"tma": 7, "cp.async": 7}  # occupancy each copy kernel's shared memory allows
+_THREADS = {"tma": 32, "cp.async": 256}
+_CHUNK = 8192  # bytes one block moves per ring stage (cuda_src/copy.cu)
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    backend: BackendChoice
+    path: str  # "bulk" (TMA), "cp.async", or "bytes" (addresses differ modulo 16)
+    nbytes: int
+
+
+def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> CopyResult:
+    """``dst[...] = src`` for contiguous device arrays of the same shape and dtype. Asynchronous on ``stream``."""
+    d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
+    if d.shape != s.shape:
+        raise InvalidArgumentError("dst", f"shape {d.shape}", f"must equal the shape of src {s.shape}",
+                                   "allocate dst like src")
+    _checks.require_same_dtype(d, s)
+    _checks.require_same_device(d, s)
+    _checks.require_contiguous(d, "dst")
+    _checks.require_contiguous(s, "src")
+    _checks.require_disjoint(d, s)
+    choice = choose_backend(backend, device=d.device)
+    nbytes = d.nbytes
+    if nbytes == 0:
+        return CopyResult(choice, "empty", 0)
+    if (d.ptr - s.ptr) % 16:
+        if choice.source != "auto":
+            raise InvalidArgumentError(
+                "src", f"address 0x{s.ptr:x}", f"differs from dst (0x{d.ptr:x}) modulo 16, so backend "
+                f"{choice.name!r} cannot move 16-byte pieces", 'use backend="auto" (copies byte by byte) or aligned views')
+        log.warning("tmakit.ops.copy: dst and src differ modulo 16 bytes; copying byte by byte")
+        k = kernel("copy.cu", "tmakit_copy_bytes", choice, d.device)
+        grid = min(-(-nbytes // 256), sm_count(d.device) * 8)
+        k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(256, 1, 1), stream=stream)
+        return CopyResult(choice, "bytes", nbytes)
+    k = kernel("copy.cu", "tmakit_copy", choice, d.device)
+    grid = max(1, min(-(-nbytes // _CHUNK), sm_count(d.device) * _BLOCKS_PER_SM[choice.name]))
+    k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(_THREADS[choice.name], 1, 1), stream=stream)
+    return CopyResult(choice, "bulk" if choice.name == "tma" else "cp.async", nbytes)

@@ -66,6 +66,7 @@ extern "C" __global__ void tmakit_copy(uint8_t* dst, const uint8_t* src, uint64_
   cp_async_bulk_wait_group<0>();  // global writes complete before the block retires
 #else
   __shared__ __align__(128) uint4 buf[kStages][kVec][kThreads];
+  if (blockDim.x != kThreads) asm volatile("trap;");  // the slot layout assumes kThreads threads
   auto issue = [&](uint64_t t) {
     if (t < mine) {
       const int s = (int)(t % kStages);

@@ -206,15 +206,23 @@ def _detach_fake_finalizers() -> None:
 
 @pytest.fixture
 def fake(monkeypatch):
+    # Free real garbage with the real driver first, and keep the cycle collector from freeing a real
+    # object into the fake (or a fake one into the real driver) while the fake is installed.
+    gc.collect()
+    gc.disable()
     drv = FakeDriver()
     _driver._primary_contexts.cache_clear()
     monkeypatch.setattr(_driver, "driver", lambda: drv)
-    yield drv
-    drv.complete_all()
-    streams._watcher.sweep()
-    gc.collect()
-    streams._watcher.sweep()
-    gc.collect()
-    _detach_fake_finalizers()
-    _driver._primary_contexts.cache_clear()
+    monkeypatch.setattr(streams, "_watcher", streams._Watcher())  # real pending events stay with the real one
+    try:
+        yield drv
+        drv.complete_all()
+        streams._watcher.sweep()
+        gc.collect()
+        streams._watcher.sweep()
+        gc.collect()
+    finally:
+        _detach_fake_finalizers()
+        _driver._primary_contexts.cache_clear()
+        gc.enable()
     assert drv.errors == [], drv.errors

@@ -174,6 +174,8 @@ def test_gpu_views_and_dlpack_with_torch():
     host = _random(np.random.default_rng(), (64, 48), np.float32)
     d = DeviceArray.from_host(host)
     for index in INDEXES:
+        if any(stride < 0 for stride in d[index].strides):
+            continue  # torch has no negative strides; cupy covers them below
         t = torch.from_dlpack(d[index])
         np.testing.assert_array_equal(t.cpu().numpy(), host[index])
         t2 = torch.as_tensor(d[index], device="cuda")  # __cuda_array_interface__
@@ -192,6 +194,8 @@ def test_gpu_cupy_reads_device_array():
     d = DeviceArray.from_host(host)
     np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(d[:, 1::2])), host[:, 1::2])
     np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(d[5:])), host[5:])
+    for index in INDEXES:
+        np.testing.assert_array_equal(cupy.asnumpy(cupy.asarray(d[index])), host[index])
 
 
 @pytest.mark.requires_gpu

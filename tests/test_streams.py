@@ -233,6 +233,7 @@ def test_gpu_events_time_and_order_work():
     copy_d2d(b, a, s2)
     end = s2.record()
     assert elapsed_ms(start, end) > 0
+    s2.sync()  # to_host runs on the legacy stream, which does not wait for non-blocking streams
     assert (b.to_host() == 3).all()
 
 

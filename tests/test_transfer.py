@@ -214,10 +214,12 @@ def test_gpu_vector_add(vector_add, n, chunk_elems, streams, pinned):
     a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
     if pinned:
         a, b = memory.pinned_like(a, copy=True), memory.pinned_like(b, copy=True)
-    out = np.full(n, np.nan, np.float32)  # poison; pageable output is staged
+    out = memory.pinned_empty(n, np.float32) if pinned else np.empty(n, np.float32)  # pageable: staged
+    out[:] = np.nan  # poison
     _, report = pipeline((a, b), vector_add, outputs=out, chunk_bytes=4 * chunk_elems, streams=streams)
     np.testing.assert_array_equal(out, a + b)
     assert len(report.chunks) == math.ceil(n / chunk_elems) and report.total_ms > 0
+    assert (report.staged_inputs, report.staged_outputs) == ((0, 0) if pinned else (2, 1))
     assert report.h2d_ms > 0 and report.d2h_ms > 0
 
 

@@ -1,4 +1,9 @@
-"""tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python."""
+"""tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python.
+
+Layers: ``_driver`` (the CUresult chokepoint), ``tensormap`` (rules, encode, describe), ``layout`` (CPU model
+of TMA), ``memory``/``device_array``/``streams``/``transfer`` (host side), ``build``/``launch`` (compile,
+cache, launch), ``ops`` (load_tiles, copy, transpose), ``cli``.
+"""
 from __future__ import annotations
 
 from .arch import Arch
@@ -12,6 +17,16 @@ from .errors import (
     TmakitError,
     UnsupportedDeviceError,
 )
+from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
+from .tensormap import (
+    TensorMap,
+    Violation,
+    check_im2col,
+    check_tiled,
+    describe_im2col,
+    describe_tensor,
+    encode_tiled,
+)
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
 
 __version__ = "0.1.0"
@@ -20,4 +35,6 @@ __all__ = [
     "Arch", "DataType", "Interleave", "L2Promotion", "OOBFill", "Swizzle",
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
     "InvalidArgumentError",
+    "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
+    "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
 ]

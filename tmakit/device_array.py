@@ -141,6 +141,8 @@ class DeviceArray:
                 _driver.call("cuMemsetD16Async", ptr, int.from_bytes(pattern, "little"), n, s.raw)
             elif len(pattern) == 4:
                 _driver.call("cuMemsetD32Async", ptr, int.from_bytes(pattern, "little"), n, s.raw)
+            elif len(pattern) == 8 and pattern[:4] == pattern[4:]:  # e.g. zeros: one fast 32-bit memset
+                _driver.call("cuMemsetD32Async", ptr, int.from_bytes(pattern[:4], "little"), 2 * n, s.raw)
             elif len(pattern) == 8:
                 # two 32-bit halves, each a 2D memset of width 1 and pitch 8
                 for half in (0, 4):
@@ -324,7 +326,7 @@ def _dlpack_capsule(arr: DeviceArray) -> Any:
     shape = (ctypes.c_int64 * max(1, arr.ndim))(*arr.shape)
     strides = (ctypes.c_int64 * max(1, arr.ndim))(*(s // arr.itemsize for s in arr.strides))
     t = managed.dl_tensor
-    t.data = arr.ptr if arr.size else None
+    t.data = arr.ptr or None  # empty arrays may have no allocation (NULL is allowed then)
     t.device = _DLDevice(_DL_CUDA, arr.device)
     t.ndim = arr.ndim
     t.dtype = _DLDataType(_DL_CODES[arr.dtype.kind], arr.itemsize * 8, 1)

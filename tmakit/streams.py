@@ -335,11 +335,11 @@ def _on_device(stream: Stream, view: ArrayView, parameter: str) -> None:
 def copy_h2d(dst: Any, src: np.ndarray, stream: Any = None) -> Event:
     """Enqueue host->device ``dst[...] = src`` on ``stream``; returns the event marking its completion."""
     s = as_stream(stream)
+    use_device(s.device)  # pointer queries and the copy need a context of the stream's device
     host = _host(src, "src", writable=False)
     view = _device(dst, "dst")
     _match(view.shape, view.dtype_name, host.shape, host.dtype.name)
     _on_device(s, view, "dst")
-    use_device(s.device)
     if host.nbytes:
         _driver.call("cuMemcpyHtoDAsync", view.ptr, host.ctypes.data, host.nbytes, s.raw)
     return keep_alive(s, host, dst)
@@ -348,11 +348,11 @@ def copy_h2d(dst: Any, src: np.ndarray, stream: Any = None) -> Event:
 def copy_d2h(dst: np.ndarray, src: Any, stream: Any = None) -> Event:
     """Enqueue device->host ``dst[...] = src`` on ``stream``; ``dst`` is valid once the returned event is done."""
     s = as_stream(stream)
+    use_device(s.device)
     host = _host(dst, "dst", writable=True)
     view = _device(src, "src")
     _match(host.shape, host.dtype.name, view.shape, view.dtype_name)
     _on_device(s, view, "src")
-    use_device(s.device)
     if host.nbytes:
         _driver.call("cuMemcpyDtoHAsync", host.ctypes.data, view.ptr, host.nbytes, s.raw)
     return keep_alive(s, host, src)
@@ -361,12 +361,12 @@ def copy_d2h(dst: np.ndarray, src: Any, stream: Any = None) -> Event:
 def copy_d2d(dst: Any, src: Any, stream: Any = None) -> Event:
     """Enqueue device->device ``dst[...] = src`` on ``stream`` (same device)."""
     s = as_stream(stream)
+    use_device(s.device)
     d, v = _device(dst, "dst"), _device(src, "src")
     _match(d.shape, d.dtype_name, v.shape, v.dtype_name)
     _on_device(s, d, "dst")
     _on_device(s, v, "src")
-    use_device(s.device)
-    if d.nbytes and d.shape and min(d.shape) > 0:
+    if d.nbytes:
         _driver.call("cuMemcpyDtoDAsync", d.ptr, v.ptr, d.nbytes, s.raw)
     return keep_alive(s, dst, src)
 

@@ -1,15 +1,16 @@
 // mbarrier wrappers, named after the PTX they emit (PTX ISA "Parallel Synchronization and
 // Communication Instructions: mbarrier"). The barrier is a 64-bit object in shared memory.
 //
-// Bounded waits: define TMAKIT_MBARRIER_TIMEOUT_NS (nanoseconds, > 0) to make every wait trap after that
-// long instead of spinning forever. A lost transaction (wrong expect_tx byte count, a TMA that never
-// issued) then surfaces as a launch error on the host rather than as a hung process.
+// Bounded waits: every wait traps after TMAKIT_MBARRIER_TIMEOUT_NS nanoseconds (default 20 s, far beyond any
+// legitimate wait, even under compute-sanitizer) instead of spinning forever. A lost transaction (wrong
+// expect_tx byte count, a TMA that never issued) then surfaces as a launch error on the host rather than as
+// a hung process. Define it as 0 for unbounded waits.
 #pragma once
 #include "tmakit/config.cuh"
 #include "tmakit/types.cuh"
 
 #ifndef TMAKIT_MBARRIER_TIMEOUT_NS
-#define TMAKIT_MBARRIER_TIMEOUT_NS 0ull
+#define TMAKIT_MBARRIER_TIMEOUT_NS 20000000000ull
 #endif
 
 namespace tmakit {

@@ -3,11 +3,14 @@
 - ``load_tiles``: real box loads -> shared-memory images (to check against ``tmakit.layout``)
 - ``copy``: device-to-device copy through shared memory
 - ``transpose``: 2-D transpose for 1/2/4/8-byte elements
+- ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 """
 from __future__ import annotations
 
 from .copy import CopyResult, copy
 from .load_tiles import LoadTilesResult, load_tiles
+from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
 from .transpose import TransposeResult, transpose
 
-__all__ = ["CopyResult", "LoadTilesResult", "TransposeResult", "copy", "load_tiles", "transpose"]
+__all__ = ["CopyResult", "LoadTilesResult", "PtxTileCopyResult", "TransposeResult", "copy", "load_tiles", "ptx_tile_copy",
+           "transpose"]

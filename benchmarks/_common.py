@@ -1,0 +1,65 @@
+"""Shared helpers for benchmark scripts: results files with device, date and commit."""
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
+    except Exception:  # noqa: BLE001 - a benchmark still runs outside a checkout
+        return "unknown"
+
+
+def device_name() -> str:
+    try:
+        from tmakit import _driver
+
+        return _driver.device_name(0)
+    except Exception as exc:  # noqa: BLE001
+        return f"no GPU ({type(exc).__name__})"
+
+
+def host_time_us(fn: Callable[[], object], iterations: int, repeats: int = 7, warmup: int = 200) -> float:
+    """Median over ``repeats`` of the mean host time per call (microseconds)."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iterations):
+            fn()
+        samples.append((time.perf_counter() - t0) / iterations * 1e6)
+    return statistics.median(samples)
+
+
+def write_results(name: str, title: str, rows: list[dict], notes: list[str], out_dir: str | None) -> Path:
+    """Write benchmarks/results/<name>.md and .json (and copy both to ``out_dir``)."""
+    RESULTS.mkdir(exist_ok=True)
+    meta = {"benchmark": name, "device": device_name(), "date": datetime.date.today().isoformat(), "commit": commit()}
+    columns = list(rows[0]) if rows else []
+    lines = [f"# {title}", "", f"- device: {meta['device']}", f"- date: {meta['date']}", f"- commit: {meta['commit']}", ""]
+    lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row.values()) + " |")
+    lines += [""] + [f"- {n}" for n in notes]
+    md = RESULTS / f"{name}.md"
+    md.write_text("\n".join(lines) + "\n")
+    js = RESULTS / f"{name}.json"
+    js.write_text(json.dumps({**meta, "rows": rows, "notes": notes}, indent=1))
+    if out_dir:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        shutil.copy(md, out_dir)
+        shutil.copy(js, out_dir)
+    print("\n".join(lines))
+    return md

@@ -1,0 +1,160 @@
+"""Copy and transpose bandwidth: tmakit.ops (each backend) against torch and a Triton TMA copy, one run.
+
+Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
+written, the median over CUDA-event-timed repetitions after warm-up, and each is also given as a ratio to
+torch's ``dst.copy_(src)`` measured in the same run (goal: >= 0.8x). Each variant's output is checked against
+torch before it is timed, so a fast wrong kernel cannot report a number.
+
+    PYTHONPATH=. python benchmarks/copy_bandwidth.py --out $OUT          # 2 GiB buffers
+    PYTHONPATH=. python benchmarks/copy_bandwidth.py --quick             # 256 MiB, fewer repetitions
+
+Writes benchmarks/results/copy_bandwidth.md and .json (device, date, git commit, table); --out copies both.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NAME = "copy_bandwidth"
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    except Exception:  # noqa: BLE001 - a report without a commit is still a report
+        return "unknown"
+
+
+def _time_ms(torch, fn: Callable[[], None], warmup: int, reps: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def _triton_copy(torch):
+    """A Triton TMA tile copy (tensor descriptors built on the device), or None when Triton is missing."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def tma_copy(src_ptr, dst_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+        src = tl.make_tensor_descriptor(src_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        dst = tl.make_tensor_descriptor(dst_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        pid = tl.program_id(0)
+        tiles_n = tl.cdiv(N, BN)
+        m, n = (pid // tiles_n) * BM, (pid % tiles_n) * BN
+        dst.store([m, n], src.load([m, n]))
+
+    # device-side descriptors need scratch memory from an allocator
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+    def run(dst, src):
+        m, n = src.shape
+        bm, bn = 64, 128
+        tma_copy[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](src, dst, m, n, BM=bm, BN=bn)
+
+    return run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, help="also copy the results into this folder")
+    parser.add_argument("--quick", action="store_true", help="256 MiB buffers and fewer repetitions")
+    parser.add_argument("--gib", type=float, default=2.0, help="buffer size in GiB (default 2)")
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("copy_bandwidth: torch is not installed; nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("copy_bandwidth: no CUDA GPU; nothing measured")
+        return 0
+    from tmakit import ops
+
+    nbytes = (256 << 20) if args.quick else int(args.gib * (1 << 30))
+    warmup, reps = (2, 5) if args.quick else (3, 15)
+    cols = 32768  # float32 elements per row: rows of 128 KiB
+    rows = nbytes // (4 * cols)
+    nbytes = rows * cols * 4
+    src = torch.randn(rows, cols, device="cuda")
+    dst = torch.empty_like(src)
+    dst_t = torch.empty(cols, rows, device="cuda")
+    stream = torch.cuda.current_stream()
+    triton_copy = _triton_copy(torch)
+
+    copies: dict[str, Callable[[], None]] = {"torch dst.copy_(src)": lambda: dst.copy_(src)}
+    if triton_copy is not None:
+        copies["triton TMA copy"] = lambda: triton_copy(dst, src)
+    for backend in ("tma", "cp.async"):
+        copies[f"tmakit.ops.copy ({backend})"] = lambda b=backend: ops.copy(dst, src, backend=b, stream=stream)
+    transposes: dict[str, Callable[[], None]] = {"torch dst.copy_(src.t())": lambda: dst_t.copy_(src.t())}
+    for backend in ("tma", "cp.async"):
+        transposes[f"tmakit.ops.transpose ({backend})"] = lambda b=backend: ops.transpose(dst_t, src, backend=b, stream=stream)
+
+    rows_out = []
+    for op, variants, want, out in (("copy", copies, src, dst), ("transpose", transposes, src.t(), dst_t)):
+        baseline = None
+        for name, fn in variants.items():
+            out.fill_(float("nan"))
+            try:
+                fn()
+                torch.cuda.synchronize()
+                ok = torch.equal(out, want)
+                ms = _time_ms(torch, fn, warmup, reps) if ok else float("nan")
+                note = "" if ok else "WRONG RESULT (not timed)"
+            except Exception as exc:  # noqa: BLE001 - one failing variant must not hide the others
+                ms, note = float("nan"), f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            gbps = 2 * nbytes / (ms * 1e6) if ms == ms else float("nan")
+            if baseline is None:
+                baseline = gbps
+            rows_out.append({"op": op, "variant": name, "ms": ms, "GB/s": gbps,
+                             "vs torch copy": gbps / rows_out[0]["GB/s"] if rows_out else 1.0,
+                             "vs torch (same op)": gbps / baseline, "note": note})
+            print(f"{op:9s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s  {note}", flush=True)
+
+    meta = {"benchmark": NAME, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "git_commit": _git_commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
+            "warmup": warmup, "repetitions": reps, "statistic": "median of CUDA-event times", "results": rows_out}
+    lines = [f"# Copy / transpose bandwidth", "", f"- device: {meta['device']}", f"- date: {meta['date']}",
+             f"- git commit: {meta['git_commit']}", f"- buffers: {nbytes / 2**30:.2f} GiB float32 {rows}x{cols} "
+             f"(GB/s counts bytes read + written; median of {reps} after {warmup} warm-up)", "",
+             "| op | variant | ms | GB/s | vs torch copy | vs torch (same op) | note |", "|---|---|---:|---:|---:|---:|---|"]
+    for r in rows_out:
+        lines.append(f"| {r['op']} | {r['variant']} | {r['ms']:.3f} | {r['GB/s']:.1f} | {r['vs torch copy']:.2f}x | "
+                     f"{r['vs torch (same op)']:.2f}x | {r['note']} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    md, js = RESULTS / f"{NAME}.md", RESULTS / f"{NAME}.json"
+    md.write_text("\n".join(lines) + "\n")
+    js.write_text(json.dumps(meta, indent=2) + "\n")
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        shutil.copy(md, args.out / md.name)
+        shutil.copy(js, args.out / js.name)
+    print(f"wrote {md} and {js}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Run every tmakit kernel once per backend on small inputs and check the results; for compute-sanitizer.
+
+benchmarks/sanitize.sh runs this under memcheck, racecheck and synccheck. Sizes are small (the tools slow
+kernels down 10-100x) but cover ragged edges, out-of-bounds boxes and swizzle. Exit status 1 on a wrong
+result, 0 when every check passed (or, with a message, when there is no GPU).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+
+def main() -> int:
+    from tmakit import _driver, ops
+    from tmakit.device_array import DeviceArray
+    from tmakit.layout import tma_model
+    from tmakit.tensormap import describe_tensor
+
+    if not _driver.gpu_available():
+        print("sanitize_driver: no GPU; nothing run")
+        return 0
+    arch = _driver.device_arch(0)
+    backends = (["tma"] if arch.has_tma else []) + ["cp.async"]
+    rng = np.random.default_rng(7)
+    failures = []
+
+    def check(name: str, ok: bool) -> None:
+        print(f"{'ok  ' if ok else 'FAIL'} {name}", flush=True)
+        if not ok:
+            failures.append(name)
+
+    for backend in backends:
+        # load_tiles: swizzled, padded-row, OOB (zero and NaN) boxes
+        for dtype, shape, box, opts in ((np.float32, (40, 64), (8, 32), dict(swizzle="128B", oob_fill="nan")),
+                                        (np.float16, (24, 64), (8, 16), dict(swizzle="128B")),
+                                        (np.uint8, (17, 48), (4, 32), dict(swizzle="32B"))):
+            host = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+            step = 16 // np.dtype(dtype).itemsize
+            coords = np.array([[0, 0], [-3, -step], [shape[0] - 2, shape[1] - step], [shape[0] + 5, 0]])
+            with DeviceArray.from_host(host) as dev:
+                tm = describe_tensor(dev, box=box, **opts)
+                got = ops.load_tiles(tm, coords, backend=backend).images
+                mem = host.view(np.uint8).ravel()
+                want = np.stack([tma_model.tma_load_image(tm, mem, list(c[::-1]), poison=0xA5) for c in coords])
+                check(f"load_tiles {backend} {np.dtype(dtype).name} {opts}", np.array_equal(got, want))
+        # copy, transpose, pipeline, hand-written PTX
+        for shape, dtype in (((37, 1333), np.uint8), ((65, 33), np.float64), ((130, 260), np.float32)):
+            host = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+            with DeviceArray.from_host(host) as src, DeviceArray.empty(shape, dtype) as dst, \
+                    DeviceArray.empty(shape[::-1], dtype) as dst_t:
+                ops.copy(dst, src, backend=backend)
+                _driver.call("cuCtxSynchronize")
+                check(f"copy {backend} {shape} {np.dtype(dtype).name}", dst.to_host().tobytes() == host.tobytes())
+                pitch_ok = (shape[1] * np.dtype(dtype).itemsize) % 16 == 0
+                if backend == "cp.async" or pitch_ok:
+                    ops.transpose(dst_t, src, backend=backend)
+                    _driver.call("cuCtxSynchronize")
+                    check(f"transpose {backend} {shape} {np.dtype(dtype).name}",
+                          dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
+                if pitch_ok:
+                    dst.fill(0)
+                    ops.ptx_tile_copy(dst, src, backend=backend)
+                    _driver.call("cuCtxSynchronize")
+                    check(f"ptx_tile_copy {backend} {shape} {np.dtype(dtype).name}", dst.to_host().tobytes() == host.tobytes())
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""describe_tensor / describe_im2col: CPU behaviour, errors, and (GPU) encoding torch tensors of every dtype."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tmakit
+from tmakit import InvalidArgumentError, Swizzle, TensorMapError, describe_im2col, describe_tensor
+
+
+def test_describe_without_gpu_checks_and_sizes():
+    tm = describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 64), encode=False)
+    assert tm.dims == (4096, 4096) and tm.strides == (8192,) and tm.box == (64, 64)
+    assert tm.shape == (4096, 4096) and tm.box_shape == (64, 64)
+    assert tm.swizzle is Swizzle.B128 and tm.box_bytes == 8192 and tm.smem_alignment == 1024
+    assert not tm.encoded and tm.backend == "cp.async" and len(tm.box_params()) == 160
+    assert "TensorMap(tiled, bf16" in repr(tm)
+
+
+@pytest.mark.parametrize("dtype, inner, expected", [
+    ("f32", 32, Swizzle.B128), ("f32", 16, Swizzle.B64), ("f16", 16, Swizzle.B32), ("u8", 16, Swizzle.NONE),
+    ("f64", 48, Swizzle.NONE), ("u8", 48, Swizzle.B64),
+])
+def test_auto_swizzle_picks_the_widest_without_padding(dtype, inner, expected):
+    tm = describe_tensor(shape=(256, 4096), dtype=dtype, box=(8, inner), encode=False)
+    assert tm.swizzle is expected
+    assert tm.smem_bytes == tm.box_bytes or tm.swizzle.span > inner * tm.dtype.size
+
+
+def test_numpy_order_is_reversed_once():
+    tm = describe_tensor(shape=(3, 40, 64), dtype="f32", box=(1, 8, 32), element_strides=(1, 2, 1), encode=False)
+    assert tm.dims == (64, 40, 3) and tm.box == (32, 8, 1) and tm.element_strides == (1, 2, 1)
+    assert tm.strides == (256, 256 * 40)
+
+
+def test_padded_rows_are_reported():
+    tm = describe_tensor(shape=(64, 64), dtype="f32", box=(16, 16), swizzle="128B", encode=False)
+    assert tm.box_bytes == 1024 and tm.smem_bytes == 2048
+
+
+def test_box_params_layout():
+    import struct
+
+    tm = describe_tensor(shape=(10, 48), dtype="f16", box=(4, 16), oob_fill="nan", encode=False)
+    fields = struct.unpack("<Q5Q5Q5I5I6I2I", tm.box_params())
+    assert fields[1:3] == (48, 10) and fields[6:8] == (2, 96)
+    assert fields[11:13] == (16, 4) and fields[21:27] == (2, 2, int(tm.swizzle), 0, 1, 6)
+    assert tm.__kernel_param__(160) == tm.box_params()
+    with pytest.raises(tmakit.LaunchError, match="no encoded descriptor"):
+        tm.__kernel_param__(128)
+
+
+def test_all_violations_raise_together():
+    with pytest.raises(TensorMapError) as err:
+        describe_tensor(shape=(100, 4095), dtype="bf16", box=(300, 60), swizzle="32B", encode=False)
+    rules = {v.rule for v in err.value.violations}
+    assert {"strides.align16", "box.range", "box.inner_multiple_16", "box.inner_vs_swizzle"} <= rules
+    assert "strides[0]" in str(err.value) and "Fix:" in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, parameter", [
+    (dict(shape=(4, -4), dtype="f32", box=(4, 4)), r"shape\[1\]"),
+    (dict(shape=(64, 64), dtype="complex64", box=(8, 8)), "dtype"),
+    (dict(shape=(64, 64), dtype="f32", box=(8,)), "box"),
+    (dict(shape=(64, 64), dtype="f32", box=(8, 8), strides=(4, 256)), "strides"),
+    (dict(shape=(64, 64), dtype="f32", box=(8, 8), swizzle="17B"), "swizzle"),
+    (dict(shape=(64, 64), dtype="f32", box=(8, 8), oob_fill="inf"), "oob_fill"),
+    (dict(shape=(64, 64), dtype="f32"), "box"),
+    (dict(dtype="f32", box=(8, 8)), "array"),
+    (dict(shape=(64, 64), dtype="f32", box=("8", 8)), r"box\[0\]"),
+])
+def test_bad_input_names_the_parameter(kwargs, parameter):
+    with pytest.raises(InvalidArgumentError, match=rf"^{parameter}"):
+        describe_tensor(encode=False, **kwargs)
+
+
+def test_host_arrays_are_refused():
+    with pytest.raises(InvalidArgumentError, match="host memory"):
+        describe_tensor(np.zeros((64, 64), np.float32), box=(8, 8))
+
+
+def test_non_contiguous_inner_dimension_is_refused():
+    with pytest.raises(InvalidArgumentError, match="innermost dimension must be contiguous"):
+        describe_tensor(shape=(64, 64), dtype="f32", strides=(4, 256), box=(8, 8), encode=False)
+
+
+def test_sm80_has_no_tensor_maps():
+    with pytest.raises(TensorMapError, match="arch.no_tma"):
+        describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), arch="sm_80", encode=False)
+
+
+def test_im2col_describe():
+    tm = describe_im2col(shape=(8, 32, 32, 64), dtype="f16", pixels_per_column=128, lower_corner=(-1, -1),
+                         upper_corner=(-1, -1), encode=False)
+    assert tm.mode == "im2col" and tm.dims == (64, 32, 32, 8) and tm.box_bytes == 64 * 128 * 2
+    assert tm.to_dict()["channels_per_pixel"] == 64
+    with pytest.raises(TensorMapError, match="corners.empty_box"):
+        describe_im2col(shape=(8, 32, 32, 64), dtype="f16", pixels_per_column=128, lower_corner=(40, 0),
+                        upper_corner=(0, 0), encode=False)
+
+
+TORCH_DTYPES = ["uint8", "int8", "int16", "float16", "bfloat16", "int32", "float32", "int64", "float64",
+                "float8_e4m3fn", "float8_e5m2", "bool"]
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("name", TORCH_DTYPES)
+def test_describe_encodes_torch_tensors_of_every_dtype(name):
+    torch = pytest.importorskip("torch")
+    dtype = getattr(torch, name)
+    x = torch.zeros((256, 512), dtype=dtype, device="cuda")
+    inner = max(1, 128 // x.element_size())
+    tm = describe_tensor(x, box=(32, min(inner, 256)))
+    assert tm.encoded and len(tm.descriptor) == 128 and tm.device == 0 and tm.owner is x
+    assert tm.dtype.size == x.element_size() and tm.address == x.data_ptr()
+    again = describe_tensor(x, box=(32, min(inner, 256)))
+    assert again is tm  # served from the cache
+    sliced = describe_tensor(x[:, 64:], box=(32, min(inner, 256)))
+    assert sliced.address == x.data_ptr() + 64 * x.element_size() and sliced.descriptor != tm.descriptor
+
+
+@pytest.mark.requires_sm90
+def test_describe_accepts_cupy_and_tmakit_arrays():
+    cupy = pytest.importorskip("cupy")
+    a = cupy.zeros((128, 256), dtype=cupy.float32)
+    tm = describe_tensor(a, box=(16, 32))
+    assert tm.encoded and tm.address == a.data.ptr
+    from tmakit import DeviceArray
+
+    with DeviceArray.empty((64, 64), np.float16) as d:
+        assert describe_tensor(d, box=(8, 64)).encoded
+
+
+@pytest.mark.requires_sm90
+def test_describe_im2col_encodes_on_gpu():
+    torch = pytest.importorskip("torch")
+    x = torch.zeros((4, 16, 16, 64), dtype=torch.float16, device="cuda")
+    tm = describe_im2col(x, pixels_per_column=64, lower_corner=(-1, -1), upper_corner=(-1, -1))
+    assert tm.encoded and len(tm.descriptor) == 128
+
+
+@pytest.mark.requires_sm90
+def test_driver_rejection_after_checker_pass_names_a_culprit(monkeypatch):
+    """Simulate a driver rule the checker does not know: the relaxation search must name the parameter."""
+    torch = pytest.importorskip("torch")
+    from tmakit.tensormap import describe as describe_mod, encode
+
+    real = encode.encode_tiled_raw
+
+    def strict_about_l2(*args):
+        if args[8] != 0:  # pretend the driver refuses any L2 promotion
+            err, _ = real(args[0], args[1], args[2], args[3], [0] + list(args[4][1:]), *args[5:])
+            return err, None
+        return real(*args)
+
+    monkeypatch.setattr(encode, "encode_tiled_raw", strict_about_l2)
+    describe_mod.clear_cache()
+    x = torch.zeros((64, 64), dtype=torch.float32, device="cuda")
+    with pytest.raises(TensorMapError, match="l2_promotion"):
+        describe_tensor(x, box=(8, 32), l2_promotion="128B", cache=False)

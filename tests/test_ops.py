@@ -1,0 +1,387 @@
+"""tmakit.ops and the kernels behind them.
+
+CPU tier: argument checks and the backend choice (no GPU needed).
+GPU tier: every result is compared with a CPU reference on fresh random data, outputs are poisoned first.
+The cp.async path runs on Hopper too (backend="cp.async" compiles the kernels with TMAKIT_FORCE_CP_ASYNC), so
+one H100 checks both paths; the two must also agree byte for byte.
+"""
+from __future__ import annotations
+
+import logging
+import secrets
+
+import numpy as np
+import pytest
+
+from tmakit import ops
+from tmakit.arch import Arch
+from tmakit.backend import Backend, choose_backend, parse_backend
+from tmakit.errors import InvalidArgumentError, UnsupportedDeviceError
+
+BACKENDS = [pytest.param("tma", marks=pytest.mark.requires_sm90), pytest.param("cp.async", marks=pytest.mark.requires_sm80)]
+POISON = 0xA5
+
+
+def _rng():
+    seed = secrets.randbits(32)
+    return np.random.default_rng(seed), seed
+
+
+# ----------------------------------------------------------------------------------------------------------
+# CPU tier
+# ----------------------------------------------------------------------------------------------------------
+
+class FakeDeviceArray:
+    """A __cuda_array_interface__ object at address 0: enough for argument checks without a GPU."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def test_backend_auto_follows_capability():
+    assert choose_backend("auto", arch="sm_90").backend is Backend.TMA
+    assert choose_backend("auto", arch="sm_89").backend is Backend.CP_ASYNC
+    assert choose_backend("cp.async", arch="sm_90").backend is Backend.CP_ASYNC
+    assert choose_backend(None, arch="sm_100").backend is Backend.TMA
+
+
+def test_backend_tma_below_sm90_raises_with_required_and_actual():
+    with pytest.raises(UnsupportedDeviceError, match=r'backend="tma" needs compute capability sm_90.*the GPU is sm_86') as info:
+        choose_backend("tma", arch="sm_86")
+    assert info.value.required == Arch(9, 0) and info.value.actual == Arch(8, 6)
+
+
+def test_backend_below_sm80_raises():
+    with pytest.raises(UnsupportedDeviceError, match="need cp.async"):
+        choose_backend("auto", arch="sm_75")
+    with pytest.raises(UnsupportedDeviceError, match="needs compute capability sm_80"):
+        choose_backend("cp.async", arch="sm_70")
+
+
+def test_backend_environment_override_and_logging(monkeypatch, caplog):
+    monkeypatch.setenv("TMAKIT_BACKEND", "cp.async")
+    with caplog.at_level(logging.INFO, logger="tmakit"):
+        choice = choose_backend("auto", arch="sm_90")
+    assert choice.backend is Backend.CP_ASYNC and choice.source == "environment"
+    assert "cp.async" in caplog.text
+    # an explicit argument beats the environment
+    assert choose_backend("tma", arch="sm_90").source == "argument"
+    monkeypatch.setenv("TMAKIT_BACKEND", "tma")
+    with pytest.raises(UnsupportedDeviceError, match="TMAKIT_BACKEND='tma'"):
+        choose_backend("auto", arch="sm_80")
+    monkeypatch.setenv("TMAKIT_BACKEND", "warp-speed")
+    with pytest.raises(InvalidArgumentError, match="TMAKIT_BACKEND='warp-speed': is not a backend"):
+        choose_backend("auto", arch="sm_90")
+
+
+def test_backend_bad_name():
+    with pytest.raises(InvalidArgumentError, match="backend='fast': is not a backend"):
+        parse_backend("fast")
+
+
+def test_copy_rejects_host_arrays():
+    with pytest.raises(InvalidArgumentError, match="dst=.*host memory"):
+        ops.copy(np.zeros(4), np.zeros(4))
+
+
+def test_copy_rejects_shape_dtype_and_layout_mismatch():
+    with pytest.raises(InvalidArgumentError, match=r"dst='shape \(4, 5\)': must equal the shape of src \(5, 4\)"):
+        ops.copy(FakeDeviceArray((4, 5)), FakeDeviceArray((5, 4)))
+    with pytest.raises(InvalidArgumentError, match="dst='dtype float64': must have the dtype of src"):
+        ops.copy(FakeDeviceArray((4,), "<f8"), FakeDeviceArray((4,), "<f4"))
+    with pytest.raises(InvalidArgumentError, match="src=.*must be C-contiguous"):
+        ops.copy(FakeDeviceArray((4, 4)), FakeDeviceArray((4, 4), strides=(4, 16)))
+
+
+def test_transpose_rejects_bad_shapes():
+    with pytest.raises(InvalidArgumentError, match="src='shape \\(2, 3, 4\\)': must be 2-D"):
+        ops.transpose(FakeDeviceArray((4, 3, 2)), FakeDeviceArray((2, 3, 4)))
+    with pytest.raises(InvalidArgumentError, match=r"dst='shape \(3, 4\)': must be \(4, 3\)"):
+        ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
+
+
+def test_load_tiles_needs_a_box_for_arrays():
+    with pytest.raises(InvalidArgumentError, match="box=None: is required"):
+        ops.load_tiles(FakeDeviceArray((8, 8)), [[0, 0]])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU tier helpers
+# ----------------------------------------------------------------------------------------------------------
+
+def _random_array(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def _device(host):
+    from tmakit.device_array import DeviceArray
+
+    return DeviceArray.from_host(host)
+
+
+def _poisoned(shape, dtype):
+    from tmakit.device_array import DeviceArray
+
+    return DeviceArray.from_host(np.full(int(np.prod(shape)) * np.dtype(dtype).itemsize, POISON, np.uint8)
+                                 .view(dtype).reshape(shape))
+
+
+def _sync():
+    from tmakit import _driver
+
+    _driver.call("cuCtxSynchronize")
+
+
+def _coords(rng, shape, box, itemsize, count):
+    """Random box corners in numpy order, in and out of bounds (negative too), innermost 16-byte aligned."""
+    step = max(1, 16 // itemsize)
+    out = [[0] * len(shape), [s + 3 for s in shape]]  # the origin and a wholly out-of-bounds box
+    for _ in range(count):
+        out.append([int(rng.integers(-b - 2, s + 2)) for s, b in zip(shape, box)])
+    coords = np.array(out, dtype=np.int64)
+    coords[:, -1] = coords[:, -1] // step * step
+    return coords
+
+
+# (numpy dtype, shape, box, describe options); shapes keep row pitches a multiple of 16 bytes.
+LOAD_CASES = {
+    "f32_sw128": (np.float32, (64, 64), (8, 32), dict(swizzle="128B")),
+    "f16_sw128_nan": (np.float16, (40, 104), (16, 64), dict(swizzle="128B", oob_fill="nan")),
+    "u8_sw64": (np.uint8, (33, 304), (8, 64), dict(swizzle="64B")),
+    "f32_noswizzle_nan": (np.float32, (20, 12), (8, 8), dict(swizzle="none", oob_fill="nan")),
+    "f16_narrow_row_sw128": (np.float16, (24, 64), (8, 16), dict(swizzle="128B")),
+    "u16_sw32": (np.uint16, (16, 48), (4, 16), dict(swizzle="32B")),
+    "f64_3d": (np.float64, (5, 6, 40), (2, 3, 4), dict(swizzle="none", oob_fill="nan")),
+    "i32_5d": (np.int32, (2, 3, 4, 5, 8), (1, 2, 2, 3, 4), dict(swizzle="none")),
+    "f32_element_strides": (np.float32, (64, 64), (9, 32), dict(swizzle="128B", element_strides=(3, 1))),
+    "i64_1d": (np.int64, (1000,), (32,), dict(swizzle="none")),
+}
+
+
+def _expected_images(tm, host, coords):
+    from tmakit.layout import tma_model
+
+    mem = np.ascontiguousarray(host).view(np.uint8).ravel()
+    return np.stack([tma_model.tma_load_image(tm, mem, list(c[::-1]), poison=POISON) for c in coords])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU tier: load_tiles / tile_store / pipeline
+# ----------------------------------------------------------------------------------------------------------
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(LOAD_CASES))
+def test_load_tiles_matches_layout_model(case, backend):
+    from tmakit.tensormap import describe_tensor
+
+    rng, seed = _rng()
+    dtype, shape, box, options = LOAD_CASES[case]
+    host = _random_array(rng, shape, dtype)
+    with _device(host) as dev:
+        tm = describe_tensor(dev, box=box, **options)
+        coords = _coords(rng, shape, box, np.dtype(dtype).itemsize, 12)
+        result = ops.load_tiles(tm, coords, backend=backend)
+        assert result.backend.name == backend
+        want = _expected_images(tm, host, coords)
+        assert result.images.shape == want.shape
+        for i, c in enumerate(coords):
+            bad = np.flatnonzero(result.images[i] != want[i])
+            assert bad.size == 0, (f"seed {seed}, {case}, {backend}, coords {c.tolist()}: {bad.size} bytes differ, "
+                                   f"first at {bad[0]} (got {result.images[i][bad[0]]:#x}, want {want[i][bad[0]]:#x})")
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("case", list(LOAD_CASES))
+def test_load_tiles_backends_agree(case):
+    from tmakit.tensormap import describe_tensor
+
+    rng, seed = _rng()
+    dtype, shape, box, options = LOAD_CASES[case]
+    host = _random_array(rng, shape, dtype)
+    with _device(host) as dev:
+        tm = describe_tensor(dev, box=box, **options)
+        coords = _coords(rng, shape, box, np.dtype(dtype).itemsize, 8)
+        tma = ops.load_tiles(tm, coords, backend="tma").images
+        cpa = ops.load_tiles(tm, coords, backend="cp.async").images
+    assert np.array_equal(tma, cpa), f"seed {seed}: the TMA and cp.async images differ for {case}"
+
+
+@pytest.mark.requires_gpu
+def test_load_tiles_from_array_and_typed_view():
+    rng, _ = _rng()
+    host = _random_array(rng, (32, 64), np.float32)
+    with _device(host) as dev:
+        result = ops.load_tiles(dev, [[8, 16]], box=(8, 16), swizzle="none")
+    assert np.array_equal(result.typed()[0], host[8:16, 16:32])
+    with pytest.raises(InvalidArgumentError, match="coords=.*not a multiple of 16"):
+        with _device(host) as dev:
+            ops.load_tiles(dev, [[0, 3]], box=(8, 16), swizzle="none")
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["f32_sw128", "u8_sw64", "f16_narrow_row_sw128", "f64_3d", "i64_1d", "u16_sw32"])
+def test_tile_store_round_trip(case, backend):
+    """Images loaded from src, stored into a poisoned dst at the same corners: dst == the CPU store model."""
+    from tmakit.backend import choose_backend
+    from tmakit.layout import tma_model
+    from tmakit.ops._kernels import kernel
+    from tmakit.tensormap import describe_tensor
+
+    rng, seed = _rng()
+    dtype, shape, box, options = LOAD_CASES[case]
+    options = {k: v for k, v in options.items() if k != "oob_fill"}
+    host = _random_array(rng, shape, dtype)
+    # non-overlapping corners on the box grid, including boxes that stick out past the far edges
+    grid = [range(0, s, b) for s, b in zip(shape, box)]
+    corners = np.array(np.meshgrid(*grid, indexing="ij")).reshape(len(shape), -1).T
+    corners = corners[rng.permutation(len(corners))[:16]]
+    with _device(host) as src, _poisoned(shape, dtype) as dst:
+        tm_src = describe_tensor(src, box=box, **options)
+        tm_dst = describe_tensor(dst, box=box, **options)
+        images = ops.load_tiles(tm_src, corners, backend=backend).images
+        choice = choose_backend(backend, device=tm_dst.device)
+        geo = tma_model.box_geometry(tm_dst)
+        padded = np.zeros((len(corners), 5), np.int32)
+        padded[:, :len(shape)] = corners[:, ::-1]
+        with _device(padded) as dcoords, _device(images) as dimages:
+            k = kernel("tile_store.cu", "tmakit_tile_store", choice, tm_dst.device)
+            k(tm_dst, dcoords.ptr, len(corners), tm_dst.rank, geo.box_bytes, geo.smem_bytes, tm_dst.smem_alignment,
+              dimages.ptr, grid=(len(corners), 1, 1), block=(128, 1, 1), shared_mem=geo.smem_bytes + tm_dst.smem_alignment)
+            _sync()
+        got = dst.to_host()
+    want = np.full(host.nbytes, POISON, np.uint8)
+    for c, image in zip(corners, images):
+        tma_model.tma_store(tm_dst, want, list(c[::-1]), image)
+    bad = np.flatnonzero(got.view(np.uint8).ravel() != want)
+    assert bad.size == 0, f"seed {seed}, {case}, {backend}: {bad.size} bytes differ from the store model, first at {bad[0]}"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape", [(1, 4), (37, 68), (300, 1000), (1031, 260)])
+def test_pipeline_scale(shape, backend):
+    from tmakit.backend import choose_backend
+    from tmakit.ops._kernels import kernel, sm_count
+    from tmakit.tensormap import describe_tensor
+
+    rng, seed = _rng()
+    x = rng.standard_normal(shape).astype(np.float32)
+    tile_rows, tile_cols, alpha = 32, 64, np.float32(1.75)
+    with _device(x) as dx, _poisoned(shape, np.float32) as dy:
+        tm = describe_tensor(dx, box=(tile_rows, tile_cols), swizzle="none")
+        choice = choose_backend(backend, device=tm.device)
+        tiles = -(-shape[0] // tile_rows) * -(-shape[1] // tile_cols)
+        k = kernel("pipeline.cu", "tmakit_pipeline_scale", choice, tm.device)
+        stage = tile_rows * tile_cols * 4
+        k(tm, dy.ptr, shape[0], shape[1], tile_rows, tile_cols, alpha, grid=(min(tiles, sm_count(tm.device)), 1, 1),
+          block=(256, 1, 1), shared_mem=2 * stage + 128)
+        _sync()
+        y = dy.to_host()
+    assert np.array_equal(y, x * alpha), f"seed {seed}: pipeline_scale {shape} {backend} differs"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# GPU tier: copy and transpose
+# ----------------------------------------------------------------------------------------------------------
+
+SHAPES = [(1, 1), (1000, 1), (777, 1333), (4097, 65), (3, 5)]
+DTYPES = [np.uint8, np.float16, np.float32, np.float64]
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_copy_exact(shape, dtype, backend):
+    rng, seed = _rng()
+    host = _random_array(rng, shape, dtype)
+    with _device(host) as src, _poisoned(shape, dtype) as dst:
+        result = ops.copy(dst, src, backend=backend)
+        _sync()
+        got = dst.to_host()
+    assert result.backend.name == backend and result.path in ("bulk", "cp.async")
+    assert got.tobytes() == host.tobytes(), f"seed {seed}: copy {shape} {np.dtype(dtype).name} {backend} differs"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("offsets", [(0, 0), (3, 3), (16, 1), (1, 7)])
+def test_copy_unaligned_views(offsets):
+    """Views that start mid-buffer: equal offsets mod 16 use the engines; unequal ones copy byte by byte."""
+    rng, seed = _rng()
+    n = 100_003
+    host = _random_array(rng, (n + 32,), np.uint8)
+    with _device(host) as src_buf, _poisoned((n + 32,), np.uint8) as dst_buf:
+        d0, s0 = offsets
+        result = ops.copy(dst_buf[d0:d0 + n], src_buf[s0:s0 + n])
+        _sync()
+        got = dst_buf.to_host()
+        if (d0 - s0) % 16:
+            assert result.path == "bytes"
+            with pytest.raises(InvalidArgumentError, match="differs from dst .* modulo 16"):
+                ops.copy(dst_buf[d0:d0 + n], src_buf[s0:s0 + n], backend="cp.async")
+    want = np.full(n + 32, POISON, np.uint8)
+    want[d0:d0 + n] = host[s0:s0 + n]
+    assert np.array_equal(got, want), f"seed {seed}: offsets {offsets}"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_transpose_exact(shape, dtype, backend):
+    rng, seed = _rng()
+    host = _random_array(rng, shape, dtype)
+    pitch = shape[1] * np.dtype(dtype).itemsize
+    with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
+        if backend == "tma" and pitch % 16:
+            with pytest.raises(InvalidArgumentError, match="cannot be described by a TMA tensor map"):
+                ops.transpose(dst, src, backend=backend)
+            result = ops.transpose(dst, src, backend="auto")  # auto takes the cp.async path and says why
+            assert result.backend.name == "cp.async" and "TMA cannot describe src" in result.reason
+        else:
+            result = ops.transpose(dst, src, backend=backend)
+            assert result.backend.name == backend
+        _sync()
+        got = dst.to_host()
+    assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), \
+        f"seed {seed}: transpose {shape} {np.dtype(dtype).name} {backend} differs"
+
+
+@pytest.mark.requires_gpu
+def test_ops_reject_mismatched_device_arrays():
+    with _device(np.zeros((4, 4), np.float32)) as a, _device(np.zeros((4, 4), np.float64)) as b, \
+            _device(np.zeros((2, 4), np.float32)) as c, _device(np.zeros(64, np.uint8)) as buf:
+        with pytest.raises(InvalidArgumentError, match="must have the dtype of src"):
+            ops.copy(a, b)
+        with pytest.raises(InvalidArgumentError, match="src=.*must be C-contiguous"):
+            ops.transpose(c, a[:, ::2])
+        with pytest.raises(InvalidArgumentError, match="dst=.*overlaps src"):
+            ops.copy(buf[8:40], buf[0:32])
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", [(1, 16), (33, 64), (1000, 4096), (257, 1040)], ids=str)
+def test_ptx_tile_copy_exact(shape, dtype, backend):
+    """The hand-written PTX rings (TMA and cp.async twins) copy exactly, ragged edge tiles included."""
+    rng, seed = _rng()
+    host = _random_array(rng, shape, dtype)
+    with _device(host) as src, _poisoned(shape, dtype) as dst:
+        result = ops.ptx_tile_copy(dst, src, backend=backend)
+        _sync()
+        got = dst.to_host()
+    assert result.backend.name == backend
+    assert got.tobytes() == host.tobytes(), f"seed {seed}: ptx_tile_copy {shape} {np.dtype(dtype).name} {backend}"
+
+
+@pytest.mark.requires_gpu
+def test_ptx_tile_copy_rejects_unaligned_rows():
+    with _device(np.zeros((4, 5), np.float32)) as a, _device(np.zeros((4, 5), np.float32)) as b:
+        with pytest.raises(InvalidArgumentError, match="row pitch 20 bytes"):
+            ops.ptx_tile_copy(a, b)

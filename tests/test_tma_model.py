@@ -1,0 +1,139 @@
+"""The CPU model of TMA: hardware dumps replayed byte for byte, and properties of the model."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tmakit import DataType, Swizzle
+from tmakit.layout import bank_conflicts, box_geometry, swizzle_offset, tma_load_image, tma_store
+from tmakit.layout.tma_model import NAN_FILL
+
+PROBE = Path(__file__).parent.parent / "benchmarks" / "results" / "tma_probe_h100_2026-11-22.jsonl"
+
+
+def spec(dtype, dims, box, es=None, swizzle=0, oob=0, strides=None, interleave=0):
+    size = DataType(dtype).size
+    if strides is None:
+        strides, acc = [], dims[0] * size
+        for d in dims[1:]:
+            acc = -(-acc // 16) * 16
+            strides.append(acc)
+            acc *= d
+    return SimpleNamespace(dtype=dtype, dims=list(dims), strides=list(strides), box=list(box),
+                           element_strides=list(es or [1] * len(dims)), swizzle=swizzle, oob_fill=oob,
+                           interleave=interleave)
+
+
+def probe_records():
+    return [json.loads(line) for line in PROBE.read_text().splitlines() if '"image"' in line]
+
+
+@pytest.mark.parametrize("record", probe_records(), ids=lambda r: r["name"])
+def test_model_matches_recorded_hardware_images(record):
+    if record["interleave"]:
+        pytest.skip("interleaved layouts are not modelled (see tmakit.layout.tma_model)")
+    s = spec(record["dtype"], record["dims"], record["box"], record["element_strides"], record["swizzle"],
+             record["oob"], record["strides"])
+    es = record["esize"]
+    total = s.strides[-1] * s.dims[-1] if len(s.dims) > 1 else s.dims[0] * es
+    memory = (np.arange(total // es, dtype=np.uint64) + 1).astype({1: np.uint8, 2: np.uint16, 4: np.uint32,
+                                                                   8: np.uint64}[es]).view(np.uint8)
+    model = tma_load_image(s, memory, record["coords"], poison=0xAB)
+    hardware = np.frombuffer(bytes.fromhex(record["image"]), dtype=np.uint8)
+    n = max(model.size, hardware.size)
+    a, b = np.full(n, 0xAB, np.uint8), np.full(n, 0xAB, np.uint8)
+    a[:model.size], b[:hardware.size] = model, hardware
+    assert np.array_equal(a, b)
+    assert box_geometry(s).box_bytes == record["nbytes"]
+
+
+def test_probe_covers_every_swizzle_oob_and_element_strides():
+    names = {r["name"] for r in probe_records()}
+    assert {"sw128_full", "sw64_full", "sw32_full", "sw128_half", "oob_nan_f64", "es_4_3", "oob_full"} <= names
+
+
+@settings(max_examples=200, deadline=None)
+@given(swizzle=st.sampled_from(list(Swizzle)[:4]), offset=st.integers(0, 1 << 20))
+def test_swizzle_is_an_involution_within_its_atom(swizzle, offset):
+    out = swizzle_offset(offset, swizzle)
+    assert swizzle_offset(out, swizzle) == offset
+    assert out // max(swizzle.atom_bytes, 1) == offset // max(swizzle.atom_bytes, 1) or swizzle is Swizzle.NONE
+    assert out % 16 == offset % 16  # 16-byte chunks move whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_in_bounds_load_then_store_round_trips(data):
+    dtype = data.draw(st.sampled_from([0, 1, 2, 4, 6, 7, 8, 9]))
+    size = DataType(dtype).size
+    rank = data.draw(st.integers(1, 4))
+    swizzle = data.draw(st.sampled_from([0, 1, 2, 3]))
+    span = {0: 256 * size, 1: 32, 2: 64, 3: 128}[swizzle]
+    inner = 16 * data.draw(st.integers(1, max(1, min(span, 256 * size) // 16)))
+    box = [max(1, inner // size)] + [data.draw(st.integers(1, 5)) for _ in range(rank - 1)]
+    dims = [box[0] + data.draw(st.integers(0, 40))] + [b + data.draw(st.integers(0, 6)) for b in box[1:]]
+    s = spec(dtype, dims, box, swizzle=swizzle)
+    total = s.strides[-1] * dims[-1] if rank > 1 else dims[0] * size
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    memory = rng.integers(0, 256, total, dtype=np.uint8)
+    coords = [16 // size * data.draw(st.integers(0, max(0, (dims[0] - box[0]) // max(1, 16 // size))))]
+    coords += [data.draw(st.integers(0, d - b)) for d, b in zip(dims[1:], box[1:])]
+    image = tma_load_image(s, memory, coords)
+    target = np.zeros_like(memory)
+    tma_store(s, target, coords, image)
+    reread = tma_load_image(s, target, coords)
+    assert np.array_equal(reread, image)
+    geo = box_geometry(s)
+    assert image.size == geo.smem_bytes and geo.box_bytes == int(np.prod([min(b, 10**9) for b in box])) * size
+
+
+def test_fully_out_of_bounds_box_is_all_fill():
+    s = spec(7, [20, 12], [8, 8], oob=1)
+    image = tma_load_image(s, np.zeros(20 * 12 * 4, np.uint8), [96, 100])
+    assert (image.view(np.uint32) == NAN_FILL[4]).all()
+    assert np.isnan(image.view(np.float32)).all()
+    s = spec(7, [20, 12], [8, 8], oob=0)
+    assert not tma_load_image(s, np.ones(20 * 12 * 4, np.uint8), [-16, -100]).any()
+
+
+def test_nan_fill_patterns_are_nans_in_their_format():
+    assert np.isnan(np.array([NAN_FILL[2]], np.uint16).view(np.float16)).all()
+    assert np.isnan(np.array([NAN_FILL[8]], np.uint64).view(np.float64)).all()
+    bf16_as_f32 = np.array([NAN_FILL[2] << 16], np.uint32).view(np.float32)
+    assert np.isnan(bf16_as_f32).all()
+
+
+def test_misaligned_dim0_start_is_refused():
+    with pytest.raises(ValueError, match="multiple of 16"):
+        tma_load_image(spec(7, [64, 8], [8, 8]), np.zeros(64 * 8 * 4, np.uint8), [1, 0])
+
+
+def test_interleave_is_refused_not_guessed():
+    with pytest.raises(NotImplementedError, match="interleave"):
+        tma_load_image(spec(6, [8, 32, 4], [8, 16, 2], interleave=1), np.zeros(4096, np.uint8), [0, 0, 0])
+
+
+def test_tf32_rounds_and_ftz_flushes():
+    s32 = spec(11, [4], [4])
+    values = np.array([1.0 + 2**-20, 1.0 + 2**-11 + 2**-13, 3.0, 1e-40], np.float32)
+    out = tma_load_image(s32, values.view(np.uint8), [0]).view(np.float32)
+    assert out[0] == 1.0 and out[1] == np.float32(1.0 + 2**-10) and out[2] == 3.0
+    ftz = tma_load_image(spec(10, [4], [4]), values.view(np.uint8), [0]).view(np.float32)
+    assert ftz[3] == 0.0 and ftz[2] == 3.0
+
+
+def test_bank_conflicts_of_swizzled_columns():
+    # a warp reading one 16-byte column of 8 rows of 128 B: unswizzled all in banks 0-3, swizzled spread out
+    plain = [r * 128 for r in range(8)]
+    assert bank_conflicts(plain, 16) == 7
+    assert bank_conflicts([swizzle_offset(a, "128B") for a in plain], 16) == 0
+    assert bank_conflicts([4 * i for i in range(32)], 4) == 0
+    assert bank_conflicts([0] * 32, 4) == 0  # broadcast
+    with pytest.raises(ValueError, match="access_bytes"):
+        bank_conflicts([0], 3)

@@ -1,0 +1,247 @@
+"""``describe_tensor`` / ``describe_im2col``: check every rule, then encode in the array's context.
+
+Public parameters are in numpy order (outermost first); the conversion to driver order happens once, in
+``spec.to_driver_order``. Without a GPU everything but the encode works (pass shape, dtype, strides).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import _driver
+from ..arch import Arch
+from ..arrays import ArrayView, device_array_view
+from ..dtypes import DataType, dtype_from_any
+from ..errors import CudaDriverError, InvalidArgumentError, TensorMapError, UnsupportedDeviceError
+from .enums import Interleave, L2Promotion, OOBFill, Swizzle
+from .rules import Violation
+from .spec import Im2colSpec, TiledSpec, positive_ints, to_driver_order
+from .tensor_map import TensorMap
+
+_CACHE: dict[tuple, TensorMap] = {}
+_CACHE_LIMIT = 4096
+_VALID_SHAPES: dict[tuple, None] = {}  # specs (minus the address) already checked clean, per arch
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+    _VALID_SHAPES.clear()
+
+
+def _auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
+    """The widest swizzle that does not pad rows: its span is the smallest one >= the inner box bytes."""
+    if interleave is not Interleave.NONE:
+        return Swizzle.B32 if interleave is Interleave.B32 else Swizzle.NONE, "interleave decides"
+    for sw in (Swizzle.B32, Swizzle.B64, Swizzle.B128):
+        if inner_bytes <= sw.span and inner_bytes * 2 > sw.span:
+            return sw, f"auto: {inner_bytes}-byte rows fill the {sw.short} span"
+    if inner_bytes < 32:
+        return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
+    return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+
+
+def _resolve_arch(arch: Any, device: int | None) -> Arch:
+    if arch is not None:
+        return Arch.parse(arch)
+    if device is not None:
+        try:
+            return _driver.device_arch(device)
+        except UnsupportedDeviceError:
+            pass
+    return Arch(9, 0)
+
+
+def _array_info(array: Any, shape: Any, dtype: Any, strides: Any) -> tuple[ArrayView | None, DataType, tuple, tuple, int]:
+    """(view, dtype, shape, byte strides in numpy order, address) from an array or from explicit values."""
+    if array is not None:
+        view = device_array_view(array, "array")
+        dt = dtype_from_any(dtype if dtype is not None else view.dtype_name, "dtype")
+        if dtype is not None and dt.size != view.itemsize:
+            raise InvalidArgumentError("dtype", dtype, f"has {dt.size}-byte elements but the array's are {view.itemsize}",
+                                       "leave dtype out to infer it from the array")
+        return view, dt, view.shape, view.strides, view.ptr
+    if shape is None or dtype is None:
+        raise InvalidArgumentError("array", None, "needs a device array, or shape= and dtype= to describe without one",
+                                   "pass a torch/cupy/tmakit array, or shape=(4096, 4096), dtype='bf16'")
+    dt = dtype_from_any(dtype, "dtype")
+    shp = positive_ints("shape", shape)
+    if strides is None:
+        acc, out = dt.size, []
+        for d in reversed(shp):
+            out.append(acc)
+            acc *= max(d, 1)
+        st = tuple(reversed(out))
+    else:
+        st = positive_ints("strides", strides, len(shp))
+    return None, dt, shp, st, 0
+
+
+def _split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) -> tuple[int, ...]:
+    """Numpy byte strides -> driver globalStrides (dims 1..rank-1); the innermost must be contiguous."""
+    if not shape:
+        raise InvalidArgumentError("shape", shape, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
+    if shape[-1] > 1 and strides[-1] != dt.size:
+        raise InvalidArgumentError(parameter, tuple(strides),
+                                   f"the innermost dimension must be contiguous (stride {dt.size} bytes), not {strides[-1]}",
+                                   "make it contiguous (x.contiguous()) or transpose so the last dim is contiguous")
+    return to_driver_order(strides[:-1])
+
+
+def _encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
+    from .encode import descriptor_bytes, encode_im2col_raw, encode_tiled_raw
+
+    _driver.ensure_context(device)
+    raw = encode_tiled_raw if isinstance(spec, TiledSpec) else encode_im2col_raw
+    err, tmap = raw(*spec.encode_args())
+    if int(err) == 0:
+        return descriptor_bytes(tmap)
+    call = "cuTensorMapEncodeTiled" if isinstance(spec, TiledSpec) else "cuTensorMapEncodeIm2col"
+    if err.name != "CUDA_ERROR_INVALID_VALUE":
+        _driver.check(call, (err,))
+    raise TensorMapError([_find_culprit(spec, raw, call)], header=f"{call} rejected parameters the checker accepted")
+
+
+def _find_culprit(spec: TiledSpec | Im2colSpec, raw: Any, call: str) -> Violation:
+    """Re-encode with one parameter relaxed at a time; the first that makes the driver accept is the culprit."""
+    relaxations: list[tuple[str, dict]] = [
+        ("swizzle", {"swizzle": Swizzle.NONE}), ("interleave", {"interleave": Interleave.NONE}),
+        ("l2_promotion", {"l2_promotion": L2Promotion.NONE}), ("oob_fill", {"oob_fill": OOBFill.NONE}),
+        ("element_strides", {"element_strides": (1,) * spec.rank}),
+        ("address", {"address": (spec.address + 1023) // 1024 * 1024 or 1024}),
+        ("dtype", {"dtype": DataType.UINT8}),
+    ]
+    if isinstance(spec, TiledSpec):
+        relaxations.append(("box", {"box": tuple(min(b, 16) for b in spec.box)}))
+    else:
+        relaxations += [("pixels_per_column", {"pixels_per_column": 1}),
+                        ("lower_corner/upper_corner", {"lower_corner": (0,) * len(spec.lower_corner),
+                                                       "upper_corner": (0,) * len(spec.upper_corner)})]
+    for name, change in relaxations:
+        err, _ = raw(*spec.replace(**change).encode_args())
+        if int(err) == 0:
+            value = getattr(spec, name.split("/")[0])
+            return Violation("driver.unexplained", name, getattr(value, "short", value),
+                             f"{call} rejected this set although every known rule passed; with {name} relaxed to "
+                             f"{change} the driver accepts it, so {name} breaks a rule the driver does not document",
+                             f"change {name}; please report the parameters (repr of the spec) to tmakit",
+                             "culprit found by re-encoding with one parameter relaxed at a time", observed=True)
+    return Violation("driver.unexplained", "spec", repr(spec), f"{call} rejected this set; no single relaxed "
+                     "parameter made it pass", "report the parameters to tmakit", "re-encoding search", observed=True)
+
+
+def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: ArrayView | None,
+            encode: bool, reason: str, cache_key: tuple | None) -> TensorMap:
+    shape_key = (spec.replace(address=0), arch)
+    if shape_key not in _VALID_SHAPES or spec.address % 32:
+        violations = spec.check(arch)
+        if violations:
+            raise TensorMapError(violations)
+        if spec.address % 32 == 0:
+            _VALID_SHAPES[shape_key] = None
+    descriptor = None
+    if encode and view is not None and arch.has_tma:
+        descriptor = _encode_or_explain(spec, view.device or 0)
+    tmap = TensorMap(spec, arch, view.device if view is not None else device, descriptor, reason,
+                     view.owner if view is not None else None)
+    if cache_key is not None:
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        _CACHE[cache_key] = tmap
+    return tmap
+
+
+def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
+                    dtype: Any = None, strides: Sequence[int] | None = None, swizzle: Any = "auto",
+                    oob_fill: Any = "zero", l2_promotion: Any = "none", interleave: Any = "none",
+                    element_strides: Sequence[int] | None = None, arch: Any = None, encode: bool = True,
+                    cache: bool = True) -> TensorMap:
+    """Build a tiled tensor map for ``array`` (or for ``shape``/``dtype``/``strides`` without one).
+
+    ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
+    ``swizzle="auto"`` picks the widest swizzle that does not pad the box's rows. Every rule is checked first;
+    a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the descriptor is encoded in the array's
+    context; repeated identical requests come from a cache.
+    """
+    key = None
+    if cache and array is not None and hasattr(array, "data_ptr") and hasattr(array, "stride"):
+        # torch fast path: everything that identifies the request, read cheaply
+        key = (array.data_ptr(), tuple(array.shape), array.stride(), array.dtype, tuple(box) if box else None,
+               swizzle, oob_fill, l2_promotion, interleave, tuple(element_strides) if element_strides else None,
+               dtype, arch, encode)
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+    view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
+    if box is None:
+        raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
+    box_np = positive_ints("box", box, len(shp))
+    es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
+    il = Interleave.parse(interleave, "interleave")
+    if isinstance(swizzle, str) and swizzle.strip().lower() == "auto":
+        sw, reason = _auto_swizzle(box_np[-1] * dt.size, il)
+    else:
+        sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
+    spec = TiledSpec(dt, address, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(box_np),
+                     to_driver_order(es_np), il, sw, L2Promotion.parse(l2_promotion, "l2_promotion"),
+                     OOBFill.parse(oob_fill, "oob_fill"))
+    device = view.device if view is not None else None
+    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason, key)
+
+
+def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                 element_strides: Sequence[int] | None = None, *, interleave: Any = "none", swizzle: Any = "none",
+                 l2_promotion: Any = "none", oob_fill: Any = "none", device: int | None = 0, arch: Any = None,
+                 encode: bool = True, owner: Any = None) -> TensorMap:
+    """Driver-order twin of ``describe_tensor`` for raw addresses (dims/box innermost first, byte strides)."""
+    dt = DataType.parse(dtype, "dtype") if not isinstance(dtype, DataType) else dtype
+    rank = len(dims)
+    spec = TiledSpec(dt, int(address), tuple(int(d) for d in dims), tuple(int(s) for s in strides),
+                     tuple(int(b) for b in box), tuple(int(e) for e in (element_strides or (1,) * rank)),
+                     Interleave.parse(interleave, "interleave"), Swizzle.parse(swizzle, "swizzle"),
+                     L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
+    view = None
+    if encode and device is not None and _driver.gpu_available():
+        view = ArrayView(int(address), (), (), dt.short, dt.size, device, owner)
+    return _finish(spec, _resolve_arch(arch, device if view is not None else None), device, view, encode,
+                   "as requested", None)
+
+
+def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_pixel: int | None = None,
+                    lower_corner: Sequence[int] | None = None, upper_corner: Sequence[int] | None = None,
+                    shape: Sequence[int] | None = None, dtype: Any = None, strides: Sequence[int] | None = None,
+                    swizzle: Any = "auto", oob_fill: Any = "zero", l2_promotion: Any = "none",
+                    interleave: Any = "none", element_strides: Sequence[int] | None = None, arch: Any = None,
+                    encode: bool = True) -> TensorMap:
+    """An im2col tensor map for an N(D)HWC array (numpy order: N, [D,] H, W, C).
+
+    ``lower_corner``/``upper_corner`` are the bounding-box offsets of the spatial dims in numpy order
+    ([D,] H, W): lower relative to the first pixel, upper relative to the last (a 3x3 convolution with
+    padding 1 uses lower=(-1, -1), upper=(-1, -1)). ``channels_per_pixel`` defaults to all channels.
+    """
+    view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
+    if not 3 <= len(shp) <= 5:
+        raise InvalidArgumentError("shape", shp, "im2col needs a 3-D to 5-D N(D)HWC tensor", "reshape to N, H, W, C")
+    spatial = len(shp) - 2
+    lower = tuple(int(v) for v in (lower_corner if lower_corner is not None else (0,) * spatial))
+    upper = tuple(int(v) for v in (upper_corner if upper_corner is not None else (0,) * spatial))
+    channels = int(channels_per_pixel if channels_per_pixel is not None else shp[-1])
+    il = Interleave.parse(interleave, "interleave")
+    if isinstance(swizzle, str) and swizzle.strip().lower() == "auto":
+        sw, reason = _auto_swizzle(channels * dt.size, il)
+    else:
+        sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
+    es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
+    spec = Im2colSpec(dt, address, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(lower),
+                      to_driver_order(upper), channels, int(pixels_per_column), to_driver_order(es_np), il, sw,
+                      L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
+    device = view.device if view is not None else None
+    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason, None)
+
+
+def check_encodable(tmap: TensorMap) -> None:
+    """Raise if ``tmap`` cannot be used by a TMA kernel (no descriptor)."""
+    if tmap.descriptor is None:
+        raise UnsupportedDeviceError(f"no descriptor: tensor maps need an sm_90+ GPU (this one is for {tmap.arch.sm})",
+                                     required="sm_90", actual=tmap.arch.sm)
+
+
+__all__ = ["describe_tensor", "describe_im2col", "encode_tiled", "clear_cache", "CudaDriverError"]

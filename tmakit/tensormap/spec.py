@@ -1,0 +1,111 @@
+"""Tensor-map parameters as a frozen value, and the one helper that converts numpy order to driver order."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..arch import Arch
+from ..dtypes import DataType
+from ..errors import InvalidArgumentError
+from .enums import Interleave, L2Promotion, OOBFill, Swizzle
+
+
+def to_driver_order(values: Sequence[int]) -> tuple[int, ...]:
+    """Numpy order (outermost first) -> driver order (innermost first). The only place order flips."""
+    return tuple(int(v) for v in reversed(tuple(values)))
+
+
+@dataclass(frozen=True)
+class TiledSpec:
+    """Everything cuTensorMapEncodeTiled takes, in driver order and units."""
+
+    dtype: DataType
+    address: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # bytes, dims 1..rank-1
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    interleave: Interleave = Interleave.NONE
+    swizzle: Swizzle = Swizzle.NONE
+    l2_promotion: L2Promotion = L2Promotion.NONE
+    oob_fill: OOBFill = OOBFill.NONE
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def encode_args(self) -> tuple:
+        return (int(self.dtype), self.address, self.dims, self.strides, self.box, self.element_strides,
+                int(self.interleave), int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
+
+    def check(self, arch: Arch) -> list:
+        from .rules import check_tiled
+
+        return check_tiled(self.dtype, self.address, self.dims, self.strides, self.box, self.element_strides,
+                           interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
+                           oob_fill=self.oob_fill, arch=arch)
+
+    def replace(self, **changes: Any) -> "TiledSpec":
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Im2colSpec:
+    """Everything cuTensorMapEncodeIm2col takes, in driver order and units."""
+
+    dtype: DataType
+    address: int
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]
+    lower_corner: tuple[int, ...]
+    upper_corner: tuple[int, ...]
+    channels_per_pixel: int
+    pixels_per_column: int
+    element_strides: tuple[int, ...]
+    interleave: Interleave = Interleave.NONE
+    swizzle: Swizzle = Swizzle.NONE
+    l2_promotion: L2Promotion = L2Promotion.NONE
+    oob_fill: OOBFill = OOBFill.NONE
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def encode_args(self) -> tuple:
+        return (int(self.dtype), self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
+                self.channels_per_pixel, self.pixels_per_column, self.element_strides, int(self.interleave),
+                int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
+
+    def check(self, arch: Arch) -> list:
+        from .rules import check_im2col
+
+        return check_im2col(self.dtype, self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
+                            self.channels_per_pixel, self.pixels_per_column, self.element_strides,
+                            interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
+                            oob_fill=self.oob_fill, arch=arch)
+
+    def replace(self, **changes: Any) -> "Im2colSpec":
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
+def positive_ints(name: str, values: Any, length: int | None = None) -> tuple[int, ...]:
+    """Validate a user-given sequence of non-negative ints (numpy order), naming the parameter on error."""
+    if isinstance(values, (int,)) and not isinstance(values, bool):
+        values = (values,)
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(name, values, "must be a sequence of integers", f"pass e.g. {name}=(64, 64)")
+    out = []
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not hasattr(v, "__index__"):
+            raise InvalidArgumentError(f"{name}[{i}]", v, "must be an integer", "pass whole numbers")
+        if int(v) < 0:
+            raise InvalidArgumentError(f"{name}[{i}]", int(v), "must not be negative", "sizes and strides are >= 0")
+        out.append(int(v))
+    if length is not None and len(out) != length:
+        raise InvalidArgumentError(name, tuple(out), f"needs {length} entries (one per dimension, outermost first)",
+                                   f"give {length} values")
+    return tuple(out)

@@ -1,0 +1,184 @@
+"""``TensorMap``: an encoded (or, without a GPU, validated) descriptor with everything a kernel needs."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..arch import Arch
+from ..errors import LaunchError
+from .enums import Interleave, Swizzle
+from .spec import Im2colSpec, TiledSpec
+
+BOX_PARAMS_SIZE = 160
+DESCRIPTOR_SIZE = 128
+_BOX_PARAMS = struct.Struct("<Q5Q5Q5I5I6I8x")  # tmakit::BoxParams (cuda_src/tmakit/types.cuh), 2 reserved words
+assert _BOX_PARAMS.size == BOX_PARAMS_SIZE
+
+
+@dataclass(eq=False)
+class TensorMap:
+    """A tensor map for one tensor: its parameters (both orders), sizes, and the 128-byte descriptor.
+
+    ``descriptor`` is None where no driver encode was possible (no GPU, or a GPU below sm_90); the object
+    then still carries the parameters the cp.async fallback needs (``box_params()``).
+    """
+
+    spec: TiledSpec | Im2colSpec
+    arch: Arch
+    device: int | None
+    descriptor: bytes | None
+    swizzle_reason: str = ""
+    owner: Any = field(default=None, repr=False)  # keeps the described array alive
+
+    # ---- parameters ------------------------------------------------------------------------------
+    @property
+    def mode(self) -> str:
+        return "tiled" if isinstance(self.spec, TiledSpec) else "im2col"
+
+    @property
+    def dtype(self):
+        return self.spec.dtype
+
+    @property
+    def rank(self) -> int:
+        return self.spec.rank
+
+    @property
+    def address(self) -> int:
+        return self.spec.address
+
+    @property
+    def dims(self) -> tuple[int, ...]:
+        return self.spec.dims
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        return self.spec.strides
+
+    @property
+    def element_strides(self) -> tuple[int, ...]:
+        return self.spec.element_strides
+
+    @property
+    def box(self) -> tuple[int, ...]:
+        if isinstance(self.spec, TiledSpec):
+            return self.spec.box
+        return (self.spec.channels_per_pixel, self.spec.pixels_per_column)
+
+    @property
+    def swizzle(self) -> Swizzle:
+        return self.spec.swizzle
+
+    @property
+    def interleave(self) -> Interleave:
+        return self.spec.interleave
+
+    @property
+    def l2_promotion(self):
+        return self.spec.l2_promotion
+
+    @property
+    def oob_fill(self):
+        return self.spec.oob_fill
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The tensor's shape in numpy order."""
+        return tuple(reversed(self.dims))
+
+    @property
+    def box_shape(self) -> tuple[int, ...]:
+        """The box in numpy order."""
+        return tuple(reversed(self.box))
+
+    @property
+    def encoded(self) -> bool:
+        return self.descriptor is not None
+
+    @property
+    def backend(self) -> str:
+        return "tma" if self.encoded else "cp.async"
+
+    # ---- sizes -----------------------------------------------------------------------------------
+    @property
+    def geometry(self):
+        from ..layout.tma_model import box_geometry
+
+        if self.mode != "tiled":
+            raise NotImplementedError("the shared-memory geometry is modelled for tiled tensor maps only")
+        return box_geometry(self.spec)
+
+    @property
+    def box_bytes(self) -> int:
+        """Bytes one box load writes = the count for mbarrier.arrive.expect_tx."""
+        if self.mode == "im2col":
+            return self.spec.channels_per_pixel * self.spec.pixels_per_column * self.dtype.size
+        return self.geometry.box_bytes
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory one box occupies, including the row padding a swizzle adds."""
+        if self.mode == "im2col":
+            return self.box_bytes
+        return self.geometry.smem_bytes
+
+    @property
+    def smem_alignment(self) -> int:
+        """Alignment the shared-memory destination needs: 1024/512/256 B for 128B/64B/32B swizzle, else 128."""
+        return self.swizzle.alignment
+
+    # ---- kernel parameters -----------------------------------------------------------------------
+    def box_params(self) -> bytes:
+        """The 160-byte ``tmakit::BoxParams`` block the cp.async fallback takes (docs/CONTRACTS.md)."""
+        if self.mode != "tiled":
+            raise NotImplementedError("the cp.async fallback handles tiled tensor maps only")
+        rank = self.rank
+        dims = list(self.dims) + [1] * (5 - rank)
+        strides = [self.dtype.size] + list(self.strides) + [0] * (5 - rank)
+        box = list(self.box) + [1] * (5 - rank)
+        es = list(self.element_strides) + [1] * (5 - rank)
+        return _BOX_PARAMS.pack(self.address, *dims, *strides[:5], *box, *es, rank, self.dtype.size,
+                                int(self.swizzle), int(self.interleave), int(self.oob_fill), int(self.dtype))
+
+    def __kernel_param__(self, nbytes: int) -> bytes:
+        """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""
+        if nbytes == DESCRIPTOR_SIZE:
+            if self.descriptor is None:
+                raise LaunchError(
+                    f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
+                    "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")
+            return self.descriptor
+        if nbytes == BOX_PARAMS_SIZE:
+            return self.box_params()
+        raise LaunchError(f"a TensorMap can fill a 128-byte CUtensorMap or a 160-byte tmakit::BoxParams parameter, "
+                          f"not a {nbytes}-byte one")
+
+    # ---- presentation ----------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {
+            "mode": self.mode, "dtype": self.dtype.short, "element_size": self.dtype.size, "rank": self.rank,
+            "address": hex(self.address), "device": self.device, "arch": self.arch.sm,
+            "shape": list(self.shape), "dims": list(self.dims), "strides_bytes": list(self.strides),
+            "box_shape": list(self.box_shape), "box": list(self.box), "element_strides": list(self.element_strides),
+            "interleave": self.interleave.short, "swizzle": self.swizzle.short, "swizzle_reason": self.swizzle_reason,
+            "l2_promotion": self.l2_promotion.short, "oob_fill": self.oob_fill.short,
+            "box_bytes": self.box_bytes, "smem_bytes": self.smem_bytes, "smem_alignment": self.smem_alignment,
+            "encoded": self.encoded, "backend": self.backend,
+            "descriptor": self.descriptor.hex() if self.descriptor else None,
+        }
+        if isinstance(self.spec, Im2colSpec):
+            d.update(lower_corner=list(self.spec.lower_corner), upper_corner=list(self.spec.upper_corner),
+                     channels_per_pixel=self.spec.channels_per_pixel, pixels_per_column=self.spec.pixels_per_column)
+        return d
+
+    def __repr__(self) -> str:
+        enc = "encoded" if self.encoded else "not encoded (no sm_90 GPU)"
+        return (f"TensorMap({self.mode}, {self.dtype.short}, shape={self.shape}, box={self.box_shape}, "
+                f"swizzle={self.swizzle.short}, oob={self.oob_fill.short}, box_bytes={self.box_bytes}, "
+                f"smem={self.smem_bytes}B@{self.smem_alignment}, {enc})")
+
+    def __rich__(self):
+        from .render import render_tensor_map
+
+        return render_tensor_map(self)

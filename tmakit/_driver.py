@@ -141,11 +141,13 @@ def _primary_contexts(ordinal: int) -> Any:
 
 
 def ensure_context(ordinal: int = 0) -> Any:
-    """Make the device's primary context current on this thread if none is; return the current one."""
+    """Make a context of device ``ordinal`` current on this thread (its primary one unless the current context
+    already belongs to that device); return the current context."""
     ctx = call("cuCtxGetCurrent")
-    if ctx is None or int(ctx) == 0:
-        ctx = primary_context(ordinal)
-        call("cuCtxSetCurrent", ctx)
+    if ctx is not None and int(ctx) != 0 and int(call("cuCtxGetDevice")) == ordinal:
+        return ctx
+    ctx = primary_context(ordinal)
+    call("cuCtxSetCurrent", ctx)
     return ctx
 
 

@@ -6,15 +6,11 @@ is the contract's: little endian, 160 bytes, innermost first.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import LaunchError
-
-_FORMAT = "<Q5Q5Q5I5I6I2I"
-SIZE = struct.calcsize(_FORMAT)
-assert SIZE == 160, SIZE
+from ..tensormap.tensor_map import _BOX_PARAMS, BOX_PARAMS_SIZE as SIZE  # one definition of the byte layout
 
 
 def _pad(values: Sequence[int], fill: int) -> list[int]:
@@ -38,6 +34,6 @@ def pack_box_params(address: int, dims: Sequence[int], strides: Sequence[int], b
                     dtype: int, swizzle: int = 0, oob_nan: bool = False) -> PackedBoxParams:
     """dims/strides/box innermost first; strides[0] is the element size (bytes), like the driver's list + 1."""
     rank = len(dims)
-    return PackedBoxParams(struct.pack(
-        _FORMAT, int(address), *_pad(dims, 1), *_pad(strides, 0), *_pad(box, 1), *([1] * 5),
-        rank, int(elem_size), int(swizzle), 0, int(bool(oob_nan)), int(dtype), 0, 0))
+    return PackedBoxParams(_BOX_PARAMS.pack(
+        int(address), *_pad(dims, 1), *_pad(strides, 0), *_pad(box, 1), *([1] * 5),
+        rank, int(elem_size), int(swizzle), 0, int(bool(oob_nan)), int(dtype)))

@@ -15,7 +15,7 @@ echo "pytest rc=$?" >> $R/pytest.log
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do
   timeout ${BENCH_TIMEOUT:-70} python3 benchmarks/$b.py ${Q:+--quick} --out $R > $R/bench_$b.log 2>&1; echo "rc=$?" >> $R/bench_$b.log
 done
-timeout 100 bash benchmarks/sanitize.sh $R/sanitize > $R/sanitize.log 2>&1; echo "rc=$?" >> $R/sanitize.log
+PYTHON=python3 timeout 100 bash benchmarks/sanitize.sh $R/sanitize > $R/sanitize.log 2>&1; echo "rc=$?" >> $R/sanitize.log
 tar czf $OUT/results.tar.gz -C /tmp tmakit_results
 echo "=== summary"; cat $R/corpus.log | tail -1 | cut -c1-300; grep -E "passed|failed|error" $R/pytest.log | tail -3
 grep -E "^FAILED|^ERROR" $R/pytest.log | head -40

@@ -86,7 +86,11 @@ def measure(launch: Callable[[], None], stream: Any, n: int, repeats: int) -> di
 
 
 def run(quick: bool) -> dict[str, Any]:
-    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, StridedMemoryView, launch
+    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+    try:
+        from cuda.core import StridedMemoryView
+    except ImportError:  # cuda.core 1.2.0 keeps it in utils
+        from cuda.core.utils import StridedMemoryView
 
     import tmakit._driver as tdrv
     from tmakit.build import load_module

@@ -153,7 +153,13 @@ def test_driver_rejection_after_checker_pass_names_a_culprit(monkeypatch):
             return err, None
         return real(*args)
 
+    def first_try_fails(prepared, address):
+        from tmakit import _driver
+
+        return _driver.bindings().CUresult.CUDA_ERROR_INVALID_VALUE, None
+
     monkeypatch.setattr(encode, "encode_tiled_raw", strict_about_l2)
+    monkeypatch.setattr(encode, "encode_prepared", first_try_fails)
     describe_mod.clear_cache()
     x = torch.zeros((64, 64), dtype=torch.float32, device="cuda")
     with pytest.raises(TensorMapError, match="l2_promotion"):

@@ -97,6 +97,7 @@ def gpu_available() -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1)
 def device_count() -> int:
     return int(call("cuDeviceGetCount"))
 
@@ -106,6 +107,7 @@ def driver_version() -> tuple[int, int]:
     return v // 1000, (v % 1000) // 10
 
 
+@functools.lru_cache(maxsize=None)
 def device_handle(ordinal: int = 0) -> Any:
     n = device_count()
     if not 0 <= ordinal < n:
@@ -119,6 +121,7 @@ def device_attribute(attr_name: str, ordinal: int = 0) -> int:
     return int(call("cuDeviceGetAttribute", attr, device_handle(ordinal)))
 
 
+@functools.lru_cache(maxsize=None)
 def device_arch(ordinal: int = 0) -> Arch:
     major = device_attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", ordinal)
     minor = device_attribute("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR", ordinal)

@@ -34,6 +34,8 @@ class ArrayView:
 
     @property
     def is_c_contiguous(self) -> bool:
+        if 0 in self.shape:
+            return True  # an empty array has no gaps, whatever its strides say
         expected = self.itemsize
         for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
             if dim != 1 and stride != expected:

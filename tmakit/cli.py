@@ -95,6 +95,8 @@ def cmd_corpus_check(args: argparse.Namespace, console: Console) -> int:
     for kind, n in (("tiled", args.n), ("im2col", args.n)):
         for case in generate(kind, n, args.seed):
             verdict = driver_verdict(case, base)
+            if verdict.startswith("PYTHON:"):
+                continue  # cuda-bindings refused the value; the driver never saw it
             ours = replay_case(case, arch=_driver.device_arch(args.device))
             total += 1
             if (verdict == "CUDA_SUCCESS") != (not ours):

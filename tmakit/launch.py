@@ -76,17 +76,20 @@ class Kernel:
         self._launch = _driver.driver().cuLaunchKernelEx
 
     def _driver_layout(self, expected: int) -> list[tuple[int, int]]:
+        """(offset, size) of each parameter from cuFuncGetParamInfo. With the PTX signature known, exactly
+        ``expected`` entries are read (asking one past the end is an API error that compute-sanitizer reports)."""
         layout: list[tuple[int, int]] = []
-        while True:  # cuFuncGetParamInfo answers INVALID_VALUE one past the last parameter
+        while not expected or len(layout) < expected:
             try:
                 offset, size = _driver.call("cuFuncGetParamInfo", self._func, len(layout))
             except CudaDriverError as exc:
-                if exc.name == "CUDA_ERROR_INVALID_VALUE":
-                    return layout
+                if exc.name == "CUDA_ERROR_INVALID_VALUE" and not expected:
+                    return layout  # no PTX signature: probe until the driver says there is no next parameter
                 raise
             layout.append((int(offset), int(size)))
-            if len(layout) > max(expected, 4096):  # defensive: never loop forever on a broken driver
-                return layout
+            if len(layout) > 4096:  # defensive: never loop forever on a broken driver
+                break
+        return layout
 
     def attribute(self, name: str) -> int:
         """A ``CU_FUNC_ATTRIBUTE_*`` value, e.g. ``attribute("NUM_REGS")``."""

@@ -44,10 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         fh.write(json.dumps(header) + "\n")
         for kind, n in (("tiled", args.tiled), ("im2col", args.im2col)):
             for case in generate(kind, n, args.seed):
-                try:
-                    case["verdict"] = driver_verdict(case, base)
-                except (OverflowError, ValueError, TypeError) as exc:  # value not representable in the C type
-                    case["verdict"] = f"PYTHON:{type(exc).__name__}"
+                case["verdict"] = driver_verdict(case, base)
                 counts[case["verdict"]] = counts.get(case["verdict"], 0) + 1
                 fh.write(json.dumps(case, separators=(",", ":")) + "\n")
     print(json.dumps({"header": header, "counts": counts, "seconds": round(time.perf_counter() - t0, 2)}))

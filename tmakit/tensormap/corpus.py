@@ -243,9 +243,17 @@ def case_address(case: dict[str, Any], base: int = ADDRESS_BASE) -> int:
 
 
 def driver_verdict(case: dict[str, Any], base_address: int) -> str:
-    """Encode ``case`` with the driver (a context must be current); the CUresult's name."""
+    """Encode ``case`` with the driver (a context must be current); the CUresult's name, or "PYTHON:<error>"
+    when cuda-bindings refuses a value before calling the driver (e.g. a list longer than rank 5)."""
     from .encode import encode_im2col_raw, encode_tiled_raw
 
+    try:
+        return _driver_verdict(case, base_address, encode_tiled_raw, encode_im2col_raw)
+    except (OverflowError, ValueError, TypeError) as exc:
+        return f"PYTHON:{type(exc).__name__}"
+
+
+def _driver_verdict(case: dict[str, Any], base_address: int, encode_tiled_raw: Any, encode_im2col_raw: Any) -> str:
     address = case_address(case, base_address)
     common = (case["interleave"], case["swizzle"], case["l2_promotion"], case["oob_fill"])
     if case["kind"] == "tiled":

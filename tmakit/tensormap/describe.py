@@ -5,6 +5,8 @@ Public parameters are in numpy order (outermost first); the conversion to driver
 """
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import _driver
@@ -17,14 +19,35 @@ from .rules import Violation
 from .spec import Im2colSpec, TiledSpec, positive_ints, to_driver_order
 from .tensor_map import TensorMap
 
-_CACHE: dict[tuple, TensorMap] = {}
-_CACHE_LIMIT = 4096
-_VALID_SHAPES: dict[tuple, None] = {}  # specs (minus the address) already checked clean, per arch
+# Two caches. _BY_REQUEST answers a repeated identical request for the same live array with the same TensorMap
+# (weak values: a TensorMap holds its array, so the cache must not hold TensorMaps). _TEMPLATES keeps, per shape
+# class (everything but the address), the checked spec and the driver-typed encode arguments, so a fresh
+# tensor of a known shape costs one alignment test and one driver call.
+_BY_REQUEST: "weakref.WeakValueDictionary[tuple, TensorMap]" = weakref.WeakValueDictionary()
+_TEMPLATES: dict[tuple, "_Template"] = {}
+_TEMPLATE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class _Template:
+    spec: TiledSpec  # address 0: every address-independent rule already passed
+    arch: Arch
+    reason: str
+    prepared: tuple | None  # encode arguments for the driver, when a GPU encode applies
+    alignment: int  # the address alignment the spec needs (16, or 32 with interleave 32B / packed types)
 
 
 def clear_cache() -> None:
-    _CACHE.clear()
-    _VALID_SHAPES.clear()
+    _BY_REQUEST.clear()
+    _TEMPLATES.clear()
+
+
+def _with_address(spec: TiledSpec, address: int) -> TiledSpec:
+    """``spec`` at another address, without dataclasses.replace's cost (this is on the per-call path)."""
+    new = object.__new__(TiledSpec)
+    new.__dict__.update(spec.__dict__)
+    new.__dict__["address"] = address
+    return new
 
 
 def _auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
@@ -129,24 +152,16 @@ def _find_culprit(spec: TiledSpec | Im2colSpec, raw: Any, call: str) -> Violatio
 
 
 def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: ArrayView | None,
-            encode: bool, reason: str, cache_key: tuple | None) -> TensorMap:
-    shape_key = (spec.replace(address=0), arch)
-    if shape_key not in _VALID_SHAPES or spec.address % 32:
-        violations = spec.check(arch)
-        if violations:
-            raise TensorMapError(violations)
-        if spec.address % 32 == 0:
-            _VALID_SHAPES[shape_key] = None
+            encode: bool, reason: str) -> TensorMap:
+    """Check every rule, encode when a GPU can, and wrap the result (the slow, general path)."""
+    violations = spec.check(arch)
+    if violations:
+        raise TensorMapError(violations)
     descriptor = None
     if encode and view is not None and arch.has_tma:
         descriptor = _encode_or_explain(spec, view.device or 0)
-    tmap = TensorMap(spec, arch, view.device if view is not None else device, descriptor, reason,
+    return TensorMap(spec, arch, view.device if view is not None else device, descriptor, reason,
                      view.owner if view is not None else None)
-    if cache_key is not None:
-        if len(_CACHE) >= _CACHE_LIMIT:
-            _CACHE.clear()
-        _CACHE[cache_key] = tmap
-    return tmap
 
 
 def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
@@ -159,18 +174,53 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
     ``swizzle="auto"`` picks the widest swizzle that does not pad the box's rows. Every rule is checked first;
     a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the descriptor is encoded in the array's
-    context; repeated identical requests come from a cache.
+    context. A repeated identical request for a live array returns the same TensorMap; a new tensor of an
+    already seen shape class skips the rule evaluation (its address is still checked).
     """
-    key = None
+    request = None
     if cache and array is not None and hasattr(array, "data_ptr") and hasattr(array, "stride"):
-        # torch fast path: everything that identifies the request, read cheaply
-        key = (array.data_ptr(), tuple(array.shape), array.stride(), array.dtype, tuple(box) if box else None,
-               swizzle, oob_fill, l2_promotion, interleave, tuple(element_strides) if element_strides else None,
-               dtype, arch, encode)
-        hit = _CACHE.get(key)
-        if hit is not None:
+        try:  # torch fast path: identity + cheap metadata decide a hit
+            request = (id(array), tuple(box) if box is not None else None, swizzle, oob_fill, l2_promotion, interleave,
+                       tuple(element_strides) if element_strides is not None else None, dtype, arch, encode)
+            hit = _BY_REQUEST.get(request)
+        except TypeError:  # unhashable options: take the general path
+            request = hit = None
+        if (hit is not None and hit.owner is array and hit.address == array.data_ptr()
+                and hit.source_layout == (array.shape, array.stride())):
             return hit
     view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
+    device = view.device if view is not None else None
+    template_key = (dt, shp, st, box if isinstance(box, tuple) else (tuple(box) if box is not None else None),
+                    swizzle, oob_fill, l2_promotion, interleave,
+                    tuple(element_strides) if element_strides is not None else None, arch, encode, device)
+    template = _TEMPLATES.get(template_key) if cache else None
+    if template is None:
+        template = _make_template(dt, shp, st, box, swizzle, oob_fill, l2_promotion, interleave, element_strides,
+                                  arch, encode, view, device)
+        if cache:
+            if len(_TEMPLATES) >= _TEMPLATE_LIMIT:
+                _TEMPLATES.clear()
+            _TEMPLATES[template_key] = template
+    if address % template.alignment:  # the only address-dependent rule: report it with all the others
+        raise TensorMapError(_with_address(template.spec, address).check(template.arch))
+    spec = _with_address(template.spec, address)
+    descriptor = None
+    if template.prepared is not None and view is not None:
+        from .encode import descriptor_bytes, encode_prepared
+
+        _driver.ensure_context(device or 0)
+        err, tmap = encode_prepared(template.prepared, address)
+        descriptor = descriptor_bytes(tmap) if int(err) == 0 else _encode_or_explain(spec, device or 0)
+    result = TensorMap(spec, template.arch, device, descriptor, template.reason, view.owner if view else None)
+    if request is not None:
+        result.source_layout = (array.shape, array.stride())
+        _BY_REQUEST[request] = result
+    return result
+
+
+def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, oob_fill: Any, l2_promotion: Any,
+                   interleave: Any, element_strides: Any, arch: Any, encode: bool, view: ArrayView | None,
+                   device: int | None) -> _Template:
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
     box_np = positive_ints("box", box, len(shp))
@@ -180,11 +230,20 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
         sw, reason = _auto_swizzle(box_np[-1] * dt.size, il)
     else:
         sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
-    spec = TiledSpec(dt, address, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(box_np),
+    spec = TiledSpec(dt, 0, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(box_np),
                      to_driver_order(es_np), il, sw, L2Promotion.parse(l2_promotion, "l2_promotion"),
                      OOBFill.parse(oob_fill, "oob_fill"))
-    device = view.device if view is not None else None
-    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason, key)
+    resolved = _resolve_arch(arch, device)
+    violations = spec.check(resolved)
+    if violations:
+        raise TensorMapError(violations)
+    prepared = None
+    if encode and view is not None and resolved.has_tma:
+        from .encode import prepare_tiled
+
+        prepared = prepare_tiled(*(a for i, a in enumerate(spec.encode_args()) if i != 1))
+    alignment = 32 if (il is Interleave.B32 or dt in (DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B)) else 16
+    return _Template(spec, resolved, reason, prepared, alignment)
 
 
 def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
@@ -202,7 +261,7 @@ def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
     if encode and device is not None and _driver.gpu_available():
         view = ArrayView(int(address), (), (), dt.short, dt.size, device, owner)
     return _finish(spec, _resolve_arch(arch, device if view is not None else None), device, view, encode,
-                   "as requested", None)
+                   "as requested")
 
 
 def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_pixel: int | None = None,
@@ -234,7 +293,7 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
                       to_driver_order(upper), channels, int(pixels_per_column), to_driver_order(es_np), il, sw,
                       L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
     device = view.device if view is not None else None
-    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason, None)
+    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason)
 
 
 def check_encodable(tmap: TensorMap) -> None:

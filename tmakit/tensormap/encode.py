@@ -58,3 +58,19 @@ def encode_tiled(*args: Any) -> bytes:
 
 def encode_im2col(*args: Any) -> bytes:
     return descriptor_bytes(_driver.check("cuTensorMapEncodeIm2col", encode_im2col_raw(*args)))
+
+
+def prepare_tiled(dtype: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                  element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple:
+    """The driver-typed arguments of cuTensorMapEncodeTiled except the address, built once per shape class."""
+    drv = _driver.driver()
+    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    return (dt, len(dims), [u64(d) for d in dims], _strides_arg(drv, dims, strides), [u32(b) for b in box],
+            [u32(e) for e in element_strides], il, sw, l2p, of)
+
+
+def encode_prepared(prepared: tuple, address: int) -> tuple[Any, Any]:
+    """``(CUresult, CUtensorMap)`` for prepared arguments at ``address``."""
+    dt, rank, dims, strides, box, es, il, sw, l2p, of = prepared
+    return _driver.bindings().cuTensorMapEncodeTiled(dt, rank, address, dims, strides, box, es, il, sw, l2p, of)

@@ -30,6 +30,7 @@ class TensorMap:
     descriptor: bytes | None
     swizzle_reason: str = ""
     owner: Any = field(default=None, repr=False)  # keeps the described array alive
+    source_layout: Any = field(default=None, repr=False)  # (shape, strides) of the owner when described
 
     # ---- parameters ------------------------------------------------------------------------------
     @property

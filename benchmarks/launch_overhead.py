@@ -51,19 +51,9 @@ class RawDescriptor:
 
 
 def encode_descriptor(ptr: int) -> bytes:
-    from cuda.bindings import driver as drv
+    from tmakit.tensormap.encode import encode_tiled
 
-    err, tmap = drv.cuTensorMapEncodeTiled(
-        drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ptr, [COLS, ROWS], [COLS * 4], [64, 64], [1, 1],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    if int(err) != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {err}")
-    import ctypes
-
-    return ctypes.string_at(tmap.getPtr(), 128)
-
+    return encode_tiled(7, ptr, [COLS, ROWS], [COLS * 4], [64, 64], [1, 1], 0, 0, 0, 0)  # f32, no swizzle
 
 def measure(launch: Callable[[], None], stream: Any, n: int, repeats: int) -> dict[str, float]:
     from cuda.core import EventOptions

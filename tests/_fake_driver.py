@@ -204,6 +204,12 @@ def _detach_fake_finalizers() -> None:
             fin.detach()
 
 
+def _clear_driver_caches() -> None:
+    """Device facts the driver layer caches belong to whichever driver answered; drop them on a switch."""
+    for cached in (_driver._primary_contexts, _driver.device_count, _driver.device_handle, _driver.device_arch):
+        cached.cache_clear()
+
+
 @pytest.fixture
 def fake(monkeypatch):
     # Free real garbage with the real driver first, and keep the cycle collector from freeing a real
@@ -211,7 +217,7 @@ def fake(monkeypatch):
     gc.collect()
     gc.disable()
     drv = FakeDriver()
-    _driver._primary_contexts.cache_clear()
+    _clear_driver_caches()
     monkeypatch.setattr(_driver, "driver", lambda: drv)
     monkeypatch.setattr(streams, "_watcher", streams._Watcher())  # real pending events stay with the real one
     try:
@@ -223,6 +229,6 @@ def fake(monkeypatch):
         gc.collect()
     finally:
         _detach_fake_finalizers()
-        _driver._primary_contexts.cache_clear()
+        _clear_driver_caches()
         gc.enable()
     assert drv.errors == [], drv.errors

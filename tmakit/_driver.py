@@ -147,7 +147,8 @@ def ensure_context(ordinal: int = 0) -> Any:
     """Make a context of device ``ordinal`` current on this thread (its primary one unless the current context
     already belongs to that device); return the current context."""
     ctx = call("cuCtxGetCurrent")
-    if ctx is not None and int(ctx) != 0 and int(call("cuCtxGetDevice")) == ordinal:
+    if ctx is not None and int(ctx) != 0 and (int(ctx) == int(primary_context(ordinal))
+                                              or int(call("cuCtxGetDevice")) == ordinal):
         return ctx
     ctx = primary_context(ordinal)
     call("cuCtxSetCurrent", ctx)

@@ -5,8 +5,8 @@
 //   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the parameter is BoxParams; the whole block
 //     loads the box with cp.async (16-byte chunks where aligned and in bounds, cp.async zero-fill for whole
 //     out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would write: same traversal,
-//     element strides, OOB zero/NaN fill and swizzle permutation. Each thread then arrives on the mbarrier
-//     once for its own stores and once (cp.async.mbarrier.arrive) for its cp.async completions.
+//     element strides, OOB zero/NaN fill and swizzle permutation. In box_wait() each thread waits for its
+//     own cp.async group, then arrives on the mbarrier once and waits for the phase.
 // Either way completion is the same mbarrier phase, so box_wait() is one call for both.
 //
 // Declare the parameter with TMAKIT_BOX_SOURCE; TensorMap.__kernel_param__ hands over 128 or 160 bytes by
@@ -108,12 +108,20 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
     const BoxChunk ch = box_chunk(src, at, k);
     box_load_chunk(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
   }
-  cp_async_mbarrier_arrive(bar);  // arrives when this thread's cp.async have landed
-  mbarrier_arrive(bar);           // this thread's own arrival: releases its plain shared stores
+  // No arrival here: box_wait() waits for this thread's cp.async, then arrives once and waits. One arrival
+  // per thread per phase, always followed by a wait, is the pattern compute-sanitizer synccheck accepts
+  // (arriving twice - cp.async.mbarrier.arrive plus mbarrier.arrive - was reported as "missing wait").
+  cp_async_commit_group();
 #endif
 }
 
 // Wait for the box load tracked by `phase` (all threads that read the box).
-__device__ __forceinline__ void box_wait(MbarrierPhase& phase) { phase.wait(); }
+__device__ __forceinline__ void box_wait(MbarrierPhase& phase) {
+#if !TMAKIT_USE_TMA
+  cp_async_wait_all();          // this thread's copies have landed (also those of later boxes: simple, safe)
+  mbarrier_arrive(phase.bar);   // release this thread's cp.async results and plain stores to the block
+#endif
+  phase.wait();
+}
 
 }  // namespace tmakit

@@ -19,13 +19,14 @@ from .rules import Violation
 from .spec import Im2colSpec, TiledSpec, positive_ints, to_driver_order
 from .tensor_map import TensorMap
 
-# Two caches. _BY_REQUEST answers a repeated identical request for the same live array with the same TensorMap
-# (weak values: a TensorMap holds its array, so the cache must not hold TensorMaps). _TEMPLATES keeps, per shape
-# class (everything but the address), the checked spec and the driver-typed encode arguments, so a fresh
-# tensor of a known shape costs one alignment test and one driver call.
-_BY_REQUEST: "weakref.WeakValueDictionary[tuple, TensorMap]" = weakref.WeakValueDictionary()
+# Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
+# request for the same live array (held weakly, so the cache never keeps an array alive) with the encoded
+# descriptor; every call still returns a new TensorMap that holds the array. _TEMPLATES keeps, per shape class
+# (everything but the address), the checked spec and the driver-typed encode arguments, so a new tensor of a
+# known shape costs an alignment test and one driver call.
+_REQUESTS: dict[tuple, tuple] = {}
 _TEMPLATES: dict[tuple, "_Template"] = {}
-_TEMPLATE_LIMIT = 4096
+_CACHE_LIMIT = 4096
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,14 @@ class _Template:
 
 
 def clear_cache() -> None:
-    _BY_REQUEST.clear()
+    _REQUESTS.clear()
     _TEMPLATES.clear()
+
+
+def _remember(table: dict, key: tuple, value: Any) -> None:
+    if len(table) >= _CACHE_LIMIT:
+        table.clear()
+    table[key] = value
 
 
 def _with_address(spec: TiledSpec, address: int) -> TiledSpec:
@@ -174,48 +181,68 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
     ``swizzle="auto"`` picks the widest swizzle that does not pad the box's rows. Every rule is checked first;
     a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the descriptor is encoded in the array's
-    context. A repeated identical request for a live array returns the same TensorMap; a new tensor of an
-    already seen shape class skips the rule evaluation (its address is still checked).
+    context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
+    seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
     """
-    request = None
-    if cache and array is not None and hasattr(array, "data_ptr") and hasattr(array, "stride"):
-        try:  # torch fast path: identity + cheap metadata decide a hit
-            request = (id(array), tuple(box) if box is not None else None, swizzle, oob_fill, l2_promotion, interleave,
-                       tuple(element_strides) if element_strides is not None else None, dtype, arch, encode)
-            hit = _BY_REQUEST.get(request)
-        except TypeError:  # unhashable options: take the general path
-            request = hit = None
-        if (hit is not None and hit.owner is array and hit.address == array.data_ptr()
-                and hit.source_layout == (array.shape, array.stride())):
-            return hit
+    options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
+    if cache and array is not None and hasattr(array, "data_ptr") and hasattr(array, "get_device"):
+        try:  # torch: identity and cheap metadata decide a hit, with no parsing
+            box_key = box if type(box) is tuple else tuple(box)
+            es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
+            request = (id(array), box_key, swizzle, oob_fill, l2_promotion, interleave, es_key, dtype, arch, encode)
+            entry = _REQUESTS.get(request)
+        except TypeError:  # unhashable or missing options: the general path reports them
+            return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
+        ptr, layout = array.data_ptr(), (array.shape, array.stride())
+        if entry is not None and entry[0]() is array and entry[1] == ptr and entry[2] == layout:
+            return TensorMap(*entry[3], array, layout)
+        template_key = ("torch", layout, array.dtype, array.get_device(), box_key, request[2:])
+        template = _TEMPLATES.get(template_key)
+        if template is None:
+            result, template = _describe(array, box, shape, dtype, strides, options, cache=True)
+            _remember(_TEMPLATES, template_key, template)
+        else:
+            result = _from_template(template, ptr, array.get_device(), array)
+        result.source_layout = layout
+        _remember(_REQUESTS, request, (weakref.ref(array), ptr, layout,
+                                       (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
+        return result
+    return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
+
+
+def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, options: tuple, *,
+              cache: bool) -> tuple[TensorMap, _Template]:
+    swizzle, oob_fill, l2_promotion, interleave, element_strides, _dtype, arch, encode = options
     view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
     device = view.device if view is not None else None
-    template_key = (dt, shp, st, box if isinstance(box, tuple) else (tuple(box) if box is not None else None),
-                    swizzle, oob_fill, l2_promotion, interleave,
-                    tuple(element_strides) if element_strides is not None else None, arch, encode, device)
-    template = _TEMPLATES.get(template_key) if cache else None
+    key = None
+    if cache:
+        try:
+            key = (dt, shp, st, tuple(box) if box is not None else None, swizzle, oob_fill, l2_promotion, interleave,
+                   tuple(element_strides) if element_strides is not None else None, arch, encode, device)
+        except TypeError:
+            key = None
+    template = _TEMPLATES.get(key) if key is not None else None
     if template is None:
         template = _make_template(dt, shp, st, box, swizzle, oob_fill, l2_promotion, interleave, element_strides,
                                   arch, encode, view, device)
-        if cache:
-            if len(_TEMPLATES) >= _TEMPLATE_LIMIT:
-                _TEMPLATES.clear()
-            _TEMPLATES[template_key] = template
+        if key is not None:
+            _remember(_TEMPLATES, key, template)
+    return _from_template(template, address, device, view.owner if view is not None else None), template
+
+
+def _from_template(template: _Template, address: int, device: int | None, owner: Any) -> TensorMap:
     if address % template.alignment:  # the only address-dependent rule: report it with all the others
         raise TensorMapError(_with_address(template.spec, address).check(template.arch))
     spec = _with_address(template.spec, address)
     descriptor = None
-    if template.prepared is not None and view is not None:
+    if template.prepared is not None and owner is not None:
         from .encode import descriptor_bytes, encode_prepared
 
         _driver.ensure_context(device or 0)
         err, tmap = encode_prepared(template.prepared, address)
         descriptor = descriptor_bytes(tmap) if int(err) == 0 else _encode_or_explain(spec, device or 0)
-    result = TensorMap(spec, template.arch, device, descriptor, template.reason, view.owner if view else None)
-    if request is not None:
-        result.source_layout = (array.shape, array.stride())
-        _BY_REQUEST[request] = result
-    return result
+    return TensorMap(spec, template.arch, device, descriptor, template.reason, owner)
 
 
 def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, oob_fill: Any, l2_promotion: Any,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -14,11 +15,19 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def commit() -> str:
+    """The commit measured: git where there is a checkout, else $TMAKIT_COMMIT or the file .device_commit that
+    the device batch leaves at the repository root (the GPU machine gets the working tree without .git)."""
+    if os.environ.get("TMAKIT_COMMIT"):
+        return os.environ["TMAKIT_COMMIT"]
+    marker = Path(__file__).resolve().parents[1] / ".device_commit"
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or "unknown"
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent, timeout=10).stdout.strip()
+        if out:
+            return out
     except Exception:  # noqa: BLE001 - a benchmark still runs outside a checkout
-        return "unknown"
+        pass
+    return marker.read_text().strip() if marker.exists() else "unknown"
 
 
 def device_name() -> str:

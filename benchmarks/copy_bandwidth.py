@@ -17,21 +17,15 @@ import datetime as dt
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import commit  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "copy_bandwidth"
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).resolve().parents[1]).stdout.strip()
-    except Exception:  # noqa: BLE001 - a report without a commit is still a report
-        return "unknown"
 
 
 def _time_ms(torch, fn: Callable[[], None], warmup: int, reps: int) -> float:
@@ -135,7 +129,7 @@ def main() -> int:
             print(f"{op:9s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s  {note}", flush=True)
 
     meta = {"benchmark": NAME, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "git_commit": _git_commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
+            "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
             "warmup": warmup, "repetitions": reps, "statistic": "median of CUDA-event times", "results": rows_out}
     lines = [f"# Copy / transpose bandwidth", "", f"- device: {meta['device']}", f"- date: {meta['date']}",
              f"- git commit: {meta['git_commit']}", f"- buffers: {nbytes / 2**30:.2f} GiB float32 {rows}x{cols} "

@@ -5,6 +5,7 @@
 set -u
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 R=/tmp/tmakit_results; rm -rf $R; mkdir -p $R
+[ -f .device_commit ] && export TMAKIT_COMMIT=$(cat .device_commit)
 Q=${1:-}
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git rev-parse --short HEAD 2>/dev/null; } > $R/run_info.txt
 timeout 60 python3 tests/data/make_tensormap_corpus.py --seed 1 --out $R/tensormap_corpus.jsonl > $R/corpus.log 2>&1

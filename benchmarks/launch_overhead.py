@@ -20,13 +20,15 @@ import datetime as dt
 import json
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import commit  # noqa: E402
 
 SOURCE = r'''
 struct __align__(64) TmaDescriptor { unsigned long long opaque[16]; };  // same layout as CUtensorMap
@@ -149,13 +151,8 @@ def run(quick: bool) -> dict[str, Any]:
 def write(report: dict[str, Any], out: Path | None) -> Path:
     here = Path(__file__).resolve().parent / "results"
     here.mkdir(parents=True, exist_ok=True)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=here).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
     report = {"benchmark": "launch_overhead", "date": dt.datetime.now().isoformat(timespec="seconds"),
-              "commit": commit, **report}
+              "commit": commit(), **report}
     lines = [
         "# Launch overhead: empty kernel (CUtensorMap by value + pointer + int)", "",
         f"- device: {report['device']}", f"- date: {report['date']}", f"- commit: {commit}",

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -28,14 +27,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import commit  # noqa: E402
 
 
 def median_ms(stream, enqueue: Callable[[], None], *, inner: int, reps: int, warmup: int) -> float:
@@ -166,7 +159,7 @@ def write(rows: list[dict], pipe: dict, args: argparse.Namespace) -> list[Path]:
     from tmakit import _driver
 
     meta = {"device": _driver.device_name(0), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _commit(), "quick": args.quick, "driver": "%d.%d" % _driver.driver_version()}
+            "commit": commit(), "quick": args.quick, "driver": "%d.%d" % _driver.driver_version()}
     fmt = lambda v, f="{:.1f}": "n/a" if v is None else f.format(v)  # noqa: E731
     lines = [f"# Transfer bandwidth ({'quick' if args.quick else 'full'} run)", "",
              f"- device: {meta['device']} (driver {meta['driver']})", f"- date: {meta['date']}", f"- commit: {meta['commit']}",

@@ -65,12 +65,12 @@ def measure(launch: Callable[[], None], stream: Any, n: int, repeats: int) -> di
     stream.sync()
     host, gpu = [], []
     for _ in range(repeats):
-        start = stream.record(options=EventOptions(enable_timing=True))
+        start = stream.record(options=EventOptions(timing_enabled=True))
         t0 = time.perf_counter()
         for _ in range(n):
             launch()
         t1 = time.perf_counter()
-        end = stream.record(options=EventOptions(enable_timing=True))
+        end = stream.record(options=EventOptions(timing_enabled=True))
         end.sync()
         host.append((t1 - t0) / n * 1e6)
         gpu.append((end - start) / n * 1e3)

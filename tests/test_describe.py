@@ -164,3 +164,17 @@ def test_driver_rejection_after_checker_pass_names_a_culprit(monkeypatch):
     x = torch.zeros((64, 64), dtype=torch.float32, device="cuda")
     with pytest.raises(TensorMapError, match="l2_promotion"):
         describe_tensor(x, box=(8, 32), l2_promotion="128B", cache=False)
+
+
+@pytest.mark.requires_sm90
+def test_fresh_tensors_of_a_known_shape_match_a_full_encode():
+    """The per-shape fast path (cuTensorMapReplaceAddress on a stored descriptor) equals a full encode."""
+    torch = pytest.importorskip("torch")
+    x = torch.empty((1024, 512), dtype=torch.float16, device="cuda")
+    for rows in (0, 8, 77, 500):
+        view = x[rows:rows + 256]
+        fast = describe_tensor(view, box=(64, 64), swizzle="128B")
+        full = describe_tensor(view, box=(64, 64), swizzle="128B", cache=False)
+        assert fast.address == view.data_ptr() and fast.descriptor == full.descriptor
+    with pytest.raises(TensorMapError, match="address.align16"):
+        describe_tensor(x.view(-1)[3:3 + 256 * 512].view(256, 512), box=(64, 64))

@@ -146,10 +146,11 @@ def _primary_contexts(ordinal: int) -> Any:
 def ensure_context(ordinal: int = 0) -> Any:
     """Make a context of device ``ordinal`` current on this thread (its primary one unless the current context
     already belongs to that device); return the current context."""
-    ctx = call("cuCtxGetCurrent")
-    if ctx is not None and int(ctx) != 0 and (int(ctx) == int(primary_context(ordinal))
-                                              or int(call("cuCtxGetDevice")) == ordinal):
+    err, ctx = driver().cuCtxGetCurrent()  # hot path (every encode): the result is checked just below
+    if int(err) == 0 and ctx is not None and int(ctx) != 0 and (
+            int(ctx) == int(primary_context(ordinal)) or int(call("cuCtxGetDevice")) == ordinal):
         return ctx
+    check("cuCtxGetCurrent", (err,))
     ctx = primary_context(ordinal)
     call("cuCtxSetCurrent", ctx)
     return ctx

@@ -5,8 +5,9 @@ Public parameters are in numpy order (outermost first); the conversion to driver
 """
 from __future__ import annotations
 
+import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from .. import _driver
@@ -29,13 +30,30 @@ _TEMPLATES: dict[tuple, "_Template"] = {}
 _CACHE_LIMIT = 4096
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Template:
     spec: TiledSpec  # address 0: every address-independent rule already passed
     arch: Arch
     reason: str
     prepared: tuple | None  # encode arguments for the driver, when a GPU encode applies
     alignment: int  # the address alignment the spec needs (16, or 32 with interleave 32B / packed types)
+    encoded: Any = None  # a CUtensorMap of this shape class, re-pointed by cuTensorMapReplaceAddress
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def descriptor_at(self, address: int) -> bytes | None:
+        """The descriptor at ``address``: the first time a full encode, then the driver's address replacement
+        on the stored descriptor (one cheap call instead of re-encoding). None when the driver refuses."""
+        from .encode import descriptor_bytes, encode_prepared
+
+        drv = _driver.bindings()
+        with self.lock:
+            if self.encoded is not None and int(drv.cuTensorMapReplaceAddress(self.encoded, address)[0]) == 0:
+                return descriptor_bytes(self.encoded)
+            err, tmap = encode_prepared(self.prepared, address)
+            if int(err) != 0:
+                return None
+            self.encoded = tmap
+            return descriptor_bytes(tmap)
 
 
 def clear_cache() -> None:
@@ -185,7 +203,7 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
     """
     options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
-    if cache and array is not None and hasattr(array, "data_ptr") and hasattr(array, "get_device"):
+    if cache and (type(array) in _TORCH_LIKE or (array is not None and _is_torch_like(array))):
         try:  # torch: identity and cheap metadata decide a hit, with no parsing
             box_key = box if type(box) is tuple else tuple(box)
             es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
@@ -208,6 +226,17 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
                                        (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
         return result
     return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
+
+
+_TORCH_LIKE: set[type] = set()
+
+
+def _is_torch_like(array: Any) -> bool:
+    """torch tensors (and look-alikes): data_ptr(), stride(), get_device(); remembered per type."""
+    if hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device"):
+        _TORCH_LIKE.add(type(array))
+        return True
+    return False
 
 
 def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, options: tuple, *,
@@ -237,11 +266,8 @@ def _from_template(template: _Template, address: int, device: int | None, owner:
     spec = _with_address(template.spec, address)
     descriptor = None
     if template.prepared is not None and owner is not None:
-        from .encode import descriptor_bytes, encode_prepared
-
         _driver.ensure_context(device or 0)
-        err, tmap = encode_prepared(template.prepared, address)
-        descriptor = descriptor_bytes(tmap) if int(err) == 0 else _encode_or_explain(spec, device or 0)
+        descriptor = template.descriptor_at(address) or _encode_or_explain(spec, device or 0)
     return TensorMap(spec, template.arch, device, descriptor, template.reason, owner)
 
 

@@ -155,7 +155,7 @@ def write(report: dict[str, Any], out: Path | None) -> Path:
               "commit": commit(), **report}
     lines = [
         "# Launch overhead: empty kernel (CUtensorMap by value + pointer + int)", "",
-        f"- device: {report['device']}", f"- date: {report['date']}", f"- commit: {commit}",
+        f"- device: {report['device']}", f"- date: {report['date']}", f"- commit: {report['commit']}",
         f"- {report['launches_per_repeat']} launches per repeat, median of {report['repeats']} repeats", "",
         "| launcher | host us/launch (median) | host min | GPU us/launch (events) | host vs cuda.core |",
         "|---|---:|---:|---:|---:|",

@@ -34,14 +34,7 @@ class ArrayView:
 
     @property
     def is_c_contiguous(self) -> bool:
-        if 0 in self.shape:
-            return True  # an empty array has no gaps, whatever its strides say
-        expected = self.itemsize
-        for dim, stride in zip(reversed(self.shape), reversed(self.strides)):
-            if dim != 1 and stride != expected:
-                return False
-            expected *= dim
-        return True
+        return is_c_contiguous(self.shape, self.strides, self.itemsize)
 
 
 _TYPESTR_NAMES = {
@@ -49,6 +42,13 @@ _TYPESTR_NAMES = {
     ("f", 2): "float16", ("u", 4): "uint32", ("i", 4): "int32", ("f", 4): "float32", ("u", 8): "uint64",
     ("i", 8): "int64", ("f", 8): "float64",
 }
+
+
+def is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Row-major without gaps (size-1 dims may have any stride; an empty array always is)."""
+    if 0 in shape:
+        return True
+    return all(d == 1 or s == c for d, s, c in zip(shape, strides, _c_strides(shape, itemsize)))
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

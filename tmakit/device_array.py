@@ -15,26 +15,21 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import _driver
-from .arrays import _DLDataType, _DLDevice, _DLTensor, _c_strides
+from ._accounting import LiveCounter
+from .arrays import _DLDataType, _DLDevice, _DLTensor, _c_strides, is_c_contiguous
 from .errors import InvalidArgumentError
 from .memory import _normalize, _UseTracker
 from .streams import as_stream, copy_d2h, copy_h2d, keep_alive, use_device
 
-_stats_lock = threading.Lock()
-_live = {"count": 0, "bytes": 0}
+_live = LiveCounter()
 
 
 def live_device() -> tuple[int, int]:
     """(allocations, bytes) of device memory DeviceArrays hold now: the leak test's yardstick."""
-    with _stats_lock:
-        return _live["count"], _live["bytes"]
+    return _live.snapshot()
 
 
-def _account(count: int, nbytes: int) -> None:
-    with _stats_lock:
-        _live["count"] += count
-        _live["bytes"] += nbytes
-
+_account = _live.add
 
 def _free_device(ctx: Any, ptr: int, nbytes: int) -> None:
     """Finalizer body: cuMemFree once, in the allocating context. Never raises."""
@@ -186,8 +181,7 @@ class DeviceArray:
 
     @property
     def is_c_contiguous(self) -> bool:
-        return self.size == 0 or all(d == 1 or s == c for d, s, c in
-                                     zip(self.shape, self.strides, _c_strides(self.shape, self.itemsize)))
+        return is_c_contiguous(self.shape, self.strides, self.itemsize)
 
     @property
     def closed(self) -> bool:

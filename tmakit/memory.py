@@ -20,27 +20,22 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from . import _driver
+from ._accounting import LiveCounter
 from .errors import InvalidArgumentError
 
 # cuMemHostAlloc / cuMemHostRegister flags (stable ABI values)
 _ALLOC_PORTABLE, _ALLOC_DEVICEMAP, _ALLOC_WRITECOMBINED = 1, 2, 4
 _REGISTER_PORTABLE, _REGISTER_DEVICEMAP = 1, 2
 
-_stats_lock = threading.Lock()
-_live = {"count": 0, "bytes": 0}  # pinned allocations and registrations tmakit currently holds
+_live = LiveCounter()
 
 
 def live_pinned() -> tuple[int, int]:
     """(allocations, bytes) of pinned memory tmakit holds now: the leak test's yardstick."""
-    with _stats_lock:
-        return _live["count"], _live["bytes"]
+    return _live.snapshot()
 
 
-def _account(count: int, nbytes: int) -> None:
-    with _stats_lock:
-        _live["count"] += count
-        _live["bytes"] += nbytes
-
+_account = _live.add
 
 def _free_pinned(ctx: Any, ptr: int, nbytes: int, unregister: bool) -> None:
     """Finalizer body: free or unregister once, in the allocating context. Never raises."""

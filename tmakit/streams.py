@@ -42,12 +42,7 @@ def use_device(device: int = 0) -> Any:
     This is the same context ``cuda.core.Device(device).set_current()`` selects (both retain the primary
     context), so tmakit objects and cuda.core objects made on the same device interoperate.
     """
-    device = _check_device_ordinal(device)
-    if _driver.current_device_ordinal() == device:
-        return _driver.call("cuCtxGetCurrent")
-    ctx = _driver.primary_context(device)
-    _driver.call("cuCtxSetCurrent", ctx)
-    return ctx
+    return _driver.ensure_context(_check_device_ordinal(device))
 
 
 def _release(kind: str, ctx: Any, handle: Any) -> None:

@@ -10,11 +10,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import LaunchError
-from ..tensormap.tensor_map import _BOX_PARAMS, BOX_PARAMS_SIZE as SIZE  # one definition of the byte layout
-
-
-def _pad(values: Sequence[int], fill: int) -> list[int]:
-    return [int(v) for v in values] + [fill] * (5 - len(values))
+from ..tensormap.tensor_map import BOX_PARAMS_SIZE as SIZE
+from ..tensormap.tensor_map import pack_box_params as _pack  # one definition of the byte layout
 
 
 @dataclass(frozen=True)
@@ -33,7 +30,5 @@ class PackedBoxParams:
 def pack_box_params(address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int], elem_size: int,
                     dtype: int, swizzle: int = 0, oob_nan: bool = False) -> PackedBoxParams:
     """dims/strides/box innermost first; strides[0] is the element size (bytes), like the driver's list + 1."""
-    rank = len(dims)
-    return PackedBoxParams(_BOX_PARAMS.pack(
-        int(address), *_pad(dims, 1), *_pad(strides, 0), *_pad(box, 1), *([1] * 5),
-        rank, int(elem_size), int(swizzle), 0, int(bool(oob_nan)), int(dtype)))
+    return PackedBoxParams(_pack(address, dims, strides, box, [1] * len(dims), elem_size, swizzle, 0,
+                                 int(bool(oob_nan)), dtype))

@@ -15,6 +15,7 @@ from ..arch import Arch
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
+from .spec import int_sequence as _int_list
 
 TILED_DOC = "cuTensorMapEncodeTiled"
 IM2COL_DOC = "cuTensorMapEncodeIm2col"
@@ -57,17 +58,6 @@ def _jsonable(value: Any) -> Any:
     if hasattr(value, "short"):
         return value.short
     return value
-
-
-def _int_list(name: str, value: Any) -> list[int]:
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-        raise InvalidArgumentError(name, value, "must be a sequence of integers", f"pass e.g. {name}=[64, 64]")
-    out = []
-    for i, v in enumerate(value):
-        if isinstance(v, bool) or not hasattr(v, "__index__"):
-            raise InvalidArgumentError(f"{name}[{i}]", v, "must be an integer", "pass whole numbers")
-        out.append(int(v.__index__()))
-    return out
 
 
 def _round_up(value: int, multiple: int) -> int:

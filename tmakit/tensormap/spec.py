@@ -15,8 +15,21 @@ def to_driver_order(values: Sequence[int]) -> tuple[int, ...]:
     return tuple(int(v) for v in reversed(tuple(values)))
 
 
+class _SpecMixin:
+    dims: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    def replace(self, **changes: Any):
+        from dataclasses import replace
+
+        return replace(self, **changes)
+
+
 @dataclass(frozen=True)
-class TiledSpec:
+class TiledSpec(_SpecMixin):
     """Everything cuTensorMapEncodeTiled takes, in driver order and units."""
 
     dtype: DataType
@@ -30,10 +43,6 @@ class TiledSpec:
     l2_promotion: L2Promotion = L2Promotion.NONE
     oob_fill: OOBFill = OOBFill.NONE
 
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
     def encode_args(self) -> tuple:
         return (int(self.dtype), self.address, self.dims, self.strides, self.box, self.element_strides,
                 int(self.interleave), int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
@@ -45,14 +54,10 @@ class TiledSpec:
                            interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
                            oob_fill=self.oob_fill, arch=arch)
 
-    def replace(self, **changes: Any) -> "TiledSpec":
-        from dataclasses import replace
-
-        return replace(self, **changes)
 
 
 @dataclass(frozen=True)
-class Im2colSpec:
+class Im2colSpec(_SpecMixin):
     """Everything cuTensorMapEncodeIm2col takes, in driver order and units."""
 
     dtype: DataType
@@ -69,10 +74,6 @@ class Im2colSpec:
     l2_promotion: L2Promotion = L2Promotion.NONE
     oob_fill: OOBFill = OOBFill.NONE
 
-    @property
-    def rank(self) -> int:
-        return len(self.dims)
-
     def encode_args(self) -> tuple:
         return (int(self.dtype), self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
                 self.channels_per_pixel, self.pixels_per_column, self.element_strides, int(self.interleave),
@@ -86,25 +87,28 @@ class Im2colSpec:
                             interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
                             oob_fill=self.oob_fill, arch=arch)
 
-    def replace(self, **changes: Any) -> "Im2colSpec":
-        from dataclasses import replace
-
-        return replace(self, **changes)
 
 
-def positive_ints(name: str, values: Any, length: int | None = None) -> tuple[int, ...]:
-    """Validate a user-given sequence of non-negative ints (numpy order), naming the parameter on error."""
-    if isinstance(values, (int,)) and not isinstance(values, bool):
-        values = (values,)
+def int_sequence(name: str, values: Any) -> list[int]:
+    """A sequence of integers (bools and floats refused), naming the parameter and the entry on error."""
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise InvalidArgumentError(name, values, "must be a sequence of integers", f"pass e.g. {name}=(64, 64)")
+        raise InvalidArgumentError(name, values, "must be a sequence of integers", f"pass e.g. {name}=[64, 64]")
     out = []
     for i, v in enumerate(values):
         if isinstance(v, bool) or not hasattr(v, "__index__"):
             raise InvalidArgumentError(f"{name}[{i}]", v, "must be an integer", "pass whole numbers")
-        if int(v) < 0:
-            raise InvalidArgumentError(f"{name}[{i}]", int(v), "must not be negative", "sizes and strides are >= 0")
-        out.append(int(v))
+        out.append(int(v.__index__()))
+    return out
+
+
+def positive_ints(name: str, values: Any, length: int | None = None) -> tuple[int, ...]:
+    """Validate a user-given sequence of non-negative ints (numpy order), naming the parameter on error."""
+    if isinstance(values, int) and not isinstance(values, bool):
+        values = (values,)
+    out = int_sequence(name, values)
+    for i, v in enumerate(out):
+        if v < 0:
+            raise InvalidArgumentError(f"{name}[{i}]", v, "must not be negative", "sizes and strides are >= 0")
     if length is not None and len(out) != length:
         raise InvalidArgumentError(name, tuple(out), f"needs {length} entries (one per dimension, outermost first)",
                                    f"give {length} values")

@@ -16,6 +16,17 @@ _BOX_PARAMS = struct.Struct("<Q5Q5Q5I5I6I8x")  # tmakit::BoxParams (cuda_src/tma
 assert _BOX_PARAMS.size == BOX_PARAMS_SIZE
 
 
+def pack_box_params(address: int, dims: Any, strides: Any, box: Any, element_strides: Any, elem_size: int,
+                    swizzle: int, interleave: int, oob_nan: int, dtype: int) -> bytes:
+    """The 160-byte tmakit::BoxParams block; sequences innermost first, ``strides`` starting with the element
+    size (the driver's globalStrides with dim 0 prepended). Unused ranks are padded as the device code expects."""
+    rank = len(dims)
+    pad = 5 - rank
+    return _BOX_PARAMS.pack(int(address), *map(int, dims), *[1] * pad, *map(int, strides), *[0] * pad,
+                            *map(int, box), *[1] * pad, *map(int, element_strides), *[1] * pad, rank, int(elem_size),
+                            int(swizzle), int(interleave), int(oob_nan), int(dtype))
+
+
 @dataclass(eq=False)
 class TensorMap:
     """A tensor map for one tensor: its parameters (both orders), sizes, and the 128-byte descriptor.
@@ -134,13 +145,9 @@ class TensorMap:
         """The 160-byte ``tmakit::BoxParams`` block the cp.async fallback takes (docs/CONTRACTS.md)."""
         if self.mode != "tiled":
             raise NotImplementedError("the cp.async fallback handles tiled tensor maps only")
-        rank = self.rank
-        dims = list(self.dims) + [1] * (5 - rank)
-        strides = [self.dtype.size] + list(self.strides) + [0] * (5 - rank)
-        box = list(self.box) + [1] * (5 - rank)
-        es = list(self.element_strides) + [1] * (5 - rank)
-        return _BOX_PARAMS.pack(self.address, *dims, *strides[:5], *box, *es, rank, self.dtype.size,
-                                int(self.swizzle), int(self.interleave), int(self.oob_fill), int(self.dtype))
+        return pack_box_params(self.address, self.dims, (self.dtype.size,) + tuple(self.strides), self.box,
+                               self.element_strides, self.dtype.size, int(self.swizzle), int(self.interleave),
+                               int(self.oob_fill), int(self.dtype))
 
     def __kernel_param__(self, nbytes: int) -> bytes:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""

@@ -13,6 +13,7 @@ cp $R/tensormap_corpus.jsonl $OUT/ 2>/dev/null
 TMAKIT_HW_REPORT=$R/hw_report.json TMAKIT_CORPUS_OUT=$R/fresh_corpus.jsonl \
   timeout 330 python3 -m pytest -q -rs -p no:cacheprovider --timeout 150 --junitxml=$R/junit.xml tests > $R/pytest.log 2>&1
 echo "pytest rc=$?" >> $R/pytest.log
+timeout 120 python3 examples/async_memcpy_overlap.py --gib 1 --png $R/timeline.png > $R/example.log 2>&1; echo "rc=$?" >> $R/example.log
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do
   timeout ${BENCH_TIMEOUT:-70} python3 benchmarks/$b.py ${Q:+--quick} --out $R > $R/bench_$b.log 2>&1; echo "rc=$?" >> $R/bench_$b.log
 done
@@ -21,4 +22,5 @@ tar czf $OUT/results.tar.gz -C /tmp tmakit_results
 echo "=== summary"; cat $R/corpus.log | tail -1 | cut -c1-300; grep -E "passed|failed|error" $R/pytest.log | tail -3
 grep -E "^FAILED|^ERROR" $R/pytest.log | head -40
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do echo "--- $b"; grep -E "^\|" $R/bench_$b.log | head -14; tail -2 $R/bench_$b.log; done
+echo "--- example"; tail -25 $R/example.log
 echo "--- sanitize"; tail -8 $R/sanitize.log

@@ -17,14 +17,18 @@ def test_describe_without_gpu_checks_and_sizes():
     assert "TensorMap(tiled, bf16" in repr(tm)
 
 
-@pytest.mark.parametrize("dtype, inner, expected", [
-    ("f32", 32, Swizzle.B128), ("f32", 16, Swizzle.B64), ("f16", 16, Swizzle.B32), ("u8", 16, Swizzle.NONE),
-    ("f64", 48, Swizzle.NONE), ("u8", 48, Swizzle.B64),
+@pytest.mark.parametrize("dtype, inner, expected, padded", [
+    ("f32", 32, Swizzle.B128, False), ("f32", 16, Swizzle.B64, False), ("f16", 16, Swizzle.B32, False),
+    ("u8", 16, Swizzle.NONE, False), ("f64", 48, Swizzle.NONE, False), ("u8", 48, Swizzle.B64, True),
+    ("f16", 24, Swizzle.B64, True),
 ])
-def test_auto_swizzle_picks_the_widest_without_padding(dtype, inner, expected):
+def test_auto_swizzle_picks_the_smallest_span_holding_a_row(dtype, inner, expected, padded):
     tm = describe_tensor(shape=(256, 4096), dtype=dtype, box=(8, inner), encode=False)
     assert tm.swizzle is expected
-    assert tm.smem_bytes == tm.box_bytes or tm.swizzle.span > inner * tm.dtype.size
+    row = inner * tm.dtype.size
+    pitch = max(row, tm.swizzle.span)
+    assert tm.box_bytes == 8 * row and tm.smem_bytes == 8 * pitch
+    assert (pitch > row) == padded and ("padded" in tm.swizzle_reason) == padded
 
 
 def test_numpy_order_is_reversed_once():
@@ -178,3 +182,41 @@ def test_fresh_tensors_of_a_known_shape_match_a_full_encode():
         assert fast.address == view.data_ptr() and fast.descriptor == full.descriptor
     with pytest.raises(TensorMapError, match="address.align16"):
         describe_tensor(x.view(-1)[3:3 + 256 * 512].view(256, 512), box=(64, 64))
+
+
+@pytest.mark.parametrize("kwargs, parameter", [
+    (dict(shape=(64, 64), dtype="f32", box=(8, 8), swizzle=["128B"]), "swizzle"),
+    (dict(shape=(), dtype="bf16", box=()), "shape"),
+    (dict(shape=(64, 64), dtype="f32", box=(8.0, 8)), r"box\[0\]"),
+    (dict(shape=(64, 64), dtype="f32", box=(True, 8)), r"box\[0\]"),
+])
+def test_bad_input_is_refused_whatever_is_cached(kwargs, parameter):
+    describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), encode=False)  # warm the cache with the good twin
+    describe_tensor(shape=(64, 64), dtype="f32", box=(1, 8), encode=False)
+    with pytest.raises(InvalidArgumentError, match=rf"^{parameter}"):
+        describe_tensor(encode=False, **kwargs)
+
+
+def test_negative_strides_and_addresses_are_refused():
+    from tmakit.tensormap import check_tiled
+
+    with pytest.raises(InvalidArgumentError, match="^strides.*negative"):
+        describe_tensor(shape=(64, 64), dtype="f32", strides=(-256, 4), box=(8, 8), encode=False)
+    assert "strides.negative" in {v.rule for v in check_tiled("f32", 1 << 40, [64, 64], [-256], [8, 8], [1, 1])}
+    with pytest.raises(InvalidArgumentError, match="^address"):
+        check_tiled("f32", -16, [64], [], [4], [1])
+
+
+def test_encode_tiled_and_im2col_validate_their_inputs():
+    from tmakit import encode_tiled
+
+    with pytest.raises(InvalidArgumentError, match=r"^dims\[0\]"):
+        encode_tiled("f32", 1 << 40, ["a"], [], [4], encode=False)
+    with pytest.raises(InvalidArgumentError, match="^address"):
+        encode_tiled("f32", None, [64], [], [4], encode=False)
+    with pytest.raises(InvalidArgumentError, match="^pixels_per_column"):
+        describe_im2col(shape=(8, 32, 32, 64), dtype="f16", pixels_per_column=2.7, encode=False)
+    with pytest.raises(InvalidArgumentError, match="^lower_corner"):
+        describe_im2col(shape=(8, 32, 32, 64), dtype="f16", pixels_per_column=8, lower_corner="ab", encode=False)
+    with pytest.raises(InvalidArgumentError, match="^shape"):
+        describe_im2col(shape=(8, 64), dtype="f16", pixels_per_column=8, encode=False)

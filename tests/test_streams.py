@@ -261,3 +261,16 @@ def test_gpu_stream_from_another_device_is_refused():
     d = DeviceArray.empty(16, np.float32, device=0)
     with pytest.raises(InvalidArgumentError, match="stream=.*device 1"):
         copy_h2d(d, np.zeros(16, np.float32), Stream(1))
+
+
+def test_context_for_restores_the_callers_context(fake):
+    from tmakit import _driver
+
+    _driver.ensure_context(0)
+    before = int(_driver.call("cuCtxGetCurrent"))
+    with _driver.context_for(1):
+        assert int(_driver.call("cuCtxGetDevice")) == 1
+    assert int(_driver.call("cuCtxGetCurrent")) == before
+    with _driver.context_for(0) as scope:  # already current: nothing pushed
+        assert not scope.pushed
+    assert int(_driver.call("cuCtxGetCurrent")) == before

@@ -21,7 +21,10 @@ from tmakit.layout import box_geometry, tma_load_image
 N_DESCRIPTORS = int(os.environ.get("TMAKIT_HW_DESCRIPTORS", "1000"))
 BUFFER_BYTES = 32 << 20
 TYPES = [DataType.UINT8, DataType.UINT16, DataType.FLOAT16, DataType.BFLOAT16, DataType.UINT32, DataType.INT32,
-         DataType.FLOAT32, DataType.UINT64, DataType.FLOAT64, DataType.INT64]
+         DataType.FLOAT32, DataType.UINT64, DataType.FLOAT64, DataType.INT64, DataType.TFLOAT32, DataType.FLOAT32_FTZ,
+         DataType.TFLOAT32_FTZ]
+# TMA converts these in flight (tf32 rounding, flush to zero); the cp.async path refuses them by design.
+CONVERTING = (DataType.TFLOAT32, DataType.FLOAT32_FTZ, DataType.TFLOAT32_FTZ)
 
 
 def random_case(rng: random.Random):
@@ -86,11 +89,12 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
             coords_np = [list(reversed(c)) for c in case["coords"]]
             memory = host[case["offset"]:]
             tma = load_tiles(tm, coords_np, backend="tma")
-            cpa = load_tiles(tm, coords_np, backend="cp.async")
+            cpa = None if case["dtype"] in CONVERTING else load_tiles(tm, coords_np, backend="cp.async")
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, memory, c, poison=POISON)
                 ok_tma = np.array_equal(tma.images[i], model)
-                ok_cpa = np.array_equal(cpa.images[i], model)
+                ok_cpa = True if cpa is None else np.array_equal(cpa.images[i], model)
+                stats["cp_async_compared"] += cpa is not None
                 stats["boxes"] += 1
                 stats["tma_equal"] += ok_tma
                 stats["cp_async_equal"] += ok_cpa
@@ -112,3 +116,4 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
     assert failures == [], json.dumps(report)[:4000]
     assert all(stats[f"rank{r}"] > 0 for r in range(1, 6))
     assert all(stats[f"swizzle_{s}"] > 0 for s in ("NONE", "32B", "64B", "128B"))
+    assert stats["cp_async_compared"] > 2000

@@ -39,7 +39,7 @@ def _error_text(drv: Any, err: Any) -> tuple[str, str]:
 
 
 _HINTS = {
-    "CUDA_ERROR_INVALID_CONTEXT": "no CUDA context is current on this thread; tmakit.current_context(device) makes one current",
+    "CUDA_ERROR_INVALID_CONTEXT": "no CUDA context is current on this thread; tmakit.use_device(device) makes one current",
     "CUDA_ERROR_NO_DEVICE": "the driver sees no GPU",
     "CUDA_ERROR_OUT_OF_MEMORY": "free memory or ask for less",
 }
@@ -154,6 +154,33 @@ def ensure_context(ordinal: int = 0) -> Any:
     ctx = primary_context(ordinal)
     call("cuCtxSetCurrent", ctx)
     return ctx
+
+
+class context_for:  # noqa: N801 - used like a function: ``with context_for(device):``
+    """Run a block in a context of device ``ordinal`` and restore the caller's current context afterwards.
+
+    When the current context already belongs to the device nothing is pushed; otherwise the primary context
+    is pushed and popped, so describing a tensor on another GPU does not change torch's or cupy's device.
+    """
+
+    __slots__ = ("ordinal", "pushed")
+
+    def __init__(self, ordinal: int = 0) -> None:
+        self.ordinal, self.pushed = ordinal, False
+
+    def __enter__(self) -> "context_for":
+        err, ctx = driver().cuCtxGetCurrent()  # hot path: checked just below
+        check("cuCtxGetCurrent", (err,))
+        if ctx is not None and int(ctx) != 0 and (int(ctx) == int(primary_context(self.ordinal))
+                                                  or int(call("cuCtxGetDevice")) == self.ordinal):
+            return self
+        call("cuCtxPushCurrent", primary_context(self.ordinal))
+        self.pushed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pushed:
+            call("cuCtxPopCurrent")
 
 
 def current_device_ordinal() -> int | None:

@@ -63,7 +63,7 @@ def cmd_describe(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps({"valid": True, "tensor_map": tmap.to_dict()}, indent=2))
         return 0
     console.print(tmap)
-    if tmap.swizzle.span:
+    if tmap.swizzle.span and not tmap.swizzle.blackwell_only:
         console.print(swizzle_grid(tmap.swizzle, tmap.dtype))
     return 0
 
@@ -74,6 +74,11 @@ def cmd_swizzle(args: argparse.Namespace, console: Console) -> int:
     from .tensormap.enums import Swizzle
 
     sw = Swizzle.parse(args.mode, "mode")
+    if sw.blackwell_only or sw is Swizzle.NONE:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError("mode", args.mode, "has no Hopper swizzle pattern to show (Blackwell modes are "
+                                   "validated but not modelled)", "use 32B, 64B or 128B")
     if args.json:
         print(json.dumps({"swizzle": sw.short, "span": sw.span, "alignment": sw.alignment,
                           "chunk_positions": swizzle_pattern(sw, args.rows).tolist()}))
@@ -88,8 +93,8 @@ def cmd_corpus_check(args: argparse.Namespace, console: Console) -> int:
     from . import _driver
 
     _driver.ensure_context(args.device)
-    base = int(_driver.call("cuMemAlloc", 1 << 20))
-    base = (base + 1023) // 1024 * 1024
+    base_alloc = _driver.call("cuMemAlloc", 1 << 20)
+    base = (int(base_alloc) + 1023) // 1024 * 1024
     disagreements = []
     total = 0
     for kind, n in (("tiled", args.n), ("im2col", args.n)):
@@ -101,6 +106,7 @@ def cmd_corpus_check(args: argparse.Namespace, console: Console) -> int:
             total += 1
             if (verdict == "CUDA_SUCCESS") != (not ours):
                 disagreements.append({"case": case, "driver": verdict, "tmakit": [v.rule for v in ours]})
+    _driver.call("cuMemFree", base_alloc)
     result = {"seed": args.seed, "cases": total, "disagreements": len(disagreements), "examples": disagreements[:5]}
     if args.json:
         print(json.dumps(result, indent=2))

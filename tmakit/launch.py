@@ -115,8 +115,8 @@ class Kernel:
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
             self._packer.pack(args)
             result = self._launch(config, self._func, self._packer.pointers_address, 0)
-        if (result[0] if type(result) is tuple else result) != 0:
-            self._launch_failed(result, config)
+            if (result[0] if type(result) is tuple else result) != 0:
+                self._launch_failed(result, config)  # retries with these arguments, still under the lock
         if self._blocking:
             _driver.call("cuStreamSynchronize", config.hStream)
 
@@ -130,8 +130,7 @@ class Kernel:
         from .build.module import make_current
 
         make_current(self.device)
-        with self._lock:
-            _driver.check("cuLaunchKernelEx", self._launch(config, self._func, self._packer.pointers_address, 0))
+        _driver.check("cuLaunchKernelEx", self._launch(config, self._func, self._packer.pointers_address, 0))
 
     def _configure(self, grid: Any, block: Any, shared_mem: Any, handle: int, cluster: Any) -> Any:
         drv = _driver.driver()

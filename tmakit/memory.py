@@ -56,15 +56,18 @@ class _UseTracker:
 
     def __init__(self) -> None:
         self._events: list[Any] = []
+        self._uses_lock = threading.Lock()  # copies from several threads must not lose an event
 
     def _note_use(self, event: Any) -> None:
-        self._events = [e for e in self._events if not e.closed and not e.query()] + [event]
+        with self._uses_lock:
+            self._events = [e for e in self._events if not e.closed and not e.query()] + [event]
 
     def _wait_for_uses(self) -> None:
-        for event in self._events:
+        with self._uses_lock:
+            events, self._events = self._events, []
+        for event in events:
             if not event.closed:
                 event.sync()
-        self._events = []
 
 
 class PinnedBuffer(_UseTracker):

@@ -229,6 +229,9 @@ def as_stream(obj: Any = None, *, device: int | None = None, parameter: str = "s
     if hasattr(obj, "__cuda_stream__"):
         version, handle = obj.__cuda_stream__()
         return Stream._borrow(int(handle), obj, None)
+    if hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"):
+        raise InvalidArgumentError(parameter, type(obj).__name__, "is an array, not a stream",
+                                   "pass the stream as stream=..., and the array where the data goes")
     for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         if isinstance(getattr(obj, attr, None), int):
             return Stream._borrow(getattr(obj, attr), obj, None)

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..dtypes import DataType
+from ..errors import InvalidArgumentError
 from ..tensormap.enums import Interleave, OOBFill, Swizzle
 from .swizzle import swizzle_offset
 
@@ -76,7 +77,8 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
     interleave = Interleave.parse(spec.interleave)
     rank = len(geo.counts)
     if len(coords) != rank:
-        raise ValueError(f"coords has {len(coords)} entries; the tensor map has rank {rank}")
+        raise InvalidArgumentError("coords", list(coords), f"needs {rank} entries (innermost first), one per dimension",
+                                   "pass the box's start coordinates in driver order")
     if interleave is not Interleave.NONE:
         raise NotImplementedError("interleaved layouts (16B/32B) are not modelled yet: hardware dumps on the H100 did "
                                   "not match the documented reading; see docs/TMA_SEMANTICS.md")
@@ -111,8 +113,9 @@ def check_box_start(geo: BoxGeometry, coords: Sequence[int]) -> None:
     """
     start = int(coords[0]) * geo.elem_size
     if start % 16:
-        raise ValueError(f"coords[0]={coords[0]} starts the box at byte {start} of dim 0, not a multiple of 16: "
-                         f"TMA faults (illegal instruction); use a multiple of {16 // geo.elem_size or 1}")
+        raise InvalidArgumentError("coords[0]", int(coords[0]), f"starts the box at byte {start} of dim 0, not a multiple "
+                                   "of 16: TMA faults there (illegal instruction)",
+                                   f"use a multiple of {16 // geo.elem_size or 1}")
 
 
 def _convert(dtype: DataType, values: np.ndarray) -> np.ndarray:
@@ -132,7 +135,10 @@ def _convert(dtype: DataType, values: np.ndarray) -> np.ndarray:
 
 
 def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, poison: int | None = None) -> np.ndarray:
-    """The shared-memory bytes a TMA tile load of ``spec`` at ``coords`` (innermost first) writes.
+    """The shared-memory bytes a TMA tile load of ``spec`` at ``coords`` writes.
+
+    ``coords`` are in DRIVER order (innermost first, like the PTX instruction's operands), unlike the numpy-order
+    ``tmakit.ops.load_tiles``: pass ``coords[::-1]`` of a numpy-order coordinate.
 
     ``memory`` holds the tensor's bytes starting at its base address (uint8). The result has
     ``smem_bytes`` entries; padding bytes the hardware leaves untouched are ``poison`` (0 when None).
@@ -147,7 +153,8 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
     src = goff[inb][:, None] + byte
     dst = soff[:, None] + byte
     if src.size and (src.max() >= mem.size):
-        raise ValueError(f"memory holds {mem.size} bytes; the box reads up to byte {int(src.max())}")
+        raise InvalidArgumentError("memory", f"{mem.size} bytes", f"is too small: the box reads up to byte {int(src.max())}",
+                                   "pass the tensor's whole extent, starting at its base address")
     image[dst[inb]] = _convert(dtype, np.ascontiguousarray(mem[src])).reshape(src.shape)
     image[dst[~inb]] = np.broadcast_to(fill, dst[~inb].shape)
     return image
@@ -155,6 +162,9 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
 
 def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:
     """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements are dropped)."""
+    if not (isinstance(memory, np.ndarray) and memory.flags.c_contiguous and memory.flags.writeable):
+        raise InvalidArgumentError("memory", type(memory).__name__, "must be a writable C-contiguous numpy array "
+                                   "(the store writes into it in place)", "pass numpy.ascontiguousarray(...) and use the result")
     geo, soff, goff, inb = _element_map(spec, coords)
     mem = memory.view(np.uint8).reshape(-1)
     byte = np.arange(geo.elem_size, dtype=np.int64)

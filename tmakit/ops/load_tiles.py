@@ -94,6 +94,9 @@ def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backen
 
     tm = _as_tensor_map(tensor_map_or_array, box, describe_kwargs)
     at = _coords(coords, tm.rank)
+    if tm.device is None:
+        raise InvalidArgumentError("tensor_map", repr(tm), "describes no device array (it was built from shape/dtype)",
+                                   "describe a device array: tmakit.describe_tensor(array, box=...)")
     device = int(tm.device)
     choice = choose_backend(backend, device=device)
     if choice.name == "tma" and tm.descriptor is None:

@@ -17,7 +17,7 @@ from ..dtypes import DataType, dtype_from_any
 from ..errors import CudaDriverError, InvalidArgumentError, TensorMapError, UnsupportedDeviceError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import Violation
-from .spec import Im2colSpec, TiledSpec, positive_ints, to_driver_order
+from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
 from .tensor_map import TensorMap
 
 # Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
@@ -76,12 +76,15 @@ def _with_address(spec: TiledSpec, address: int) -> TiledSpec:
 
 
 def _auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
-    """The widest swizzle that does not pad rows: its span is the smallest one >= the inner box bytes."""
+    """The smallest swizzle span that holds a row of the box (the narrowest padding; rows that exactly fill the
+    span are not padded). Wider spans would only pad more: TMA pads every row to the span."""
     if interleave is not Interleave.NONE:
         return Swizzle.B32 if interleave is Interleave.B32 else Swizzle.NONE, "interleave decides"
     for sw in (Swizzle.B32, Swizzle.B64, Swizzle.B128):
         if inner_bytes <= sw.span and inner_bytes * 2 > sw.span:
-            return sw, f"auto: {inner_bytes}-byte rows fill the {sw.short} span"
+            if inner_bytes == sw.span:
+                return sw, f"auto: {inner_bytes}-byte rows fill the {sw.short} span"
+            return sw, f"auto: {inner_bytes}-byte rows, padded to the {sw.short} span"
     if inner_bytes < 32:
         return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
     return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
@@ -101,6 +104,10 @@ def _resolve_arch(arch: Any, device: int | None) -> Arch:
 def _array_info(array: Any, shape: Any, dtype: Any, strides: Any) -> tuple[ArrayView | None, DataType, tuple, tuple, int]:
     """(view, dtype, shape, byte strides in numpy order, address) from an array or from explicit values."""
     if array is not None:
+        if shape is not None or strides is not None:
+            raise InvalidArgumentError("shape" if shape is not None else "strides", shape if shape is not None else strides,
+                                       "is taken from the array; it cannot be given with one",
+                                       "drop shape=/strides=, or describe a view of the array")
         view = device_array_view(array, "array")
         dt = dtype_from_any(dtype if dtype is not None else view.dtype_name, "dtype")
         if dtype is not None and dt.size != view.itemsize:
@@ -127,6 +134,9 @@ def _split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) -
     """Numpy byte strides -> driver globalStrides (dims 1..rank-1); the innermost must be contiguous."""
     if not shape:
         raise InvalidArgumentError("shape", shape, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
+    if any(s < 0 for s in strides):
+        raise InvalidArgumentError(parameter, tuple(strides), "negative strides (reversed views) cannot be described",
+                                   "describe a forward view, or copy the array (x.flip(...).contiguous())")
     if shape[-1] > 1 and strides[-1] != dt.size:
         raise InvalidArgumentError(parameter, tuple(strides),
                                    f"the innermost dimension must be contiguous (stride {dt.size} bytes), not {strides[-1]}",
@@ -137,15 +147,17 @@ def _split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) -
 def _encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
     from .encode import descriptor_bytes, encode_im2col_raw, encode_tiled_raw
 
-    _driver.ensure_context(device)
     raw = encode_tiled_raw if isinstance(spec, TiledSpec) else encode_im2col_raw
-    err, tmap = raw(*spec.encode_args())
+    with _driver.context_for(device):
+        err, tmap = raw(*spec.encode_args())
     if int(err) == 0:
         return descriptor_bytes(tmap)
     call = "cuTensorMapEncodeTiled" if isinstance(spec, TiledSpec) else "cuTensorMapEncodeIm2col"
     if err.name != "CUDA_ERROR_INVALID_VALUE":
         _driver.check(call, (err,))
-    raise TensorMapError([_find_culprit(spec, raw, call)], header=f"{call} rejected parameters the checker accepted")
+    with _driver.context_for(device):
+        culprit = _find_culprit(spec, raw, call)
+    raise TensorMapError([culprit], header=f"{call} rejected parameters the checker accepted")
 
 
 def _find_culprit(spec: TiledSpec | Im2colSpec, raw: Any, call: str) -> Violation:
@@ -197,7 +209,8 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     """Build a tiled tensor map for ``array`` (or for ``shape``/``dtype``/``strides`` without one).
 
     ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
-    ``swizzle="auto"`` picks the widest swizzle that does not pad the box's rows. Every rule is checked first;
+    ``swizzle="auto"`` picks the smallest swizzle span that holds a row (rows are padded to it when narrower).
+    Every rule is checked first;
     a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the descriptor is encoded in the array's
     context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
     seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
@@ -207,6 +220,8 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
         try:  # torch: identity and cheap metadata decide a hit, with no parsing
             box_key = box if type(box) is tuple else tuple(box)
             es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
+            if not _plain_request(box_key, es_key, options[:4]):
+                return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
             request = (id(array), box_key, swizzle, oob_fill, l2_promotion, interleave, es_key, dtype, arch, encode)
             entry = _REQUESTS.get(request)
         except TypeError:  # unhashable or missing options: the general path reports them
@@ -228,6 +243,20 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
 
 
+def _typed(value: Any) -> tuple:
+    return (type(value), value)
+
+
+def _plain_request(box: tuple, element_strides: Any, options: tuple) -> bool:
+    """True when the request holds only ints in the sequences and str/None/enum options: then equal keys mean
+    equal requests (64.0 == 64 and True == 1 would otherwise share a cache entry without being validated)."""
+    if not all(type(b) is int for b in box):
+        return False
+    if element_strides is not None and not all(type(e) is int for e in element_strides):
+        return False
+    return all(type(o) is not bool and type(o) is not float for o in options)
+
+
 _TORCH_LIKE: set[type] = set()
 
 
@@ -245,12 +274,15 @@ def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, option
     view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
     device = view.device if view is not None else None
     key = None
-    if cache:
-        try:
-            key = (dt, shp, st, tuple(box) if box is not None else None, swizzle, oob_fill, l2_promotion, interleave,
-                   tuple(element_strides) if element_strides is not None else None, arch, encode, device)
-        except TypeError:
-            key = None
+    if cache and box is not None:
+        try:  # keyed by validated values and option types, so 64.0 or True never hit an entry made by 64 or 1
+            key = (dt, shp, st, positive_ints("box", box), _typed(swizzle), _typed(oob_fill), _typed(l2_promotion),
+                   _typed(interleave), None if element_strides is None else positive_ints("element_strides",
+                                                                                         element_strides),
+                   _typed(arch), encode, device)
+            hash(key)
+        except (TypeError, InvalidArgumentError):
+            key = None  # _make_template reports the bad value
     template = _TEMPLATES.get(key) if key is not None else None
     if template is None:
         template = _make_template(dt, shp, st, box, swizzle, oob_fill, l2_promotion, interleave, element_strides,
@@ -266,8 +298,9 @@ def _from_template(template: _Template, address: int, device: int | None, owner:
     spec = _with_address(template.spec, address)
     descriptor = None
     if template.prepared is not None and owner is not None:
-        _driver.ensure_context(device or 0)
-        descriptor = template.descriptor_at(address) or _encode_or_explain(spec, device or 0)
+        with _driver.context_for(device or 0):
+            descriptor = template.descriptor_at(address)
+        descriptor = descriptor or _encode_or_explain(spec, device or 0)
     return TensorMap(spec, template.arch, device, descriptor, template.reason, owner)
 
 
@@ -276,6 +309,8 @@ def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, 
                    device: int | None) -> _Template:
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
+    if not shp:
+        raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
     box_np = positive_ints("box", box, len(shp))
     es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
     il = Interleave.parse(interleave, "interleave")
@@ -305,9 +340,12 @@ def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
                  encode: bool = True, owner: Any = None) -> TensorMap:
     """Driver-order twin of ``describe_tensor`` for raw addresses (dims/box innermost first, byte strides)."""
     dt = DataType.parse(dtype, "dtype") if not isinstance(dtype, DataType) else dtype
-    rank = len(dims)
-    spec = TiledSpec(dt, int(address), tuple(int(d) for d in dims), tuple(int(s) for s in strides),
-                     tuple(int(b) for b in box), tuple(int(e) for e in (element_strides or (1,) * rank)),
+    if isinstance(address, bool) or not hasattr(address, "__index__"):
+        raise InvalidArgumentError("address", address, "must be an integer device address", "pass array.data_ptr()")
+    dims_ = tuple(int_sequence("dims", dims))
+    es = tuple(int_sequence("element_strides", element_strides)) if element_strides is not None else (1,) * len(dims_)
+    spec = TiledSpec(dt, int(address), dims_, tuple(int_sequence("strides", strides)),
+                     tuple(int_sequence("box", box)), es,
                      Interleave.parse(interleave, "interleave"), Swizzle.parse(swizzle, "swizzle"),
                      L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
     view = None
@@ -333,9 +371,10 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
     if not 3 <= len(shp) <= 5:
         raise InvalidArgumentError("shape", shp, "im2col needs a 3-D to 5-D N(D)HWC tensor", "reshape to N, H, W, C")
     spatial = len(shp) - 2
-    lower = tuple(int(v) for v in (lower_corner if lower_corner is not None else (0,) * spatial))
-    upper = tuple(int(v) for v in (upper_corner if upper_corner is not None else (0,) * spatial))
-    channels = int(channels_per_pixel if channels_per_pixel is not None else shp[-1])
+    lower = tuple(int_sequence("lower_corner", lower_corner if lower_corner is not None else (0,) * spatial))
+    upper = tuple(int_sequence("upper_corner", upper_corner if upper_corner is not None else (0,) * spatial))
+    channels = int_sequence("channels_per_pixel", [channels_per_pixel if channels_per_pixel is not None else shp[-1]])[0]
+    pixels_per_column = int_sequence("pixels_per_column", [pixels_per_column])[0]
     il = Interleave.parse(interleave, "interleave")
     if isinstance(swizzle, str) and swizzle.strip().lower() == "auto":
         sw, reason = _auto_swizzle(channels * dt.size, il)
@@ -343,7 +382,7 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
         sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
     es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
     spec = Im2colSpec(dt, address, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(lower),
-                      to_driver_order(upper), channels, int(pixels_per_column), to_driver_order(es_np), il, sw,
+                      to_driver_order(upper), channels, pixels_per_column, to_driver_order(es_np), il, sw,
                       L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
     device = view.device if view is not None else None
     return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason)

@@ -133,7 +133,10 @@ def _common_checks(v: _Collector, kind: str, dtype: DataType, address: int, dims
         if s % granule:
             v.add(f"strides.align{granule}", f"strides[{i}]", s, f"every stride must be a multiple of {granule} bytes{why}",
                   f"pad rows: round strides[{i}] up to {_round_up(s, granule)}", section="globalStrides")
-        if not 0 <= s < MAX_STRIDE:
+        if s < 0:
+            v.add("strides.negative", f"strides[{i}]", s, "strides must not be negative (reversed views cannot "
+                  "be described)", "describe a forward view or copy the tensor", section="globalStrides")
+        elif s >= MAX_STRIDE:
             v.add("strides.max", f"strides[{i}]", s, "every stride must be less than 2^40 bytes",
                   "split the tensor into several tensor maps", section="globalStrides")
     # --- element strides ----------------------------------------------------------------------------
@@ -184,6 +187,9 @@ def _inner_box_checks(v: _Collector, parameter: str, count: int, dtype: DataType
 def _parse_all(dtype, address, interleave, swizzle, l2_promotion, oob_fill, arch):
     if isinstance(address, bool) or not hasattr(address, "__index__"):
         raise InvalidArgumentError("address", address, "must be an integer device address", "pass array.data_ptr()")
+    if not 0 <= int(address) < 1 << 64:
+        raise InvalidArgumentError("address", address, "must be a 64-bit unsigned device address",
+                                   "pass array.data_ptr()")
     return (DataType.parse(dtype, "dtype"), int(address), Interleave.parse(interleave, "interleave"),
             Swizzle.parse(swizzle, "swizzle"), L2Promotion.parse(l2_promotion, "l2_promotion"),
             OOBFill.parse(oob_fill, "oob_fill"), Arch.parse(arch, "arch"))

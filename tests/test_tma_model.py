@@ -119,13 +119,19 @@ def test_interleave_is_refused_not_guessed():
         tma_load_image(spec(6, [8, 32, 4], [8, 16, 2], interleave=1), np.zeros(4096, np.uint8), [0, 0, 0])
 
 
-def test_tf32_rounds_and_ftz_flushes():
-    s32 = spec(11, [4], [4])
-    values = np.array([1.0 + 2**-20, 1.0 + 2**-11 + 2**-13, 3.0, 1e-40], np.float32)
-    out = tma_load_image(s32, values.view(np.uint8), [0]).view(np.float32)
-    assert out[0] == 1.0 and out[1] == np.float32(1.0 + 2**-10) and out[2] == 3.0
-    ftz = tma_load_image(spec(10, [4], [4]), values.view(np.uint8), [0]).view(np.float32)
-    assert ftz[3] == 0.0 and ftz[2] == 3.0
+def test_tf32_conversion_matches_the_hardware_probe():
+    """4096 bit patterns (ties, denormals, NaNs, infinities, random) loaded by TMA as tf32/f32_ftz on an H100."""
+    probe = json.loads((PROBE.parent / "tf32_probe_h100.json").read_text())
+    values = np.array(probe["input"], dtype=np.uint32)
+    for name, code in (("tf32", 11), ("f32_ftz", 10), ("tf32_ftz", 12), ("f32", 7)):
+        s = spec(code, [values.size], [256])
+        model = np.concatenate([tma_load_image(s, values.view(np.uint8), [i * 256]).view(np.uint32)
+                                for i in range(values.size // 256)])
+        assert np.array_equal(model, np.array(probe[name], dtype=np.uint32)), name
+    s = spec(11, [4], [4])
+    ties = np.array([0x3F801000, 0x3F803000, 0x7FC00001, 0x00003000], np.uint32)
+    out = tma_load_image(s, ties.view(np.uint8), [0]).view(np.uint32)
+    assert out.tolist() == [0x3F800000, 0x3F804000, 0x7FFFE000, 0x00004000]  # ties to even; canonical NaN
 
 
 def test_bank_conflicts_of_swizzled_columns():

@@ -118,20 +118,20 @@ def check_box_start(geo: BoxGeometry, coords: Sequence[int]) -> None:
                                    f"use a multiple of {16 // geo.elem_size or 1}")
 
 
+# Measured on an H100 (benchmarks/experiments/tf32_probe.py, committed in benchmarks/results/tf32_probe_h100.json):
+# TFLOAT32 and TFLOAT32_FTZ round the low 13 mantissa bits to nearest even (denormals too, overflow to inf) and
+# turn every NaN into 0x7FFFE000; FLOAT32_FTZ copies bits unchanged (the FTZ names do not flush at load time).
+TF32_NAN = 0x7FFFE000
+
+
 def _convert(dtype: DataType, values: np.ndarray) -> np.ndarray:
-    """Element conversions TMA applies on the way (tf32 rounding, flush-to-zero) on uint32 bit patterns."""
-    if dtype not in (DataType.FLOAT32_FTZ, DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
+    """Element conversions TMA applies on the way in (tf32 rounding) on the raw bytes of 4-byte elements."""
+    if dtype not in (DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
         return values
-    bits = values.view(np.uint32).copy()
-    finite = (bits & 0x7F800000) != 0x7F800000
-    if dtype in (DataType.FLOAT32_FTZ, DataType.TFLOAT32_FTZ):
-        denormal = ((bits & 0x7F800000) == 0) & ((bits & 0x007FFFFF) != 0)
-        bits[denormal] &= np.uint32(0x80000000)
-    if dtype in (DataType.TFLOAT32, DataType.TFLOAT32_FTZ):
-        lsb = (bits >> 13) & 1
-        rounded = (bits.astype(np.uint64) + 0xFFF + lsb) & 0xFFFFE000
-        bits = np.where(finite, rounded.astype(np.uint32), bits)
-    return bits.view(np.uint8)
+    bits = values.view(np.uint32)
+    nan = ((bits & 0x7F800000) == 0x7F800000) & ((bits & 0x007FFFFF) != 0)
+    rounded = ((bits.astype(np.uint64) + 0xFFF + ((bits >> 13) & 1)) & 0xFFFFE000).astype(np.uint32)
+    return np.where(nan, np.uint32(TF32_NAN), rounded).astype(np.uint32).view(np.uint8)
 
 
 def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, poison: int | None = None) -> np.ndarray:

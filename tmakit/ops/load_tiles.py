@@ -19,8 +19,9 @@ from ._kernels import kernel
 POISON = 0xA5  # footprint bytes no load writes (swizzle padding) read back as this
 _THREADS = 128
 _MAX_BLOCKS = 4096
-# Types whose elements TMA rewrites in flight (tmakit.layout.tma_model._convert); the cp.async path copies bits.
-_CONVERTING = (DataType.FLOAT32_FTZ, DataType.TFLOAT32, DataType.TFLOAT32_FTZ)
+# Types whose elements TMA rewrites in flight (tf32 rounding, tmakit.layout.tma_model._convert); the cp.async
+# path copies bits. FLOAT32_FTZ is copied unchanged by TMA (measured), so both paths agree on it.
+_CONVERTING = (DataType.TFLOAT32, DataType.TFLOAT32_FTZ)
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,8 @@ def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backen
         raise InvalidArgumentError("backend", "cp.async", f"cannot load interleaved ({Interleave.parse(tm.interleave).short}) tensors",
                                    'use backend="tma" on an sm_90 GPU, or a tensor map without interleave')
     if choice.name == "cp.async" and DataType.parse(tm.dtype) in _CONVERTING:
-        raise InvalidArgumentError("backend", "cp.async", f"cannot load {DataType.parse(tm.dtype).short}: TMA converts "
-                                   "these elements on the way (tf32 rounding / flush to zero) and cp.async copies bits",
+        raise InvalidArgumentError("backend", "cp.async", f"cannot load {DataType.parse(tm.dtype).short}: TMA rounds "
+                                   "these elements to tf32 on the way and cp.async copies bits",
                                    'use backend="tma", or describe the tensor as float32')
     geo = box_geometry(tm)
     for row in at:

@@ -274,3 +274,8 @@ def test_context_for_restores_the_callers_context(fake):
     with _driver.context_for(0) as scope:  # already current: nothing pushed
         assert not scope.pushed
     assert int(_driver.call("cuCtxGetCurrent")) == before
+
+
+def test_stream_priority_must_be_an_int():
+    with pytest.raises(InvalidArgumentError, match="^priority"):
+        Stream(0, priority="high")

@@ -141,6 +141,9 @@ class Stream:
     """A CUDA stream. Owned (``Stream(device)``, destroyed by ``close()``/GC) or borrowed (``as_stream``)."""
 
     def __init__(self, device: int = 0, *, nonblocking: bool = True, priority: int = 0):
+        if isinstance(priority, bool) or not isinstance(priority, (int, np.integer)):
+            raise InvalidArgumentError("priority", priority, "must be an int (lower is higher priority)",
+                                       "use e.g. priority=-1 for a high-priority stream, 0 for the default")
         self.device = _check_device_ordinal(device)
         ctx = use_device(self.device)
         flags = _STREAM_NON_BLOCKING if nonblocking else 0

@@ -57,15 +57,6 @@ class _Allocation(_UseTracker):
         _account(1, nbytes)
         self._finalizer = weakref.finalize(self, _free_device, ctx, self.ptr, nbytes)
 
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        if not self.closed:
-            self._wait_for_uses()
-            self._finalizer()
-
 
 class DeviceArray:
     """A strided view of device memory: ``shape``, ``dtype``, ``strides`` (bytes), ``device``, ``ptr``."""

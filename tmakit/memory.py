@@ -52,7 +52,24 @@ def _free_pinned(ctx: Any, ptr: int, nbytes: int, unregister: bool) -> None:
 
 
 class _UseTracker:
-    """Events of async work that used this memory; ``wait()`` blocks until all have completed."""
+    """A memory resource freed by ``self._finalizer`` (a weakref.finalize): ``close()`` first waits for the
+    async work that used it (the events noted by ``_note_use``), then frees it, once."""
+
+    _finalizer: Any
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Free now, after waiting for async copies that use it. Idempotent."""
+        if not self.closed:
+            self._wait_for_uses()
+            self._before_free()
+            self._finalizer()
+
+    def _before_free(self) -> None:
+        """Hook: bookkeeping to drop before the memory goes."""
 
     def __init__(self) -> None:
         self._events: list[Any] = []
@@ -90,10 +107,6 @@ class PinnedBuffer(_UseTracker):
         self._finalizer = weakref.finalize(self, _free_pinned, ctx, self.ptr, self.nbytes, False)
 
     @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    @property
     def __array_interface__(self) -> dict:
         if self.closed:
             raise InvalidArgumentError("buffer", self, "was freed", "allocate a new one with tmakit.pinned_empty")
@@ -107,12 +120,6 @@ class PinnedBuffer(_UseTracker):
             raise InvalidArgumentError("buffer", self, "was not allocated with mapped=True",
                                        "use tmakit.pinned_empty(..., mapped=True)")
         return int(_driver.call("cuMemHostGetDevicePointer", self.ptr, 0))
-
-    def close(self) -> None:
-        """Free now (after waiting for async copies that use it). Idempotent."""
-        if not self.closed:
-            self._wait_for_uses()
-            self._finalizer()
 
     def __enter__(self) -> "PinnedBuffer":
         return self
@@ -184,16 +191,9 @@ class Registration(_UseTracker):
         _account(1, self.nbytes)
         self._finalizer = weakref.finalize(self, _free_pinned, ctx, self.ptr, self.nbytes, True)
 
-    @property
-    def closed(self) -> bool:
-        return not self._finalizer.alive
-
-    def close(self) -> None:
-        if not self.closed:
-            self._wait_for_uses()
-            with _reg_lock:
-                _registrations.pop(self.ptr, None)
-            self._finalizer()
+    def _before_free(self) -> None:
+        with _reg_lock:
+            _registrations.pop(self.ptr, None)
 
 
 _reg_lock = threading.Lock()

@@ -157,10 +157,16 @@ def test_driver_rejection_after_checker_pass_names_a_culprit(monkeypatch):
             return err, None
         return real(*args)
 
-    def first_try_fails(prepared, address):
+    real_prepared = encode.encode_prepared
+    calls = []
+
+    def first_try_fails(prepared, address):  # the fast path's encode fails; later (raw) encodes are real
         from tmakit import _driver
 
-        return _driver.bindings().CUresult.CUDA_ERROR_INVALID_VALUE, None
+        calls.append(address)
+        if len(calls) == 1:
+            return _driver.bindings().CUresult.CUDA_ERROR_INVALID_VALUE, None
+        return real_prepared(prepared, address)
 
     monkeypatch.setattr(encode, "encode_tiled_raw", strict_about_l2)
     monkeypatch.setattr(encode, "encode_prepared", first_try_fails)

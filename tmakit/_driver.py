@@ -143,14 +143,22 @@ def _primary_contexts(ordinal: int) -> Any:
     return call("cuDevicePrimaryCtxRetain", device_handle(ordinal))
 
 
+def _current_context_of(ordinal: int) -> Any:
+    """The current context when it belongs to device ``ordinal``, else None (hot path: one driver call)."""
+    err, ctx = driver().cuCtxGetCurrent()
+    check("cuCtxGetCurrent", (err,))
+    if ctx is not None and int(ctx) != 0 and (int(ctx) == int(primary_context(ordinal))
+                                              or int(call("cuCtxGetDevice")) == ordinal):
+        return ctx
+    return None
+
+
 def ensure_context(ordinal: int = 0) -> Any:
     """Make a context of device ``ordinal`` current on this thread (its primary one unless the current context
     already belongs to that device); return the current context."""
-    err, ctx = driver().cuCtxGetCurrent()  # hot path (every encode): the result is checked just below
-    if int(err) == 0 and ctx is not None and int(ctx) != 0 and (
-            int(ctx) == int(primary_context(ordinal)) or int(call("cuCtxGetDevice")) == ordinal):
+    ctx = _current_context_of(ordinal)
+    if ctx is not None:
         return ctx
-    check("cuCtxGetCurrent", (err,))
     ctx = primary_context(ordinal)
     call("cuCtxSetCurrent", ctx)
     return ctx
@@ -169,10 +177,7 @@ class context_for:  # noqa: N801 - used like a function: ``with context_for(devi
         self.ordinal, self.pushed = ordinal, False
 
     def __enter__(self) -> "context_for":
-        err, ctx = driver().cuCtxGetCurrent()  # hot path: checked just below
-        check("cuCtxGetCurrent", (err,))
-        if ctx is not None and int(ctx) != 0 and (int(ctx) == int(primary_context(self.ordinal))
-                                                  or int(call("cuCtxGetDevice")) == self.ordinal):
+        if _current_context_of(self.ordinal) is not None:
             return self
         call("cuCtxPushCurrent", primary_context(self.ordinal))
         self.pushed = True

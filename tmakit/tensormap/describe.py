@@ -14,7 +14,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView, device_array_view
 from ..dtypes import DataType, dtype_from_any
-from ..errors import CudaDriverError, InvalidArgumentError, TensorMapError, UnsupportedDeviceError
+from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
@@ -386,13 +386,3 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
                       L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
     device = view.device if view is not None else None
     return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason)
-
-
-def check_encodable(tmap: TensorMap) -> None:
-    """Raise if ``tmap`` cannot be used by a TMA kernel (no descriptor)."""
-    if tmap.descriptor is None:
-        raise UnsupportedDeviceError(f"no descriptor: tensor maps need an sm_90+ GPU (this one is for {tmap.arch.sm})",
-                                     required="sm_90", actual=tmap.arch.sm)
-
-
-__all__ = ["describe_tensor", "describe_im2col", "encode_tiled", "clear_cache", "CudaDriverError"]

@@ -25,11 +25,8 @@ def _strides_arg(drv: Any, dims: Sequence[int], strides: Sequence[int]) -> list:
 def encode_tiled_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
                      element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple[Any, Any]:
     """``(CUresult, CUtensorMap)`` straight from the driver; a context must be current."""
-    drv = _driver.driver()
-    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
-    return drv.cuTensorMapEncodeTiled(dt, len(dims), address, [u64(d) for d in dims], _strides_arg(drv, dims, strides),
-                                      [u32(b) for b in box], [u32(e) for e in element_strides], il, sw, l2p, of)
+    return encode_prepared(prepare_tiled(dtype, dims, strides, box, element_strides, interleave, swizzle, l2, oob),
+                           address)
 
 
 def encode_im2col_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int],
@@ -65,7 +62,7 @@ def prepare_tiled(dtype: int, dims: Sequence[int], strides: Sequence[int], box: 
     """The driver-typed arguments of cuTensorMapEncodeTiled except the address, built once per shape class."""
     drv = _driver.driver()
     dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
     return (dt, len(dims), [u64(d) for d in dims], _strides_arg(drv, dims, strides), [u32(b) for b in box],
             [u32(e) for e in element_strides], il, sw, l2p, of)
 

@@ -220,11 +220,13 @@ def _random_case(rng):
 
     from tmakit.dtypes import DataType
 
-    rank = int(rng.integers(1, 6))
     esize = int(rng.choice([1, 2, 4, 8]))
     options = {1: [DataType.UINT8], 2: [DataType.FLOAT16, DataType.BFLOAT16, DataType.UINT16],
                4: [DataType.FLOAT32, DataType.INT32], 8: [DataType.FLOAT64, DataType.UINT64]}[esize]
     dtype = options[int(rng.integers(0, len(options)))]
+    if rng.random() < 0.3:
+        return _random_interleaved_case(rng, esize, dtype)
+    rank = int(rng.integers(1, 6))
     swizzle = int(rng.integers(0, 4))
     span = {0: 256 * esize, 1: 32, 2: 64, 3: 128}[swizzle]
     row_bytes = int(rng.choice([r for r in (16, 32, 48, 64, 96, 128, 256) if r <= span and r // esize <= 256]))
@@ -245,7 +247,30 @@ def _random_case(rng):
     oob_nan = int(dtype.is_float and rng.integers(0, 2))
     memory = rng.integers(0, 256, size=base + total, dtype=np.uint8)
     return dict(rank=rank, esize=esize, dtype=dtype, swizzle=swizzle, box=box, es=es, dims=dims, strides=strides,
-                base=base, coords=coords, oob_nan=oob_nan, memory=memory)
+                base=base, coords=coords, oob_nan=oob_nan, memory=memory, interleave=0)
+
+
+def _random_interleaved_case(rng, esize, dtype):
+    """An interleaved (16B/32B slice) box: dim 0 counted in slices, rank 3-5 (tma_model's docstring)."""
+    import numpy as np
+
+    rank = int(rng.integers(3, 6))
+    interleave = int(rng.integers(1, 3))
+    slice_bytes = 16 * interleave
+    swizzle = 1 if interleave == 2 else int(rng.integers(0, 4))
+    box = [max(1, 16 // esize) * int(rng.integers(1, 5))] + [int(rng.integers(1, 5)) for _ in range(rank - 1)]
+    es = [int(rng.integers(1, 4)) for _ in range(rank)]
+    dims = [int(rng.integers(1, 12)) for _ in range(rank)]
+    strides, acc = [esize], dims[0] * slice_bytes
+    for d in dims[1:]:
+        acc = -(-acc // slice_bytes) * slice_bytes + slice_bytes * int(rng.integers(0, 2))
+        strides.append(acc)
+        acc *= d
+    coords = [int(rng.integers(-b * e - 1, d + 2)) for b, e, d in zip(box, es, dims)]
+    oob_nan = int(dtype.is_float and rng.integers(0, 2))
+    memory = rng.integers(0, 256, size=acc, dtype=np.uint8)
+    return dict(rank=rank, esize=esize, dtype=dtype, swizzle=swizzle, box=box, es=es, dims=dims, strides=strides,
+                base=0, coords=coords, oob_nan=oob_nan, memory=memory, interleave=interleave)
 
 
 @pytest.mark.skipif(not (__import__("shutil").which("nvcc")), reason="nvcc (host compiler driver) is not on the PATH")
@@ -267,15 +292,16 @@ def test_cp_async_plan_matches_layout_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rng = np.random.default_rng(1234)
     cases, blob, expected = [], bytearray(), []
-    for _ in range(400):
+    for _ in range(600):
         c = _random_case(rng)
         spec = SimpleNamespace(dtype=c["dtype"], box=c["box"], element_strides=c["es"], swizzle=Swizzle(c["swizzle"]),
-                               interleave=Interleave.NONE, dims=c["dims"], strides=c["strides"][1:],
+                               interleave=Interleave(c["interleave"]), dims=c["dims"], strides=c["strides"][1:],
                                oob_fill=OOBFill(c["oob_nan"]))
         geo = box_geometry(spec)
         pad = lambda v, f: list(v) + [f] * (5 - len(v))  # noqa: E731
         blob += struct.pack("<Q5Q5Q5I5I6I2I", c["base"], *pad(c["dims"], 1), *pad(c["strides"], 0), *pad(c["box"], 1),
-                            *pad(c["es"], 1), c["rank"], c["esize"], c["swizzle"], 0, c["oob_nan"], int(c["dtype"]), 0, 0)
+                            *pad(c["es"], 1), c["rank"], c["esize"], c["swizzle"], c["interleave"], c["oob_nan"], int(c["dtype"]),
+                            0, 0)
         blob += struct.pack("<5i", *pad(c["coords"], 0)) + struct.pack("<QI", len(c["memory"]), geo.smem_bytes)
         blob += c["memory"].tobytes()
         expected.append(tma_load_image(spec, c["memory"][c["base"]:], c["coords"], poison=0xA5))

@@ -1,7 +1,7 @@
 """Hardware TMA box loads equal the CPU model byte for byte, on >= 1000 random descriptors per run.
 
 Random tensor maps (ranks 1-5, 1/2/4/8-byte types, swizzle none/32B/64B/128B, OOB zero and NaN, element
-strides, partial, negative and fully out-of-bounds boxes) over one buffer of fresh random bytes; each box is
+strides, partial, negative and fully out-of-bounds boxes, interleave 16B/32B) over one buffer of fresh random bytes; each box is
 loaded by the hardware (backend "tma") and by the forced cp.async path on the same GPU, and both images must
 equal ``tmakit.layout.tma_load_image``. TMAKIT_HW_REPORT=path writes a JSON summary.
 """
@@ -15,7 +15,7 @@ import random
 import numpy as np
 import pytest
 
-from tmakit import DataType, Swizzle, check_tiled
+from tmakit import DataType, Interleave, Swizzle, check_tiled
 from tmakit.layout import box_geometry, tma_load_image
 
 N_DESCRIPTORS = int(os.environ.get("TMAKIT_HW_DESCRIPTORS", "1000"))
@@ -27,8 +27,57 @@ TYPES = [DataType.UINT8, DataType.UINT16, DataType.FLOAT16, DataType.BFLOAT16, D
 CONVERTING = (DataType.TFLOAT32, DataType.TFLOAT32_FTZ)
 
 
+def random_coords(rng: random.Random, dims, box, es, unit: int) -> list[list[int]]:
+    """Three box starts: partial on either side, inside, or fully out of bounds; dim 0 a multiple of ``unit``."""
+    coords = []
+    for _ in range(3):
+        kind = rng.random()
+        c = []
+        for i, (d, b, e) in enumerate(zip(dims, box, es)):
+            reach = b * e
+            if kind < 0.5:
+                v = rng.randint(-reach, d)  # partial boxes on either side
+            elif kind < 0.9:
+                v = rng.randint(0, max(0, d - reach))
+            else:
+                v = rng.choice([-reach - 16, d + 5, -1000])  # fully out of bounds
+            if i == 0:
+                v = (v // unit) * unit
+            c.append(v)
+        coords.append(c)
+    return coords
+
+
+def random_interleaved_case(rng: random.Random):
+    """An interleaved (NC/xHWCx) map: rank 3-5, dim 0 counted in 16- or 32-byte slices (tma_model docstring)."""
+    while True:
+        dtype = rng.choice(TYPES)
+        size = dtype.size
+        rank = rng.randint(3, 5)
+        interleave = rng.choice([Interleave.B16, Interleave.B32])
+        slice_bytes = 16 if interleave is Interleave.B16 else 32
+        swizzle = Swizzle.B32 if interleave is Interleave.B32 else rng.choice(list(Swizzle)[:4])
+        box = [max(1, 16 // size) * rng.randint(1, 4)] + [rng.choice([1, 2, 3, 4, 5]) for _ in range(rank - 1)]
+        es = [rng.choice([1, 1, 2, 3]) for _ in range(rank)]
+        dims = [rng.randint(1, 3 * b * e) for b, e in zip(box, es)]
+        strides, acc = [], dims[0] * slice_bytes
+        for d in dims[1:]:
+            acc = -(-acc // slice_bytes) * slice_bytes + slice_bytes * rng.choice([0, 0, 1])
+            strides.append(acc)
+            acc *= d
+        oob = 1 if (dtype.is_float and rng.random() < 0.4) else 0
+        if acc > 4 << 20 or check_tiled(dtype, 1 << 40, dims, strides, box, es, interleave=interleave,
+                                        swizzle=swizzle, oob_fill=oob):
+            continue
+        offset = 256 * rng.randrange((BUFFER_BYTES - acc) // 256)
+        return dict(dtype=dtype, dims=dims, strides=strides, box=box, es=es, swizzle=swizzle, oob=oob, offset=offset,
+                    coords=random_coords(rng, dims, box, es, 1), interleave=interleave)
+
+
 def random_case(rng: random.Random):
     """A random valid tiled tensor map (driver order) inside BUFFER_BYTES, and coordinates to load."""
+    if rng.random() < 0.15:
+        return random_interleaved_case(rng)
     while True:
         dtype = rng.choice(TYPES)
         size = dtype.size
@@ -49,25 +98,9 @@ def random_case(rng: random.Random):
         if extent > 4 << 20 or check_tiled(dtype, 1 << 40, dims, strides, box, es, swizzle=swizzle, oob_fill=oob):
             continue
         offset = 256 * rng.randrange((BUFFER_BYTES - extent) // 256)
-        coords = []
         unit = max(1, 16 // size)  # dim-0 starts must be 16-byte aligned
-        for _ in range(3):
-            kind = rng.random()
-            c = []
-            for i, (d, b, e) in enumerate(zip(dims, box, es)):
-                reach = b * e
-                if kind < 0.5:
-                    v = rng.randint(-reach, d)  # partial boxes on either side
-                elif kind < 0.9:
-                    v = rng.randint(0, max(0, d - reach))
-                else:
-                    v = rng.choice([-reach - 16, d + 5, -1000])  # fully out of bounds
-                if i == 0:
-                    v = (v // unit) * unit
-                c.append(v)
-            coords.append(c)
         return dict(dtype=dtype, dims=dims, strides=strides, box=box, es=es, swizzle=swizzle, oob=oob, offset=offset,
-                    coords=coords)
+                    coords=random_coords(rng, dims, box, es, unit), interleave=Interleave.NONE)
 
 
 @pytest.mark.requires_sm90
@@ -85,7 +118,8 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
         for n in range(N_DESCRIPTORS):
             case = random_case(rng)
             tm = encode_tiled(case["dtype"], buf.ptr + case["offset"], case["dims"], case["strides"], case["box"],
-                              case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
+                              case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], interleave=case["interleave"],
+                              device=0, owner=buf)
             coords_np = [list(reversed(c)) for c in case["coords"]]
             memory = host[case["offset"]:]
             tma = load_tiles(tm, coords_np, backend="tma")
@@ -105,6 +139,7 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
             stats[f"rank{len(case['dims'])}"] += 1
             stats[f"dtype_{case['dtype'].short}"] += 1
             stats[f"swizzle_{case['swizzle'].short}"] += 1
+            stats[f"interleave_{case['interleave'].short}"] += 1
             stats[f"oob_{'nan' if case['oob'] else 'zero'}"] += 1
             stats["element_strides>1"] += any(e > 1 for e in case["es"])
             stats["descriptors"] += 1
@@ -117,3 +152,4 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
     assert all(stats[f"rank{r}"] > 0 for r in range(1, 6))
     assert all(stats[f"swizzle_{s}"] > 0 for s in ("NONE", "32B", "64B", "128B"))
     assert stats["cp_async_compared"] > 2000
+    assert stats["interleave_16B"] > 0 and stats["interleave_32B"] > 0

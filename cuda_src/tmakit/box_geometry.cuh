@@ -4,28 +4,37 @@
 // swizzle, rows narrower than the swizzle span are padded to the span (pitch = max(row, span)) and the
 // padding is left untouched; without one, rows are dense. Shared by the cp.async box load and the plain-store box store
 // so that both walk the box exactly as TMA does.
+//
+// Interleaved layouts (measured on an H100; tma_model.py's docstring has the details): a row is one whole
+// interleave slice of 16 or 32 bytes, dim 0 is counted in slices (coordinate, box, element stride and bound),
+// dimension rank-2 is loaded at one position, and rows are never padded.
 #pragma once
 #include "tmakit/types.cuh"
 
 namespace tmakit {
 
-// Elements traversed along dim i: ceil(box / element stride); dim 0 ignores its stride without interleave.
+TMAKIT_HD uint32_t interleave_slice_bytes(const BoxParams& p) { return p.interleave == 1 ? 16u : 32u; }
+
+// Positions traversed along dim i: ceil(box / element stride); dim 0 ignores its stride without interleave.
 TMAKIT_HD uint32_t box_count(const BoxParams& p, int i) {
-  if (i == 0 && p.interleave == 0) return p.box[0];
+  if (p.interleave == 0 && i == 0) return p.box[0];
+  if (p.interleave != 0 && i == (int)p.rank - 2) return 1;
   return (p.box[i] + p.elem_strides[i] - 1) / p.elem_strides[i];
 }
 
 TMAKIT_HD uint32_t box_rows(const BoxParams& p) {
-  uint32_t n = 1;
+  uint32_t n = p.interleave != 0 ? box_count(p, 0) : 1u;  // interleaved: one row per slice
   for (int i = 1; i < (int)p.rank; ++i) n *= box_count(p, i);
   return n;
 }
 
-TMAKIT_HD uint32_t box_row_bytes(const BoxParams& p) { return box_count(p, 0) * p.elem_size; }
+TMAKIT_HD uint32_t box_row_bytes(const BoxParams& p) {
+  return p.interleave != 0 ? interleave_slice_bytes(p) : box_count(p, 0) * p.elem_size;
+}
 
 // Bytes from one row to the next in shared memory.
 TMAKIT_HD uint32_t box_row_pitch(const BoxParams& p) {
-  const uint32_t span = p.swizzle == 0 ? 0u : 16u << p.swizzle;  // 32/64/128 bytes
+  const uint32_t span = (p.swizzle == 0 || p.interleave != 0) ? 0u : 16u << p.swizzle;  // 32/64/128 bytes
   const uint32_t row = box_row_bytes(p);
   return row > span ? row : span;
 }
@@ -47,9 +56,18 @@ TMAKIT_HD BoxChunk box_chunk(const BoxParams& p, const Coords& at, uint32_t chun
   uint32_t row = chunk / per_row;
   const uint32_t in_row = (chunk % per_row) * 16u;
   out.image_offset = row * box_row_pitch(p) + in_row;
-  out.first = (int64_t)at.c[0] + in_row / p.elem_size;
-  out.row_in_bounds = true;
-  out.row_address = p.address;
+  if (p.interleave != 0) {  // the row is slice x0 of dim 0, copied whole; `first` is then unused (0)
+    const uint32_t n0 = box_count(p, 0);
+    const int64_t x0 = (int64_t)at.c[0] + (int64_t)(row % n0) * p.elem_strides[0];
+    row /= n0;
+    out.first = 0;
+    out.row_in_bounds = x0 >= 0 && x0 < (int64_t)p.dims[0];
+    out.row_address = p.address + (uint64_t)x0 * interleave_slice_bytes(p) + in_row;
+  } else {
+    out.first = (int64_t)at.c[0] + in_row / p.elem_size;
+    out.row_in_bounds = true;
+    out.row_address = p.address;
+  }
   for (int i = 1; i < (int)p.rank; ++i) {
     const uint32_t n = box_count(p, i);
     const int64_t g = (int64_t)at.c[i] + (int64_t)(row % n) * p.elem_strides[i];
@@ -86,6 +104,7 @@ enum ChunkKind : uint32_t {
 TMAKIT_HD uint32_t chunk_elements(const BoxParams& p) { return 16u / p.elem_size; }
 
 TMAKIT_HD bool element_in_bounds(const BoxParams& p, const BoxChunk& ch, uint32_t e) {
+  if (p.interleave != 0) return ch.row_in_bounds;  // slices are in or out whole
   const int64_t g = ch.first + e;
   return ch.row_in_bounds && g >= 0 && g < (int64_t)p.dims[0];
 }
@@ -98,8 +117,9 @@ TMAKIT_HD uint64_t element_address(const BoxParams& p, const BoxChunk& ch, uint3
 TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
   const uint32_t n = chunk_elements(p);
   const int64_t dim0 = (int64_t)p.dims[0];
-  const bool all_in = ch.row_in_bounds && ch.first >= 0 && ch.first + n <= dim0;
-  const bool all_out = !ch.row_in_bounds || ch.first + n <= 0 || ch.first >= dim0;
+  const bool whole = p.interleave != 0;  // an interleaved chunk is in or out with its slice
+  const bool all_in = ch.row_in_bounds && (whole || (ch.first >= 0 && ch.first + n <= dim0));
+  const bool all_out = !ch.row_in_bounds || (!whole && (ch.first + n <= 0 || ch.first >= dim0));
   if (all_in && (element_address(p, ch, 0) & 15u) == 0) return kChunkCopy16;
   if (all_out && !p.oob_nan) return kChunkZero16;
   return kChunkElements;

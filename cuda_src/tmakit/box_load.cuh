@@ -101,7 +101,7 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
     cp_async_bulk_tensor_g2s(rank, smem, &src, at, bar);
   }
 #else
-  if (src.interleave != 0 || (int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
+  if ((int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
   const uint32_t chunks = bytes / 16u;
   uint8_t* base = static_cast<uint8_t*>(smem);
   for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {

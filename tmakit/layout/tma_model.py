@@ -11,6 +11,17 @@ Layout of one box in shared memory (no interleave):
 - element j_i along dim i reads coordinate c_i + j_i * es_i; any coordinate outside [0, dims_i) is filled
   with zero, or with the type's NaN when the OOB fill is NaN.
 ``box_bytes`` (the mbarrier transaction count) counts data bytes, not the padding.
+
+Interleaved layouts (16B / 32B; NC/8HWC8-style tensors) load differently. Nothing in the PTX ISA or the
+driver documentation spells this out; it was measured on an H100 (benchmarks/experiments/interleave_probe.py,
+records in benchmarks/results/interleave_probe_h100*.jsonl) and is checked by tests/test_tma_hardware.py:
+- the unit along dim 0 is the interleave slice of S = 16 or 32 bytes, not the element: coords[0] counts
+  slices (byte offset coords[0] * S), box[0] is the number of slices (stepping element_strides[0] slices),
+  and every slice is copied whole, also when dims[0] * elem_size < S;
+- a slice is in bounds when its slice coordinate is in [0, dims[0]) and every outer coordinate is in bounds;
+- dimension rank-2 (the channel-group dimension of NC/xHWCx) is not traversed: its coordinate is used (and
+  bounds-checked) but box[rank-2] is ignored, so one position is loaded;
+- slices are stored densely (no padding to the swizzle span), then the swizzle permutes 16-byte chunks as usual.
 """
 from __future__ import annotations
 
@@ -38,6 +49,8 @@ class BoxGeometry:
     row_bytes: int  # data bytes per row (dim 0)
     row_pitch: int  # bytes from one row to the next in shared memory
     rows: int
+    interleaved: bool = False  # rows are interleave slices, dim 0 counted in slices
+    swizzle_span: int = 0  # interleaved rows are dense, so the swizzle can move a chunk past the last row
 
     @property
     def box_bytes(self) -> int:
@@ -46,8 +59,9 @@ class BoxGeometry:
 
     @property
     def smem_bytes(self) -> int:
-        """Shared-memory footprint including row padding."""
-        return self.rows * self.row_pitch
+        """Shared-memory footprint including row padding (interleaved: rounded up to the swizzle span)."""
+        total = self.rows * self.row_pitch
+        return -(-total // self.swizzle_span) * self.swizzle_span if self.swizzle_span else total
 
 
 def box_geometry(spec: Any) -> BoxGeometry:
@@ -59,10 +73,20 @@ def box_geometry(spec: Any) -> BoxGeometry:
     counts = [(-(-b // e) if (i > 0 or interleave is not Interleave.NONE) else b)
               for i, (b, e) in enumerate(zip(spec.box, es))]
     size = dtype.size
+    if interleave is not Interleave.NONE:  # rows are whole slices, counted along dim 0; dim rank-2 loads once
+        counts[len(counts) - 2] = 1
+        slice_bytes = interleave_slice_bytes(interleave)
+        rows = int(np.prod(counts, dtype=np.int64))
+        return BoxGeometry(tuple(counts), size, slice_bytes, slice_bytes, rows, True, swizzle.span)
     row_bytes = counts[0] * size
     pitch = max(row_bytes, swizzle.span) if swizzle is not Swizzle.NONE else row_bytes
     rows = int(np.prod(counts[1:], dtype=np.int64)) if len(counts) > 1 else 1
     return BoxGeometry(tuple(counts), size, row_bytes, pitch, rows)
+
+
+def interleave_slice_bytes(interleave: Interleave) -> int:
+    """Bytes of one interleave slice (the unit of dim 0 in an interleaved layout): 16 or 32."""
+    return 16 if interleave is Interleave.B16 else 32
 
 
 def _fill_value(dtype: DataType, oob: OOBFill) -> int:
@@ -80,10 +104,9 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
         raise InvalidArgumentError("coords", list(coords), f"needs {rank} entries (innermost first), one per dimension",
                                    "pass the box's start coordinates in driver order")
     if interleave is not Interleave.NONE:
-        raise NotImplementedError("interleaved layouts (16B/32B) are not modelled yet: hardware dumps on the H100 did "
-                                  "not match the documented reading; see docs/TMA_SEMANTICS.md")
+        return geo, *_interleaved_map(spec, geo, coords)
     check_box_start(geo, coords)
-    es = [1 if (i == 0 and interleave is Interleave.NONE) else e for i, e in enumerate(spec.element_strides)]
+    es = [1 if i == 0 else e for i, e in enumerate(spec.element_strides)]
     strides = [geo.elem_size] + [int(s) for s in spec.strides]
     # index grids, numpy order reversed: axis k of the grid = dimension rank-1-k
     grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(geo.counts)], indexing="ij")
@@ -102,6 +125,26 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
     soff = row * geo.row_pitch + idx[0] * geo.elem_size
     soff = swizzle_offset(soff, Swizzle.parse(spec.swizzle))
     return geo, soff, goff, inb
+
+
+def _interleaved_map(spec: Any, geo: BoxGeometry, coords: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Element map of an interleaved box (module docstring): rows are slices, dim 0 fastest, then dims 1.."""
+    rank, size, slice_bytes = len(geo.counts), geo.elem_size, geo.row_bytes
+    strides = [slice_bytes] + [int(s) for s in spec.strides]  # dim 0 steps whole slices
+    es = list(spec.element_strides)
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(geo.counts)], indexing="ij")
+    idx = [g.ravel() for g in reversed(grids)]  # one entry per slice, dim 0 fastest
+    inb = np.ones(idx[0].shape, dtype=bool)
+    goff = np.zeros(idx[0].shape, dtype=np.int64)
+    for i in range(rank):
+        coord = int(coords[i]) + idx[i] * es[i]
+        inb &= (coord >= 0) & (coord < int(spec.dims[i]))
+        goff += coord * strides[i]
+    per_slice = slice_bytes // size
+    element = np.arange(per_slice, dtype=np.int64) * size
+    soff = (np.arange(idx[0].size, dtype=np.int64)[:, None] * slice_bytes + element).ravel()
+    soff = swizzle_offset(soff, Swizzle.parse(spec.swizzle))
+    return soff, (goff[:, None] + element).ravel(), np.repeat(inb, per_slice)
 
 
 def check_box_start(geo: BoxGeometry, coords: Sequence[int]) -> None:

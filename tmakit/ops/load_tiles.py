@@ -103,9 +103,6 @@ def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backen
     if choice.name == "tma" and tm.descriptor is None:
         raise UnsupportedDeviceError("this TensorMap has no encoded descriptor, so TMA cannot load it",
                                      required="sm_90 descriptor", actual=choice.arch)
-    if choice.name == "cp.async" and Interleave.parse(tm.interleave) is not Interleave.NONE:
-        raise InvalidArgumentError("backend", "cp.async", f"cannot load interleaved ({Interleave.parse(tm.interleave).short}) tensors",
-                                   'use backend="tma" on an sm_90 GPU, or a tensor map without interleave')
     if choice.name == "cp.async" and DataType.parse(tm.dtype) in _CONVERTING:
         raise InvalidArgumentError("backend", "cp.async", f"cannot load {DataType.parse(tm.dtype).short}: TMA rounds "
                                    "these elements to tf32 on the way and cp.async copies bits",

@@ -99,7 +99,15 @@ def run(quick: bool) -> dict[str, Any]:
 
     module = load_module(SOURCE)
     tm_kernel, tm_ptr_kernel = module.kernel("empty_tma"), module.kernel("empty_ptr")
-    results["tmakit (descriptor, pointer, int)"] = measure(
+    from tmakit import encode_tiled
+
+    tensor_map = encode_tiled("f32", ptr, [COLS, ROWS], [COLS * 4], [64, 64], device=0)
+    results["tmakit (TensorMap, pointer, int)"] = measure(
+        lambda: tm_kernel(tensor_map, ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
+    flip = iter(range(1 << 62))
+    results["tmakit (TensorMap, pointer, int changing every launch)"] = measure(
+        lambda: tm_kernel(tensor_map, ptr, next(flip) & 1, grid=1, block=32, stream=stream), stream, n, repeats)
+    results["tmakit (raw 128-byte descriptor object, pointer, int)"] = measure(
         lambda: tm_kernel(desc, ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
     results["tmakit (pointer, int)"] = measure(
         lambda: tm_ptr_kernel(ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)

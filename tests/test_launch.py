@@ -469,3 +469,23 @@ def test_kernel_refuses_after_module_close(fake_kernel) -> None:
     with pytest.raises(LaunchError, match="module was closed"):
         kernel(0, 0, b"\0" * 128, 0.0, 0, grid=1, block=32)
     assert drv.launches == []
+
+
+def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_kernel) -> None:
+    """A launch repeating the previous one (same config, same ints) skips packing; any change repacks."""
+    kernel, drv, _ = fake_kernel
+    payload = bytes(range(128))
+    kernel(16, 7, payload, 0.5, 3, grid=2, block=64)
+    kernel(16, 7, payload, 0.5, 3, grid=2, block=64)  # a float: not repeatable, packed again (still the same bytes)
+    assert kernel._last is None
+    assert drv.launches[-1][1] == drv.launches[-2][1]
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # all ints/bytes: remembered
+    assert kernel._last is not None
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)
+    assert drv.launches[-1][1] == drv.launches[-2][1]
+    kernel(16, 8, payload, 1, 3, grid=2, block=64)  # one int changed: repacked
+    assert drv.launches[-1][1][1] == b"\x08"
+    kernel(16, 8, payload, 1, 3, grid=4, block=64)  # another grid: a new configuration
+    assert drv.launches[-1][0].gridDimX == 4
+    kernel(16, True, payload, 1, 3, grid=4, block=64)  # True == 1 but a bool: not taken for the int
+    assert drv.launches[-1][1][1] == b"\x01"

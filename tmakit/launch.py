@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import _driver
 from .errors import CudaDriverError, InvalidArgumentError, LaunchError
 from .kernel_signature import ArgPacker, ParamInfo, merge_driver_layout
+from .tensormap.tensor_map import TensorMap
 
 if TYPE_CHECKING:  # pragma: no cover
     from .build.module import Module
 
 _MAX_CONFIGS = 256  # launch configurations remembered per kernel
+# Argument types whose value cannot change behind tmakit's back: a launch that repeats the previous one with
+# only these skips packing.
+_REPEATABLE: frozenset[type] = frozenset({int, bytes, TensorMap})
 _stream_getters: dict[type, Callable[[Any], int]] = {}
 
 
@@ -74,6 +78,7 @@ class Kernel:
         # The hot path calls the binding directly and tests the CUresult inline; any failure still goes
         # through _driver.check (in _launch_failed), so errors read like every other driver error.
         self._launch = _driver.driver().cuLaunchKernelEx
+        self._last: tuple | None = None  # (request, argument types, arguments, config) of a repeatable launch
 
     def _driver_layout(self, expected: int) -> list[tuple[int, int]]:
         """(offset, size) of each parameter from cuFuncGetParamInfo. With the PTX signature known, exactly
@@ -100,6 +105,20 @@ class Kernel:
                  cluster: Any = None) -> None:
         if not self._module_alive.alive:
             raise LaunchError(f"kernel {self.name}: its module was closed; load it again")
+        request = (grid, block, shared_mem, stream, cluster)
+        last = self._last
+        # A repeat of the previous launch (same configuration, same ints and TensorMaps, which are immutable):
+        # the parameter buffer already holds these bytes. Types are compared first, so == only ever compares
+        # ints and TensorMaps (by identity), never arrays.
+        if last is not None and tuple(map(type, args)) == last[1] and args == last[2] and request == last[0]:
+            with self._lock:
+                if self._last is last:  # no other thread packed different arguments meanwhile
+                    result = self._launch(last[3], self._func, self._packer.pointers_address, 0)
+                    if (result[0] if type(result) is tuple else result) != 0:
+                        self._launch_failed(result, last[3])
+                    if self._blocking:
+                        _driver.call("cuStreamSynchronize", last[3].hStream)
+                    return
         handle = stream_handle(stream)
         key = (grid, block, shared_mem, handle, cluster)
         try:
@@ -113,10 +132,14 @@ class Kernel:
             except TypeError:
                 pass  # an unhashable key (lists) is just not remembered
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
+            self._last = None
             self._packer.pack(args)
             result = self._launch(config, self._func, self._packer.pointers_address, 0)
             if (result[0] if type(result) is tuple else result) != 0:
                 self._launch_failed(result, config)  # retries with these arguments, still under the lock
+            types = tuple(map(type, args))
+            if _REPEATABLE.issuperset(types):
+                self._last = (request, types, args, config)
         if self._blocking:
             _driver.call("cuStreamSynchronize", config.hStream)
 

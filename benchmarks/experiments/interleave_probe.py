@@ -142,8 +142,9 @@ def run_child(names: list[str]) -> int:
         esize = SIZES[dtype]
         strides = strides or dense_strides(dims, esize, 32 if il == 2 else 16)
         total = strides[-1] * dims[-1]
-        values = (np.arange(total // esize, dtype=np.uint64) + 1).astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[esize])
-        buf = _driver.call("cuMemAlloc", total + 4096)
+        total_with_slack = total + 4096  # whole slices are read past a dense tensor: define those bytes too
+        values = (np.arange(total_with_slack // esize, dtype=np.uint64) + 1).astype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[esize])
+        buf = _driver.call("cuMemAlloc", total_with_slack)
         _driver.call("cuMemcpyHtoD", buf, values.ctypes.data, values.nbytes)
         err, tmap = encode_tiled_raw(dtype, int(buf), dims, strides, box, es, il, sw, 0, oob)
         record = {"name": name, "dtype": dtype, "esize": esize, "dims": dims, "strides": strides, "box": box,

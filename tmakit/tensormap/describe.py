@@ -250,11 +250,15 @@ def _typed(value: Any) -> tuple:
 def _plain_request(box: tuple, element_strides: Any, options: tuple) -> bool:
     """True when the request holds only ints in the sequences and str/None/enum options: then equal keys mean
     equal requests (64.0 == 64 and True == 1 would otherwise share a cache entry without being validated)."""
-    if not all(type(b) is int for b in box):
+    if not _INT.issuperset(map(type, box)):  # set operations over map(type, ...): no Python-level loop
         return False
-    if element_strides is not None and not all(type(e) is int for e in element_strides):
+    if element_strides is not None and not _INT.issuperset(map(type, element_strides)):
         return False
-    return all(type(o) is not bool and type(o) is not float for o in options)
+    return _BOOL_OR_FLOAT.isdisjoint(map(type, options))
+
+
+_INT = frozenset({int})
+_BOOL_OR_FLOAT = frozenset({bool, float})
 
 
 _TORCH_LIKE: set[type] = set()

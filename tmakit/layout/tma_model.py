@@ -107,16 +107,7 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
         return geo, *_interleaved_map(spec, geo, coords)
     check_box_start(geo, coords)
     es = [1 if i == 0 else e for i, e in enumerate(spec.element_strides)]
-    strides = [geo.elem_size] + [int(s) for s in spec.strides]
-    # index grids, numpy order reversed: axis k of the grid = dimension rank-1-k
-    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(geo.counts)], indexing="ij")
-    idx = [g.ravel() for g in reversed(grids)]  # idx[i] = index along dim i, dim 0 fastest
-    inb = np.ones(idx[0].shape, dtype=bool)
-    goff = np.zeros(idx[0].shape, dtype=np.int64)
-    for i in range(rank):
-        coord = int(coords[i]) + idx[i] * es[i]
-        inb &= (coord >= 0) & (coord < int(spec.dims[i]))
-        goff += coord * strides[i]
+    idx, goff, inb = _walk(spec, geo.counts, coords, es, geo.elem_size)
     row = np.zeros_like(idx[0])
     mult = 1
     for i in range(1, rank):
@@ -127,19 +118,27 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
     return geo, soff, goff, inb
 
 
-def _interleaved_map(spec: Any, geo: BoxGeometry, coords: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Element map of an interleaved box (module docstring): rows are slices, dim 0 fastest, then dims 1.."""
-    rank, size, slice_bytes = len(geo.counts), geo.elem_size, geo.row_bytes
-    strides = [slice_bytes] + [int(s) for s in spec.strides]  # dim 0 steps whole slices
-    es = list(spec.element_strides)
-    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(geo.counts)], indexing="ij")
-    idx = [g.ravel() for g in reversed(grids)]  # one entry per slice, dim 0 fastest
+def _walk(spec: Any, counts: Sequence[int], coords: Sequence[int], es: Sequence[int],
+          unit0: int) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """Every box position, dim 0 fastest: its index per dimension, global byte offset and in-bounds flag.
+    ``unit0`` is the byte step of dim 0 (the element size, or the slice size when interleaved)."""
+    strides = [unit0] + [int(s) for s in spec.strides]
+    # index grids, numpy order reversed: axis k of the grid = dimension rank-1-k
+    grids = np.meshgrid(*[np.arange(n, dtype=np.int64) for n in reversed(counts)], indexing="ij")
+    idx = [g.ravel() for g in reversed(grids)]  # idx[i] = index along dim i
     inb = np.ones(idx[0].shape, dtype=bool)
     goff = np.zeros(idx[0].shape, dtype=np.int64)
-    for i in range(rank):
+    for i in range(len(counts)):
         coord = int(coords[i]) + idx[i] * es[i]
         inb &= (coord >= 0) & (coord < int(spec.dims[i]))
         goff += coord * strides[i]
+    return idx, goff, inb
+
+
+def _interleaved_map(spec: Any, geo: BoxGeometry, coords: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Element map of an interleaved box (module docstring): rows are slices, dim 0 fastest, then dims 1.."""
+    size, slice_bytes = geo.elem_size, geo.row_bytes
+    idx, goff, inb = _walk(spec, geo.counts, coords, list(spec.element_strides), slice_bytes)  # one entry per slice
     per_slice = slice_bytes // size
     element = np.arange(per_slice, dtype=np.int64) * size
     soff = (np.arange(idx[0].size, dtype=np.int64)[:, None] * slice_bytes + element).ravel()

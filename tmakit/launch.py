@@ -105,12 +105,12 @@ class Kernel:
                  cluster: Any = None) -> None:
         if not self._module_alive.alive:
             raise LaunchError(f"kernel {self.name}: its module was closed; load it again")
-        request = (grid, block, shared_mem, stream, cluster)
+        request, types = (grid, block, shared_mem, stream, cluster), tuple(map(type, args))
         last = self._last
         # A repeat of the previous launch (same configuration, same ints and TensorMaps, which are immutable):
         # the parameter buffer already holds these bytes. Types are compared first, so == only ever compares
         # ints and TensorMaps (by identity), never arrays.
-        if last is not None and tuple(map(type, args)) == last[1] and args == last[2] and request == last[0]:
+        if last is not None and types == last[1] and args == last[2] and request == last[0]:
             with self._lock:
                 if self._last is last:  # no other thread packed different arguments meanwhile
                     result = self._launch(last[3], self._func, self._packer.pointers_address, 0)
@@ -137,7 +137,6 @@ class Kernel:
             result = self._launch(config, self._func, self._packer.pointers_address, 0)
             if (result[0] if type(result) is tuple else result) != 0:
                 self._launch_failed(result, config)  # retries with these arguments, still under the lock
-            types = tuple(map(type, args))
             if _REPEATABLE.issuperset(types):
                 self._last = (request, types, args, config)
         if self._blocking:

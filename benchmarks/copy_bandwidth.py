@@ -103,15 +103,23 @@ def main() -> int:
         copies["triton TMA copy"] = lambda: triton_copy(dst, src)
     for backend in ("tma", "cp.async"):
         copies[f"tmakit.ops.copy ({backend})"] = lambda b=backend: ops.copy(dst, src, backend=b, stream=stream)
-    transposes: dict[str, Callable[[], None]] = {"torch dst.copy_(src.t())": lambda: dst_t.copy_(src.t())}
-    for backend in ("tma", "cp.async"):
-        transposes[f"tmakit.ops.transpose ({backend})"] = lambda b=backend: ops.transpose(dst_t, src, backend=b, stream=stream)
+    cases = [("copy", copies, src, dst)]
+    # transpose of the same bytes viewed as 4-, 2-, 1- and 8-byte elements (one kernel, one path per size)
+    for dtype in (torch.float32, torch.int16, torch.uint8, torch.int64):
+        esize = torch.empty((), dtype=dtype).element_size()
+        s_x = src.view(dtype)
+        d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
+        variants: dict[str, Callable[[], None]] = {"torch dst.copy_(src.t())": lambda s_x=s_x, d_x=d_x: d_x.copy_(s_x.t())}
+        for backend in ("tma", "cp.async"):
+            variants[f"tmakit.ops.transpose ({backend})"] = \
+                lambda b=backend, s_x=s_x, d_x=d_x: ops.transpose(d_x, s_x, backend=b, stream=stream)
+        cases.append((f"transpose {esize}B" if esize != 4 else "transpose", variants, s_x.t(), d_x))
 
     rows_out = []
-    for op, variants, want, out in (("copy", copies, src, dst), ("transpose", transposes, src.t(), dst_t)):
+    for op, variants, want, out in cases:
         baseline = None
         for name, fn in variants.items():
-            out.fill_(float("nan"))
+            out.view(torch.uint8).fill_(0xA5)  # poison
             try:
                 fn()
                 torch.cuda.synchronize()
@@ -126,7 +134,7 @@ def main() -> int:
             rows_out.append({"op": op, "variant": name, "ms": ms, "GB/s": gbps,
                              "vs torch copy": gbps / rows_out[0]["GB/s"] if rows_out else 1.0,
                              "vs torch (same op)": gbps / baseline, "note": note})
-            print(f"{op:9s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s  {note}", flush=True)
+            print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s  {note}", flush=True)
 
     meta = {"benchmark": NAME, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",

@@ -17,10 +17,12 @@ timeout 120 python3 examples/async_memcpy_overlap.py --gib 1 --png $R/timeline.p
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do
   timeout ${BENCH_TIMEOUT:-70} python3 benchmarks/$b.py ${Q:+--quick} --out $R > $R/bench_$b.log 2>&1; echo "rc=$?" >> $R/bench_$b.log
 done
+timeout 60 python3 benchmarks/experiments/host_paths.py > $R/host_paths.json 2> $R/host_paths.err
 PYTHON=python3 timeout 100 bash benchmarks/sanitize.sh $R/sanitize > $R/sanitize.log 2>&1; echo "rc=$?" >> $R/sanitize.log
 tar czf $OUT/results.tar.gz -C /tmp tmakit_results
 echo "=== summary"; cat $R/corpus.log | tail -1 | cut -c1-300; grep -E "passed|failed|error" $R/pytest.log | tail -3
 grep -E "^FAILED|^ERROR" $R/pytest.log | head -40
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do echo "--- $b"; grep -E "^\|" $R/bench_$b.log | head -14; tail -2 $R/bench_$b.log; done
+echo "--- host paths"; cat $R/host_paths.json; tail -3 $R/host_paths.err
 echo "--- example"; tail -25 $R/example.log
 echo "--- sanitize"; tail -8 $R/sanitize.log

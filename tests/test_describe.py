@@ -226,3 +226,48 @@ def test_encode_tiled_and_im2col_validate_their_inputs():
         describe_im2col(shape=(8, 32, 32, 64), dtype="f16", pixels_per_column=8, lower_corner="ab", encode=False)
     with pytest.raises(InvalidArgumentError, match="^shape"):
         describe_im2col(shape=(8, 64), dtype="f16", pixels_per_column=8, encode=False)
+
+
+class _TorchLike:
+    """Enough of a CUDA torch tensor for describe_tensor's per-array cache (no GPU: encode=False)."""
+
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, ptr=1 << 20, dtype="float32", itemsize=4):
+        self.shape, self._ptr, self.dtype, self._itemsize = tuple(shape), ptr, f"torch.{dtype}", itemsize
+        self.device = self._Device()
+        self._strides = tuple(int(x) for x in np.cumprod((1,) + self.shape[:0:-1])[::-1])
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+    def element_size(self):
+        return self._itemsize
+
+    def get_device(self):
+        return 0
+
+
+def test_per_array_cache_answers_repeats_and_never_bad_input():
+    """A repeated request for a torch-like array is served from the cache; a changed pointer or layout is
+    described again; an invalid twin of a cached request (64.0, True) is still refused."""
+    x = _TorchLike((256, 512))
+    first = describe_tensor(x, box=(64, 32), encode=False)
+    again = describe_tensor(x, box=(64, 32), encode=False)
+    assert again is not first and again.spec == first.spec and again.owner is x
+    x._ptr += 4096  # e.g. tensor.set_(): the cached entry no longer applies
+    moved = describe_tensor(x, box=(64, 32), encode=False)
+    assert moved.address == x._ptr
+    x._ptr += 8  # misaligned now: the address rule is checked again
+    with pytest.raises(TensorMapError, match="address"):
+        describe_tensor(x, box=(64, 32), encode=False)
+    x._ptr -= 8
+    for bad, parameter in (((64.0, 32), r"box\[0\]"), ((True, 32), r"box\[0\]")):
+        with pytest.raises(InvalidArgumentError, match=rf"^{parameter}"):
+            describe_tensor(x, box=bad, encode=False)
+    with pytest.raises(InvalidArgumentError, match="^swizzle"):
+        describe_tensor(x, box=(64, 32), swizzle=True, encode=False)

@@ -472,17 +472,22 @@ def test_kernel_refuses_after_module_close(fake_kernel) -> None:
 
 
 def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_kernel) -> None:
-    """A launch repeating the previous one (same config, same ints) skips packing; any change repacks."""
+    """A launch repeating the previous one (same config, same ints) is frozen on its second occurrence and
+    later repeats launch from that frozen copy; any change repacks."""
     kernel, drv, _ = fake_kernel
     payload = bytes(range(128))
     kernel(16, 7, payload, 0.5, 3, grid=2, block=64)
     kernel(16, 7, payload, 0.5, 3, grid=2, block=64)  # a float: not repeatable, packed again (still the same bytes)
     assert kernel._last is None
     assert drv.launches[-1][1] == drv.launches[-2][1]
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # all ints/bytes: remembered
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # all ints/bytes: a candidate
+    assert kernel._last is None
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # seen twice in a row: frozen
     assert kernel._last is not None
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)
-    assert drv.launches[-1][1] == drv.launches[-2][1]
+    frozen = kernel._last[2]
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # served from the frozen copy
+    assert drv.launches[-1][1] == drv.launches[-2][1] == drv.launches[-3][1]
+    assert kernel._last[2] == frozen and frozen != kernel._packer.pointers_address
     kernel(16, 8, payload, 1, 3, grid=2, block=64)  # one int changed: repacked
     assert drv.launches[-1][1][1] == b"\x08"
     kernel(16, 8, payload, 1, 3, grid=4, block=64)  # another grid: a new configuration

@@ -173,6 +173,14 @@ class ArgPacker:
         for write, value in zip(self._writers, args):
             write(value)
 
+    def frozen_copy(self) -> tuple[int, tuple]:
+        """A copy of the packed buffer with its own kernelParams array, never written again: (address of the
+        pointer array, the objects that keep both alive)."""
+        buffer = ctypes.create_string_buffer(self.buffer.raw, len(self.buffer))
+        base = ctypes.addressof(buffer)
+        pointers = (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
+        return ctypes.addressof(pointers), (buffer, pointers)
+
     def bytes_of(self, index: int) -> bytes:
         p = self.params[index]
         return bytes(self.view[p.offset:p.offset + p.size])

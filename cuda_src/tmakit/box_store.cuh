@@ -1,28 +1,35 @@
 // The one-source box store, inverse of box_load: shared-memory image -> global box; out-of-bounds elements
 // are not written. TMA path: cp.async.bulk.tensor store from one thread. cp.async path (there is no Ampere
 // async store): plain global stores by the block that read the image through the same swizzle map.
+//
+// Two ways to use it:
+//   box_store(...)                  one box, synchronous: returns when smem may be reused and the writes are done.
+//   box_store_begin();              streaming (several boxes, buffers reused while earlier stores drain):
+//   box_store_issue(...) per box;     ALL threads call each step; the TMA path keeps up to N committed groups
+//   box_store_commit_wait_read<N>();  in flight, so a buffer used N+1 groups ago may be rewritten after the
+//   ... box_store_drain() at the end  next __syncthreads().
 #pragma once
 #include "tmakit/box_load.cuh"
 #include "tmakit/fence.cuh"
 
 namespace tmakit {
 
-// ALL threads call it after writing `smem`; it returns when `smem` may be reused and the global writes
-// are issued (TMA: wait_group 0 for full completion, so a following kernel or host copy sees them).
-__device__ __forceinline__ void box_store(const BoxSource& dst, const void* smem, const Coords& at, int rank,
-                                          uint32_t bytes) {
+// ALL threads call it after writing the images: orders their generic-proxy writes before the store reads.
+__device__ __forceinline__ void box_store_begin() {
 #if TMAKIT_USE_TMA
   fence_proxy_async_shared_cta();  // every writer: order its generic stores before the async-proxy read
+#endif
   __syncthreads();
-  if (threadIdx.x == 0) {
-    cp_async_bulk_tensor_s2g(rank, &dst, at, smem);
-    cp_async_bulk_commit_group();
-    cp_async_bulk_wait_group<0>();
-  }
-  __syncthreads();
+}
+
+// ALL threads call it, after box_store_begin(). TMA: thread 0 issues the bulk store (not yet committed).
+// cp.async path: the block writes the box with plain stores, done when it returns.
+__device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void* smem, const Coords& at, int rank,
+                                                uint32_t bytes) {
+#if TMAKIT_USE_TMA
+  if (threadIdx.x == 0) cp_async_bulk_tensor_s2g(rank, &dst, at, smem);
 #else
   if (dst.interleave != 0 || (int)dst.rank != rank || box_image_bytes(dst) != bytes) asm volatile("trap;");
-  __syncthreads();
   const uint8_t* base = static_cast<const uint8_t*>(smem);
   for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
     const BoxChunk ch = box_chunk(dst, at, k);
@@ -38,8 +45,38 @@ __device__ __forceinline__ void box_store(const BoxSource& dst, const void* smem
       }
     }  // kChunkZero16 / NaN-filled chunks that are wholly out of bounds: nothing to store
   }
-  __syncthreads();
 #endif
+}
+
+// ALL threads call it after the boxes of one group are issued. TMA: thread 0 commits them as one bulk group
+// and waits until at most N groups still read shared memory. The caller's next __syncthreads() publishes
+// that to the block.
+template <int N>
+__device__ __forceinline__ void box_store_commit_wait_read() {
+#if TMAKIT_USE_TMA
+  if (threadIdx.x == 0) {
+    cp_async_bulk_commit_group();
+    cp_async_bulk_wait_group_read<N>();
+  }
+#endif
+}
+
+// ALL threads call it last: the TMA path waits for every committed store's global writes, so a following
+// kernel or host copy sees them.
+__device__ __forceinline__ void box_store_drain() {
+#if TMAKIT_USE_TMA
+  if (threadIdx.x == 0) cp_async_bulk_wait_group<0>();
+#endif
+  __syncthreads();
+}
+
+// ALL threads call it after writing `smem`; it returns when `smem` may be reused and the writes are done.
+__device__ __forceinline__ void box_store(const BoxSource& dst, const void* smem, const Coords& at, int rank,
+                                          uint32_t bytes) {
+  box_store_begin();
+  box_store_issue(dst, smem, at, rank, bytes);
+  box_store_commit_wait_read<0>();
+  box_store_drain();
 }
 
 }  // namespace tmakit

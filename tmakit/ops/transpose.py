@@ -1,9 +1,11 @@
 """``transpose(dst, src)``: dst (C x R) = src (R x C)^T for 1/2/4/8-byte elements (cuda_src/transpose.cu).
 
-The source is read in 128-byte-wide boxes with the 128B swizzle through the one-source box load. TMA can
-only describe it when its base is 16-byte aligned and its row pitch a multiple of 16 bytes: otherwise
-``backend="auto"`` uses the cp.async path (which walks any pitch; logged and recorded on the result) and an
-explicit ``backend="tma"`` refuses.
+The source is read in tiles of 128 rows by 128 bytes (128B swizzle) through the one-source box load, turned
+in shared memory with 16-byte, bank-conflict-free accesses, and written as 128B-swizzled boxes through the
+one-source box store (TMA store on sm_90). TMA can describe an array only when its base is 16-byte aligned
+and its row pitch a multiple of 16 bytes, for src and for dst: otherwise ``backend="auto"`` uses the
+cp.async path (which walks any pitch; logged and recorded on the result) and an explicit ``backend="tma"``
+refuses.
 """
 from __future__ import annotations
 
@@ -20,11 +22,13 @@ from ._kernels import kernel, sm_count
 
 log = logging.getLogger("tmakit")
 
-_TILE_ROWS = 64
-_ROW_BYTES = 128  # = the 128B swizzle span: conflict-light column reads
+_TILE_ROWS = 128  # source rows per tile (cuda_src/transpose.cu kTileRows)
+_SPAN = 128  # bytes per image row = the 128B swizzle span
+_TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
-_STAGES = 2
+_BUFFERS = 3 + 2  # source ring (kStages) + two buffers of destination images
+_BLOCKS_PER_SM = 2  # 81 KiB of shared memory each
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,11 @@ class TransposeResult:
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
 
 
-def _tma_rule_broken(ptr: int, pitch: int) -> str:
+def _tma_rule_broken(name: str, ptr: int, pitch: int) -> str:
     if ptr % 16:
-        return f"its address 0x{ptr:x} is not 16-byte aligned"
+        return f"{name}'s address 0x{ptr:x} is not 16-byte aligned"
     if pitch % 16:
-        return f"its row pitch of {pitch} bytes is not a multiple of 16"
+        return f"{name}'s row pitch of {pitch} bytes is not a multiple of 16"
     return ""
 
 
@@ -62,28 +66,31 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     reason = choice.reason
     if rows * cols == 0:
         return TransposeResult(choice, "empty")
-    broken = _tma_rule_broken(s.ptr, cols * esize)
+    name, broken = next(((n, b) for n, b in (("src", _tma_rule_broken("src", s.ptr, cols * esize)),
+                                             ("dst", _tma_rule_broken("dst", d.ptr, rows * esize))) if b), ("", ""))
     if choice.backend is Backend.TMA and broken:
         if choice.source != "auto":
-            raise InvalidArgumentError("src", f"array of shape {s.shape} ({s.dtype_name})",
+            raise InvalidArgumentError(name, f"array of shape {(s if name == 'src' else d).shape} ({s.dtype_name})",
                                        f"cannot be described by a TMA tensor map: {broken}",
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
         choice = choose_backend("cp.async", device=s.device)
-        reason = f"TMA cannot describe src ({broken}); using the cp.async path"
+        reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
-    tile_cols = _ROW_BYTES // esize
-    dtype = dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize])
+    width = _SPAN // esize  # elements per image row
     if choice.backend is Backend.TMA:
         from ..tensormap import describe_tensor
 
-        source = describe_tensor(src, box=(_TILE_ROWS, tile_cols), swizzle="128B", oob_fill="zero")
+        source = describe_tensor(src, box=(_TILE_ROWS, width), swizzle="128B", oob_fill="zero")
+        target = describe_tensor(dst, box=(width, width), swizzle="128B")
     else:
-        source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (tile_cols, _TILE_ROWS), esize, int(dtype),
+        dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+        source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, _TILE_ROWS), esize, dtype,
                                  swizzle=_SWIZZLE_128B)
-    stage = -(-_TILE_ROWS * _ROW_BYTES // 1024) * 1024
-    tiles = -(-rows // _TILE_ROWS) * -(-cols // tile_cols)
-    grid = max(1, min(tiles, sm_count(s.device) * 8))
+        target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
+                                 swizzle=_SWIZZLE_128B)
+    tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
+    grid = max(1, min(tiles, sm_count(s.device) * _BLOCKS_PER_SM))
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device)
-    k(source, d.ptr, rows, cols, esize, _TILE_ROWS, tile_cols, _SWIZZLE_128B, grid=(grid, 1, 1),
-      block=(_THREADS, 1, 1), shared_mem=_STAGES * stage + 1024, stream=stream)
+    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1),
+      shared_mem=_BUFFERS * _TILE_BYTES + 1024, stream=stream)
     return TransposeResult(choice, reason)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from ctypes import string_at as _string_at
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -37,23 +38,29 @@ class _Template:
     reason: str
     prepared: tuple | None  # encode arguments for the driver, when a GPU encode applies
     alignment: int  # the address alignment the spec needs (16, or 32 with interleave 32B / packed types)
-    encoded: Any = None  # a CUtensorMap of this shape class, re-pointed by cuTensorMapReplaceAddress
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Per thread: a CUtensorMap of this shape class and its address, re-pointed by cuTensorMapReplaceAddress
+    # (per thread, so no lock is needed between re-pointing it and reading its bytes).
+    local: threading.local = field(default_factory=threading.local)
 
-    def descriptor_at(self, address: int) -> bytes | None:
-        """The descriptor at ``address``: the first time a full encode, then the driver's address replacement
-        on the stored descriptor (one cheap call instead of re-encoding). None when the driver refuses."""
-        from .encode import descriptor_bytes, encode_prepared
+    def descriptor_at(self, address: int, device: int) -> bytes | None:
+        """The descriptor at ``address``: the driver's address replacement on this thread's stored descriptor
+        (one cheap call instead of re-encoding, with no context switch), else a full encode in the device's
+        context. None when the driver refuses."""
+        from .encode import encode_prepared
 
-        drv = _driver.bindings()
-        with self.lock:
-            if self.encoded is not None and int(drv.cuTensorMapReplaceAddress(self.encoded, address)[0]) == 0:
-                return descriptor_bytes(self.encoded)
+        local = self.local
+        stored = getattr(local, "stored", None)
+        if stored is not None:
+            result = _driver.bindings().cuTensorMapReplaceAddress(stored[0], address)
+            if (result[0] if type(result) is tuple else result) == 0:
+                return _string_at(stored[1], 128)
+            # e.g. CUDA_ERROR_INVALID_CONTEXT on a thread with no current context: encode afresh below
+        with _driver.context_for(device):
             err, tmap = encode_prepared(self.prepared, address)
-            if int(err) != 0:
-                return None
-            self.encoded = tmap
-            return descriptor_bytes(tmap)
+        if int(err) != 0:
+            return None
+        local.stored = (tmap, int(tmap.getPtr()))
+        return _string_at(local.stored[1], 128)
 
 
 def clear_cache() -> None:
@@ -220,7 +227,9 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
         try:  # torch: identity and cheap metadata decide a hit, with no parsing
             box_key = box if type(box) is tuple else tuple(box)
             es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
-            if not _plain_request(box_key, es_key, options[:4]):
+            # Only ints (or index-like) in the sequences and no bool/float options: then equal keys mean equal
+            # requests (64.0 == 64 and True == 1 would otherwise share a cache entry without being validated).
+            if not _BOOL_OR_FLOAT.isdisjoint(map(type, box_key + options[:4] + (es_key or ()))):
                 return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
             request = (id(array), box_key, swizzle, oob_fill, l2_promotion, interleave, es_key, dtype, arch, encode)
             entry = _REQUESTS.get(request)
@@ -247,17 +256,6 @@ def _typed(value: Any) -> tuple:
     return (type(value), value)
 
 
-def _plain_request(box: tuple, element_strides: Any, options: tuple) -> bool:
-    """True when the request holds only ints in the sequences and str/None/enum options: then equal keys mean
-    equal requests (64.0 == 64 and True == 1 would otherwise share a cache entry without being validated)."""
-    if not _INT.issuperset(map(type, box)):  # set operations over map(type, ...): no Python-level loop
-        return False
-    if element_strides is not None and not _INT.issuperset(map(type, element_strides)):
-        return False
-    return _BOOL_OR_FLOAT.isdisjoint(map(type, options))
-
-
-_INT = frozenset({int})
 _BOOL_OR_FLOAT = frozenset({bool, float})
 
 
@@ -302,9 +300,7 @@ def _from_template(template: _Template, address: int, device: int | None, owner:
     spec = _with_address(template.spec, address)
     descriptor = None
     if template.prepared is not None and owner is not None:
-        with _driver.context_for(device or 0):
-            descriptor = template.descriptor_at(address)
-        descriptor = descriptor or _encode_or_explain(spec, device or 0)
+        descriptor = template.descriptor_at(address, device or 0) or _encode_or_explain(spec, device or 0)
     return TensorMap(spec, template.arch, device, descriptor, template.reason, owner)
 
 

@@ -27,7 +27,7 @@ def pack_box_params(address: int, dims: Any, strides: Any, box: Any, element_str
                             int(swizzle), int(interleave), int(oob_nan), int(dtype))
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True, weakref_slot=True)  # slots: cheaper to build on describe's per-call path
 class TensorMap:
     """A tensor map for one tensor: its parameters (both orders), sizes, and the 128-byte descriptor.
 

@@ -109,6 +109,8 @@ def run(quick: bool) -> dict[str, Any]:
         lambda: tm_kernel(tensor_map, ptr, next(flip) & 1, grid=1, block=32, stream=stream), stream, n, repeats)
     results["tmakit (raw 128-byte descriptor object, pointer, int)"] = measure(
         lambda: tm_kernel(desc, ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
+    bound = tm_kernel.bind(tensor_map, ptr, 1, grid=1, block=32, stream=stream)
+    results["tmakit Kernel.bind(TensorMap, pointer, int), then bound()"] = measure(bound, stream, n, repeats)
     results["tmakit (pointer, int)"] = measure(
         lambda: tm_ptr_kernel(ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
 

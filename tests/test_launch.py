@@ -494,3 +494,22 @@ def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_k
     assert drv.launches[-1][0].gridDimX == 4
     kernel(16, True, payload, 1, 3, grid=4, block=64)  # True == 1 but a bool: not taken for the int
     assert drv.launches[-1][1][1] == b"\x01"
+
+
+def test_bound_launch_packs_once_and_is_not_disturbed_by_other_launches(fake_kernel) -> None:
+    kernel, drv, module = fake_kernel
+    payload = bytes(range(128))
+    bound = kernel.bind(16, 7, payload, 0.5, 3, grid=2, block=64)
+    assert drv.launches == []  # binding launches nothing
+    bound()
+    kernel(99, 9, bytes(128), 1.5, 4, grid=3, block=32)  # repacks the kernel's own buffer
+    bound()
+    first, other, again = drv.launches
+    assert first[1] == again[1] != other[1] and again[0].gridDimX == 2 and again[0].blockDimX == 64
+    assert "grid=(2, 1, 1)" in repr(bound)
+    with pytest.raises(LaunchError, match="takes 5 argument"):
+        kernel.bind(16, 7, grid=1, block=32)
+    module._finalizer()
+    with pytest.raises(LaunchError, match="module was closed"):
+        bound()
+    assert len(drv.launches) == 3

@@ -22,7 +22,7 @@ from .backend import Backend, BackendChoice, choose_backend
 from .build import CompiledKernelCode, Module, assemble_ptx, compile_cuda, load_module, load_ptx, source_dirs
 from .device_array import DeviceArray
 from .kernel_signature import ParamInfo
-from .launch import Kernel
+from .launch import BoundLaunch, Kernel
 from .memory import PinnedBuffer, is_pinned, pinned_empty, pinned_like, registered
 from .streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
@@ -46,7 +46,7 @@ __all__ = [
     "InvalidArgumentError",
     "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
-    "CompiledKernelCode", "Module", "Kernel", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
+    "CompiledKernelCode", "Module", "Kernel", "BoundLaunch", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
     "source_dirs",
     "DeviceArray", "PinnedBuffer", "is_pinned", "pinned_empty", "pinned_like", "registered",
     "Stream", "Event", "as_stream", "copy_h2d", "copy_d2h", "copy_d2d", "elapsed_ms", "timed", "use_device",

@@ -121,20 +121,8 @@ class Kernel:
             if self._blocking:
                 _driver.call("cuStreamSynchronize", last[1].hStream)
             return
-        if not self._module_alive.alive:
-            raise LaunchError(f"kernel {self.name}: its module was closed; load it again")
-        handle = stream_handle(stream)
-        key = (grid, block, shared_mem, handle, cluster)
-        try:
-            config = self._configs[key]
-        except (KeyError, TypeError):  # TypeError: grid/block given as lists
-            config = self._configure(grid, block, shared_mem, handle, cluster)
-            try:
-                if len(self._configs) >= _MAX_CONFIGS:
-                    self._configs.clear()
-                self._configs[key] = config
-            except TypeError:
-                pass  # an unhashable key (lists) is just not remembered
+        self._require_module()
+        config = self._config_for(grid, block, shared_mem, stream, cluster)
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
             self._last = None
             packer = self._packer
@@ -154,6 +142,37 @@ class Kernel:
                 self._candidate = None
         if self._blocking:
             _driver.call("cuStreamSynchronize", config.hStream)
+
+    def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
+             cluster: Any = None) -> "BoundLaunch":
+        """Check and pack the arguments and the configuration once; the returned object launches exactly this
+        (``bound()``) at the binding's own cost plus a few attribute reads: for hot loops of identical launches.
+        It keeps the arguments alive; arrays are bound by their address at bind time."""
+        self._require_module()
+        config = self._config_for(grid, block, shared_mem, stream, cluster)
+        with self._lock:
+            self._packer.pack(args)
+            address, keep_alive = self._packer.frozen_copy()
+        return BoundLaunch(self, config, address, (keep_alive, args, stream))
+
+    def _require_module(self) -> None:
+        if not self._module_alive.alive:
+            raise LaunchError(f"kernel {self.name}: its module was closed; load it again")
+
+    def _config_for(self, grid: Any, block: Any, shared_mem: Any, stream: Any, cluster: Any) -> Any:
+        handle = stream_handle(stream)
+        key = (grid, block, shared_mem, handle, cluster)
+        try:
+            return self._configs[key]
+        except (KeyError, TypeError):  # TypeError: grid/block given as lists
+            config = self._configure(grid, block, shared_mem, handle, cluster)
+            try:
+                if len(self._configs) >= _MAX_CONFIGS:
+                    self._configs.clear()
+                self._configs[key] = config
+            except TypeError:
+                pass  # an unhashable key (lists) is just not remembered
+            return config
 
     def _launch_failed(self, result: Any, config: Any, pointers_address: int) -> None:
         try:
@@ -223,3 +242,28 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<tmakit.Kernel {self.name} ({len(self.params)} params) device {self.device}>"
+
+
+class BoundLaunch:
+    """One launch of a kernel with fixed arguments and configuration (``Kernel.bind``); call it to launch."""
+
+    __slots__ = ("kernel", "_launch", "_func", "_config", "_address", "_alive", "_keep_alive")
+
+    def __init__(self, kernel: Kernel, config: Any, address: int, keep_alive: Any) -> None:
+        self.kernel, self._config, self._address, self._keep_alive = kernel, config, address, keep_alive
+        self._launch, self._func, self._alive = kernel._launch, kernel._func, kernel._module_alive
+
+    def __call__(self) -> None:
+        if not self._alive.alive:
+            raise LaunchError(f"kernel {self.kernel.name}: its module was closed; load it again")
+        result = self._launch(self._config, self._func, self._address, 0)
+        if (result[0] if type(result) is tuple else result) != 0:
+            with self.kernel._lock:
+                self.kernel._launch_failed(result, self._config, self._address)
+        if self.kernel._blocking:
+            _driver.call("cuStreamSynchronize", self._config.hStream)
+
+    def __repr__(self) -> str:
+        c = self._config
+        return (f"<tmakit.BoundLaunch {self.kernel.name} grid=({c.gridDimX}, {c.gridDimY}, {c.gridDimZ}) "
+                f"block=({c.blockDimX}, {c.blockDimY}, {c.blockDimZ}) shared_mem={c.sharedMemBytes}>")

@@ -21,7 +21,7 @@ import launch_overhead as lo  # noqa: E402
 from _common import host_time_us  # noqa: E402
 
 
-class LaunchConfig(ctypes.Structure):
+class CLaunchConfig(ctypes.Structure):
     """CUlaunchConfig of cuda.h 13.0 (no attributes used here)."""
 
     _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
@@ -83,7 +83,7 @@ def main() -> int:
     sync()
     vp = ctypes.c_void_p
     launch_ex = entry_point("cuLaunchKernelEx", vp, vp, vp, vp)
-    ccfg = LaunchConfig(1, 1, 1, 32, 1, 1, 0, s_handle, None, 0)
+    ccfg = CLaunchConfig(1, 1, 1, 32, 1, 1, 0, s_handle, None, 0)
     caddr, fint = ctypes.addressof(ccfg), int(func)
     assert launch_ex(caddr, fint, kp, None) == 0
     out["ctypes cuLaunchKernelEx"] = per_call(lambda: launch_ex(caddr, fint, kp, None))
@@ -97,6 +97,8 @@ def main() -> int:
     out["cuda.core launch"] = per_call(lambda: launch(stream, cc_cfg, cc_kernel, ptr, n32))
     sync()
     out["tmakit Kernel (pointer, int)"] = per_call(lambda: k(ptr, 1, grid=1, block=32, stream=stream))
+    sync()
+    out["tmakit Kernel.bind (pointer, int), bound()"] = per_call(k.bind(ptr, 1, grid=1, block=32, stream=stream))
     sync()
     out["ctypes call overhead (no-op cuCtxGetCurrent-free)"] = per_call(lambda: None)
 

@@ -27,7 +27,7 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
-_BUFFERS = 3 + 2  # source ring (kStages) + two buffers of destination images
+_STAGES = 3  # source ring (kStages); the TMA path adds two buffers of destination images
 _BLOCKS_PER_SM = 2  # 81 KiB of shared memory each
 
 
@@ -92,5 +92,5 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     grid = max(1, min(tiles, sm_count(s.device) * _BLOCKS_PER_SM))
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device)
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1),
-      shared_mem=_BUFFERS * _TILE_BYTES + 1024, stream=stream)
+      shared_mem=(_STAGES + 2 * (choice.backend is Backend.TMA)) * _TILE_BYTES + 1024, stream=stream)
     return TransposeResult(choice, reason)

@@ -52,6 +52,28 @@ def host_time_us(fn: Callable[[], object], iterations: int, repeats: int = 7, wa
     return statistics.median(samples)
 
 
+def interleaved_host_times_us(fns: dict[str, Callable[[], object]], iterations: int, rounds: int = 15,
+                              warmup: int = 200, between: Callable[[], object] | None = None) -> dict[str, float]:
+    """Median host microseconds per call of each function, measured in interleaved rounds (every function once
+    per round, ``between()`` untimed after each), so a change of machine state affects all of them alike and
+    their ratios stay meaningful on a noisy host."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+        if between is not None:
+            between()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(iterations):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / iterations * 1e6)
+            if between is not None:
+                between()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def write_results(name: str, title: str, rows: list[dict], notes: list[str], out_dir: str | None) -> Path:
     """Write benchmarks/results/<name>.md and .json (and copy both to ``out_dir``)."""
     RESULTS.mkdir(exist_ok=True)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import host_time_us, write_results  # noqa: E402
+from _common import host_time_us, interleaved_host_times_us, write_results  # noqa: E402
 
 
 def main(argv=None) -> int:  # noqa: C901
@@ -27,7 +27,7 @@ def main(argv=None) -> int:  # noqa: C901
     from tmakit import describe_tensor
     from tmakit.tensormap.encode import encode_tiled_raw
 
-    iters = 2000 if args.quick else 20000
+    iters, rounds = (2000, 7) if args.quick else (20000, 21)
     x = torch.empty((4096, 4096), dtype=torch.bfloat16, device="cuda")
     views = [x[i:i + 2048] for i in range(2048)]  # distinct (row-aligned) addresses, one shape class
     from tmakit.tensormap.describe import _REQUESTS
@@ -53,17 +53,16 @@ def main(argv=None) -> int:  # noqa: C901
     def cached():
         describe_tensor(x, box=box)
 
-    rows = []
-    t_raw = host_time_us(raw, iters)
-    rows.append({"path": "raw cuTensorMapEncodeTiled (cuda.bindings)", "us_per_call": t_raw, "ratio_to_raw": 1.0})
-    for name, fn in (("describe_tensor, fresh tensor (shape verdict cached)", fresh),
-                     ("describe_tensor, fresh tensor, all rules checked", fresh_unchecked_shape),
-                     ("describe_tensor, repeated identical request (cache)", cached)):
-        t = host_time_us(fn, iters)
-        rows.append({"path": name, "us_per_call": t, "ratio_to_raw": t / t_raw})
-    t_clear = host_time_us(clear_requests, iters)
-    rows[1]["us_per_call"] -= t_clear  # the fresh row clears the request cache each call; not part of the cost
-    rows[1]["ratio_to_raw"] = rows[1]["us_per_call"] / t_raw
+    paths = {"raw cuTensorMapEncodeTiled (cuda.bindings)": raw,
+             "describe_tensor, fresh tensor (shape verdict cached)": fresh,
+             "describe_tensor, fresh tensor, all rules checked": fresh_unchecked_shape,
+             "describe_tensor, repeated identical request (cache)": cached,
+             "clear": clear_requests}
+    times = interleaved_host_times_us(paths, iters // 10, rounds=rounds)
+    # the fresh row clears the request cache each call; that is not part of the cost
+    times["describe_tensor, fresh tensor (shape verdict cached)"] -= times.pop("clear")
+    t_raw = times["raw cuTensorMapEncodeTiled (cuda.bindings)"]
+    rows = [{"path": name, "us_per_call": t, "ratio_to_raw": t / t_raw} for name, t in times.items()]
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -73,7 +72,8 @@ def main(argv=None) -> int:  # noqa: C901
     except Exception as exc:  # noqa: BLE001 - the peer is optional
         rows.append({"path": f"triton TensorDescriptor.from_tensor: unavailable ({type(exc).__name__})",
                      "us_per_call": float("nan"), "ratio_to_raw": float("nan")})
-    notes = [f"{iters} calls per sample, median of 7 samples, after 200 warm-up calls; 4096x4096 bf16, box 64x64",
+    notes = [f"{iters // 10} calls per sample, median of {rounds} interleaved rounds (each path once per round), after "
+             "200 warm-up calls; Triton measured after; 4096x4096 bf16, box 64x64",
              "goal: fresh descriptor within 1.5x of the raw call; identical request from the cache under 1 us"]
     write_results("describe_overhead", "describe_tensor host overhead", rows, notes, args.out)
     return 0

@@ -5,8 +5,9 @@ Compares, in one run on one stream:
   cuda.core    cuda.core.launch with its own TensorMapDescriptor (StridedMemoryView.as_tensor_map), and
                cuda.core.launch of the same kernel body without the descriptor argument (pointer + int)
   cupy         cupy.RawKernel without the descriptor argument (CuPy cannot pass a 128-byte struct by value)
-Host time: time.perf_counter over N back-to-back launches (no sync inside), median of R repeats.
-GPU time: CUDA events around the same N launches (time per launch as the GPU sees it).
+Host time: time.perf_counter over 256 back-to-back launches (few enough that the launch queue never fills, so
+it is the host's cost and not the GPU's launch rate), the stream synchronised untimed after each; all variants
+interleaved, one batch each per round; median of the rounds. GPU time: CUDA events around the same launches.
 The descriptor is encoded with cuda.bindings.driver.cuTensorMapEncodeTiled directly over a 64 MB buffer
 (larger than L2), wrapped in a tiny object with __kernel_param__ (the TensorMap module is not needed).
 
@@ -57,24 +58,32 @@ def encode_descriptor(ptr: int) -> bytes:
 
     return encode_tiled(7, ptr, [COLS, ROWS], [COLS * 4], [64, 64], [1, 1], 0, 0, 0, 0)  # f32, no swizzle
 
-def measure(launch: Callable[[], None], stream: Any, n: int, repeats: int) -> dict[str, float]:
+def measure_all(launches: dict[str, Callable[[], None]], stream: Any, n: int, rounds: int) -> dict[str, dict]:
+    """Host and GPU microseconds per launch of each variant, in interleaved rounds (each variant once per round).
+    A round is ``n`` back-to-back launches, few enough that the launch queue never fills (so the host time is
+    the host's own cost, not the GPU's launch rate), with the stream synchronised, untimed, after each."""
     from cuda.core import EventOptions
 
-    for _ in range(max(50, n // 10)):  # warm-up: config caches, lazy loading
-        launch()
-    stream.sync()
-    host, gpu = [], []
-    for _ in range(repeats):
-        start = stream.record(options=EventOptions(timing_enabled=True))
-        t0 = time.perf_counter()
-        for _ in range(n):
+    timing = EventOptions(timing_enabled=True)
+    for launch in launches.values():  # warm-up: config caches, lazy loading
+        for _ in range(200):
             launch()
-        t1 = time.perf_counter()
-        end = stream.record(options=EventOptions(timing_enabled=True))
-        end.sync()
-        host.append((t1 - t0) / n * 1e6)
-        gpu.append((end - start) / n * 1e3)
-    return {"host_us": statistics.median(host), "host_us_min": min(host), "gpu_us": statistics.median(gpu)}
+        stream.sync()
+    host: dict[str, list[float]] = {name: [] for name in launches}
+    gpu: dict[str, list[float]] = {name: [] for name in launches}
+    for _ in range(rounds):
+        for name, launch in launches.items():
+            start = stream.record(options=timing)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                launch()
+            t1 = time.perf_counter()
+            end = stream.record(options=timing)
+            end.sync()
+            host[name].append((t1 - t0) / n * 1e6)
+            gpu[name].append((end - start) / n * 1e3)
+    return {name: {"host_us": statistics.median(host[name]), "host_us_min": min(host[name]),
+                   "gpu_us": statistics.median(gpu[name])} for name in launches}
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -87,7 +96,7 @@ def run(quick: bool) -> dict[str, Any]:
     import tmakit._driver as tdrv
     from tmakit.build import load_module
 
-    n, repeats = (500, 5) if quick else (5000, 15)
+    n, repeats = (256, 11) if quick else (256, 101)
     dev = Device(0)
     dev.set_current()
     stream = dev.create_stream()
@@ -102,17 +111,17 @@ def run(quick: bool) -> dict[str, Any]:
     from tmakit import encode_tiled
 
     tensor_map = encode_tiled("f32", ptr, [COLS, ROWS], [COLS * 4], [64, 64], device=0)
-    results["tmakit (TensorMap, pointer, int)"] = measure(
-        lambda: tm_kernel(tensor_map, ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
     flip = iter(range(1 << 62))
-    results["tmakit (TensorMap, pointer, int changing every launch)"] = measure(
-        lambda: tm_kernel(tensor_map, ptr, next(flip) & 1, grid=1, block=32, stream=stream), stream, n, repeats)
-    results["tmakit (raw 128-byte descriptor object, pointer, int)"] = measure(
-        lambda: tm_kernel(desc, ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
     bound = tm_kernel.bind(tensor_map, ptr, 1, grid=1, block=32, stream=stream)
-    results["tmakit Kernel.bind(TensorMap, pointer, int), then bound()"] = measure(bound, stream, n, repeats)
-    results["tmakit (pointer, int)"] = measure(
-        lambda: tm_ptr_kernel(ptr, 1, grid=1, block=32, stream=stream), stream, n, repeats)
+    launches: dict[str, Callable[[], None]] = {
+        "tmakit (TensorMap, pointer, int)": lambda: tm_kernel(tensor_map, ptr, 1, grid=1, block=32, stream=stream),
+        "tmakit (TensorMap, pointer, int changing every launch)":
+            lambda: tm_kernel(tensor_map, ptr, next(flip) & 1, grid=1, block=32, stream=stream),
+        "tmakit (raw 128-byte descriptor object, pointer, int)":
+            lambda: tm_kernel(desc, ptr, 1, grid=1, block=32, stream=stream),
+        "tmakit Kernel.bind(TensorMap, pointer, int), then bound()": bound,
+        "tmakit (pointer, int)": lambda: tm_ptr_kernel(ptr, 1, grid=1, block=32, stream=stream),
+    }
 
     arch = "".join(str(v) for v in dev.compute_capability)
     obj = Program(SOURCE, "c++", ProgramOptions(arch=f"sm_{arch}a" if int(arch) >= 90 else f"sm_{arch}")).compile(
@@ -123,12 +132,11 @@ def run(quick: bool) -> dict[str, Any]:
     try:
         view = StridedMemoryView.from_buffer(buf, shape=(ROWS, COLS), dtype=np.float32)
         tmd = view.as_tensor_map(box_dim=(64, 64))
-        results["cuda.core (TensorMapDescriptor, pointer, int)"] = measure(
-            lambda: launch(stream, config, cc_tma, tmd, p_arg, n_arg), stream, n, repeats)
+        launch(stream, config, cc_tma, tmd, p_arg, n_arg)
+        launches["cuda.core (TensorMapDescriptor, pointer, int)"] = lambda: launch(stream, config, cc_tma, tmd, p_arg, n_arg)
     except Exception as exc:  # noqa: BLE001 - report the peer as unavailable, keep measuring the others
         results["cuda.core (TensorMapDescriptor, pointer, int)"] = {"error": f"{type(exc).__name__}: {exc}"}
-    results["cuda.core (pointer, int)"] = measure(
-        lambda: launch(stream, config, cc_ptr, p_arg, n_arg), stream, n, repeats)
+    launches["cuda.core (pointer, int)"] = lambda: launch(stream, config, cc_ptr, p_arg, n_arg)
 
     try:
         import cupy
@@ -140,12 +148,14 @@ def run(quick: bool) -> dict[str, Any]:
         cp_n = np.int32(1)
 
         def cupy_launch() -> None:
-            raw((1,), (32,), (cp_array, cp_n))
+            with cp_stream:  # RawKernel launches on the current CuPy stream: the same CUstream as the others
+                raw((1,), (32,), (cp_array, cp_n))
 
-        with cp_stream:  # RawKernel launches on the current CuPy stream: the same CUstream as the others
-            results["cupy.RawKernel (pointer, int)"] = measure(cupy_launch, stream, n, repeats)
+        cupy_launch()
+        launches["cupy.RawKernel (pointer, int; inside `with stream`)"] = cupy_launch
     except Exception as exc:  # noqa: BLE001
         results["cupy.RawKernel (pointer, int)"] = {"error": f"{type(exc).__name__}: {exc}"}
+    results.update(measure_all(launches, stream, n, repeats))
 
     module.close()
     buf.close()
@@ -166,7 +176,7 @@ def write(report: dict[str, Any], out: Path | None) -> Path:
     lines = [
         "# Launch overhead: empty kernel (CUtensorMap by value + pointer + int)", "",
         f"- device: {report['device']}", f"- date: {report['date']}", f"- commit: {report['commit']}",
-        f"- {report['launches_per_repeat']} launches per repeat, median of {report['repeats']} repeats", "",
+        f"- {report['launches_per_repeat']} launches per batch (the queue never fills), median of {report['repeats']} interleaved rounds", "",
         "| launcher | host us/launch (median) | host min | GPU us/launch (events) | host vs cuda.core |",
         "|---|---:|---:|---:|---:|",
     ]

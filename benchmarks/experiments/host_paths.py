@@ -18,7 +18,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import launch_overhead as lo  # noqa: E402
-from _common import host_time_us  # noqa: E402
+from _common import host_time_us, interleaved_host_times_us  # noqa: E402
 
 
 class CLaunchConfig(ctypes.Structure):
@@ -71,35 +71,32 @@ def main() -> int:
     def sync() -> None:
         stream.sync()
 
-    out["bindings cuLaunchKernel"] = per_call(lambda: drv.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, hstream, kp, 0))
-    sync()
     cfg = drv.CUlaunchConfig()
     cfg.gridDimX = cfg.gridDimY = cfg.gridDimZ = 1
     cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = 32, 1, 1
     cfg.sharedMemBytes = 0
     cfg.hStream = hstream
     cfg.attrs, cfg.numAttrs = [], 0
-    out["bindings cuLaunchKernelEx"] = per_call(lambda: drv.cuLaunchKernelEx(cfg, func, kp, 0))
-    sync()
     vp = ctypes.c_void_p
     launch_ex = entry_point("cuLaunchKernelEx", vp, vp, vp, vp)
     ccfg = CLaunchConfig(1, 1, 1, 32, 1, 1, 0, s_handle, None, 0)
     caddr, fint = ctypes.addressof(ccfg), int(func)
     assert launch_ex(caddr, fint, kp, None) == 0
-    out["ctypes cuLaunchKernelEx"] = per_call(lambda: launch_ex(caddr, fint, kp, None))
-    sync()
     cc_cfg = LaunchConfig(grid=1, block=32)
     from cuda.core import Program, ProgramOptions
 
     arch = "".join(str(v) for v in dev.compute_capability)
     cc_kernel = Program(lo.SOURCE, "c++", ProgramOptions(arch=f"sm_{arch}a")).compile("cubin").get_kernel("empty_ptr")
     n32 = np.int32(1)
-    out["cuda.core launch"] = per_call(lambda: launch(stream, cc_cfg, cc_kernel, ptr, n32))
-    sync()
-    out["tmakit Kernel (pointer, int)"] = per_call(lambda: k(ptr, 1, grid=1, block=32, stream=stream))
-    sync()
-    out["tmakit Kernel.bind (pointer, int), bound()"] = per_call(k.bind(ptr, 1, grid=1, block=32, stream=stream))
-    sync()
+    # launches: batches of 256 (the queue never fills, so this is host cost), interleaved, synced untimed
+    out.update({name: round(t, 3) for name, t in interleaved_host_times_us({
+        "bindings cuLaunchKernel": lambda: drv.cuLaunchKernel(func, 1, 1, 1, 32, 1, 1, 0, hstream, kp, 0),
+        "bindings cuLaunchKernelEx": lambda: drv.cuLaunchKernelEx(cfg, func, kp, 0),
+        "ctypes cuLaunchKernelEx": lambda: launch_ex(caddr, fint, kp, None),
+        "cuda.core launch": lambda: launch(stream, cc_cfg, cc_kernel, ptr, n32),
+        "tmakit Kernel (pointer, int)": lambda: k(ptr, 1, grid=1, block=32, stream=stream),
+        "tmakit Kernel.bind (pointer, int), bound()": k.bind(ptr, 1, grid=1, block=32, stream=stream),
+    }, 256, rounds=41, between=sync).items()})
     out["ctypes call overhead (no-op cuCtxGetCurrent-free)"] = per_call(lambda: None)
 
     # descriptors

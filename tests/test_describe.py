@@ -266,7 +266,7 @@ def test_per_array_cache_answers_repeats_and_never_bad_input():
     with pytest.raises(TensorMapError, match="address"):
         describe_tensor(x, box=(64, 32), encode=False)
     x._ptr -= 8
-    for bad, parameter in (((64.0, 32), r"box\[0\]"), ((True, 32), r"box\[0\]")):
+    for bad, parameter in (((64.0, 32), r"box\[0\]"), ((True, 32), r"box\[0\]"), ((np.float64(64), 32), r"box\[0\]")):
         with pytest.raises(InvalidArgumentError, match=rf"^{parameter}"):
             describe_tensor(x, box=bad, encode=False)
     with pytest.raises(InvalidArgumentError, match="^swizzle"):

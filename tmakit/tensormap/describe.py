@@ -19,7 +19,7 @@ from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceErro
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
-from .tensor_map import TensorMap
+from .tensor_map import DESCRIPTOR_SIZE, TensorMap
 
 # Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
 # request for the same live array (held weakly, so the cache never keeps an array alive) with the encoded
@@ -53,14 +53,14 @@ class _Template:
         if stored is not None:
             result = _driver.bindings().cuTensorMapReplaceAddress(stored[0], address)
             if (result[0] if type(result) is tuple else result) == 0:
-                return _string_at(stored[1], 128)
+                return _string_at(stored[1], DESCRIPTOR_SIZE)
             # e.g. CUDA_ERROR_INVALID_CONTEXT on a thread with no current context: encode afresh below
         with _driver.context_for(device):
             err, tmap = encode_prepared(self.prepared, address)
         if int(err) != 0:
             return None
         local.stored = (tmap, int(tmap.getPtr()))
-        return _string_at(local.stored[1], 128)
+        return _string_at(local.stored[1], DESCRIPTOR_SIZE)
 
 
 def clear_cache() -> None:
@@ -227,9 +227,10 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
         try:  # torch: identity and cheap metadata decide a hit, with no parsing
             box_key = box if type(box) is tuple else tuple(box)
             es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
-            # Only ints (or index-like) in the sequences and no bool/float options: then equal keys mean equal
-            # requests (64.0 == 64 and True == 1 would otherwise share a cache entry without being validated).
-            if not _BOOL_OR_FLOAT.isdisjoint(map(type, box_key + options[:4] + (es_key or ()))):
+            # Only ints in the sequences and no bool/float options: then equal keys mean equal requests (64.0,
+            # np.float64(64) and True == 1 would otherwise share a cache entry without being validated).
+            if not (_INT.issuperset(map(type, box_key + (es_key or ())))
+                    and _BOOL_OR_FLOAT.isdisjoint(map(type, options[:4]))):
                 return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
             request = (id(array), box_key, swizzle, oob_fill, l2_promotion, interleave, es_key, dtype, arch, encode)
             entry = _REQUESTS.get(request)
@@ -256,6 +257,7 @@ def _typed(value: Any) -> tuple:
     return (type(value), value)
 
 
+_INT = frozenset({int})
 _BOOL_OR_FLOAT = frozenset({bool, float})
 
 

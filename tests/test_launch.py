@@ -484,10 +484,10 @@ def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_k
     assert kernel._last is None
     kernel(16, 7, payload, 1, 3, grid=2, block=64)  # seen twice in a row: frozen
     assert kernel._last is not None
-    frozen = kernel._last[2]
+    frozen = kernel._last[1]
     kernel(16, 7, payload, 1, 3, grid=2, block=64)  # served from the frozen copy
     assert drv.launches[-1][1] == drv.launches[-2][1] == drv.launches[-3][1]
-    assert kernel._last[2] == frozen and frozen != kernel._packer.pointers_address
+    assert kernel._last[1] is frozen and frozen._address != kernel._packer.pointers_address
     kernel(16, 8, payload, 1, 3, grid=2, block=64)  # one int changed: repacked
     assert drv.launches[-1][1][1] == b"\x08"
     kernel(16, 8, payload, 1, 3, grid=4, block=64)  # another grid: a new configuration

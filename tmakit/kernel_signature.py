@@ -160,8 +160,7 @@ class ArgPacker:
         size = max((p.offset + p.size for p in self.params), default=0)
         self.buffer = ctypes.create_string_buffer(max(size, 8))
         self.view = memoryview(self.buffer).cast("B")
-        base = ctypes.addressof(self.buffer)
-        self.pointers = (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
+        self.pointers = self._pointer_array(self.buffer)
         self.pointers_address = ctypes.addressof(self.pointers)
         self._writers = [self._writer(p) for p in self.params]
 
@@ -177,9 +176,13 @@ class ArgPacker:
         """A copy of the packed buffer with its own kernelParams array, never written again: (address of the
         pointer array, the objects that keep both alive)."""
         buffer = ctypes.create_string_buffer(self.buffer.raw, len(self.buffer))
-        base = ctypes.addressof(buffer)
-        pointers = (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
+        pointers = self._pointer_array(buffer)
         return ctypes.addressof(pointers), (buffer, pointers)
+
+    def _pointer_array(self, buffer: Any) -> Any:
+        """The kernelParams array for ``buffer``: one pointer per parameter, at its offset."""
+        base = ctypes.addressof(buffer)
+        return (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
 
     def bytes_of(self, index: int) -> bytes:
         p = self.params[index]

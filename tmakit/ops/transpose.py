@@ -27,7 +27,8 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
-_STAGES = 3  # source ring (kStages); the TMA path adds two buffers of destination images
+_STAGES = 3  # source ring (kStages)
+_IMAGE_BUFFERS = 2  # the TMA path's destination images: one being stored while the next is written
 _BLOCKS_PER_SM = 2  # 81 KiB of shared memory each
 
 
@@ -37,12 +38,15 @@ class TransposeResult:
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
 
 
-def _tma_rule_broken(name: str, ptr: int, pitch: int) -> str:
-    if ptr % 16:
-        return f"{name}'s address 0x{ptr:x} is not 16-byte aligned"
-    if pitch % 16:
-        return f"{name}'s row pitch of {pitch} bytes is not a multiple of 16"
-    return ""
+def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
+    """(name, view, rule) of the first array a TMA tensor map cannot describe, or ("", None, "")."""
+    for name, a in arrays.items():
+        pitch = a.shape[1] * a.itemsize
+        if a.ptr % 16:
+            return name, a, f"{name}'s address 0x{a.ptr:x} is not 16-byte aligned"
+        if pitch % 16:
+            return name, a, f"{name}'s row pitch of {pitch} bytes is not a multiple of 16"
+    return "", None, ""
 
 
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> TransposeResult:
@@ -66,11 +70,10 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     reason = choice.reason
     if rows * cols == 0:
         return TransposeResult(choice, "empty")
-    name, broken = next(((n, b) for n, b in (("src", _tma_rule_broken("src", s.ptr, cols * esize)),
-                                             ("dst", _tma_rule_broken("dst", d.ptr, rows * esize))) if b), ("", ""))
+    name, view, broken = _tma_rule_broken({"src": s, "dst": d})
     if choice.backend is Backend.TMA and broken:
         if choice.source != "auto":
-            raise InvalidArgumentError(name, f"array of shape {(s if name == 'src' else d).shape} ({s.dtype_name})",
+            raise InvalidArgumentError(name, f"array of shape {view.shape} ({s.dtype_name})",
                                        f"cannot be described by a TMA tensor map: {broken}",
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
         choice = choose_backend("cp.async", device=s.device)
@@ -92,5 +95,6 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     grid = max(1, min(tiles, sm_count(s.device) * _BLOCKS_PER_SM))
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device)
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1),
-      shared_mem=(_STAGES + 2 * (choice.backend is Backend.TMA)) * _TILE_BYTES + 1024, stream=stream)
+      shared_mem=(_STAGES + (_IMAGE_BUFFERS if choice.backend is Backend.TMA else 0)) * _TILE_BYTES + 1024,
+      stream=stream)
     return TransposeResult(choice, reason)

@@ -8,6 +8,9 @@ R=/tmp/tmakit_results; rm -rf $R; mkdir -p $R
 [ -f .device_commit ] && export TMAKIT_COMMIT=$(cat .device_commit)
 Q=${1:-}
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; git rev-parse --short HEAD 2>/dev/null; } > $R/run_info.txt
+# the C hot paths (tmakit._native) for this machine's Python; without them tmakit runs the Python twins
+python3 setup.py -q build_ext --inplace > $R/build_ext.log 2>&1; echo "rc=$?" >> $R/build_ext.log
+python3 -c "import tmakit._hotpath as h; print(h.STATUS)" | tee -a $R/build_ext.log
 timeout 60 python3 tests/data/make_tensormap_corpus.py --seed 1 --out $R/tensormap_corpus.jsonl > $R/corpus.log 2>&1
 cp $R/tensormap_corpus.jsonl $OUT/ 2>/dev/null
 TMAKIT_HW_REPORT=$R/hw_report.json TMAKIT_CORPUS_OUT=$R/fresh_corpus.jsonl \
@@ -20,7 +23,7 @@ done
 timeout 60 python3 benchmarks/experiments/host_paths.py > $R/host_paths.json 2> $R/host_paths.err
 PYTHON=python3 timeout 100 bash benchmarks/sanitize.sh $R/sanitize > $R/sanitize.log 2>&1; echo "rc=$?" >> $R/sanitize.log
 tar czf $OUT/results.tar.gz -C /tmp tmakit_results
-echo "=== summary"; cat $R/corpus.log | tail -1 | cut -c1-300; grep -E "passed|failed|error" $R/pytest.log | tail -3
+echo "=== summary"; tail -2 $R/build_ext.log; cat $R/corpus.log | tail -1 | cut -c1-300; grep -E "passed|failed|error" $R/pytest.log | tail -3
 grep -E "^FAILED|^ERROR" $R/pytest.log | head -40
 for b in describe_overhead launch_overhead transfer_bandwidth copy_bandwidth; do echo "--- $b"; grep -E "^\|" $R/bench_$b.log | head -14; tail -2 $R/bench_$b.log; done
 echo "--- host paths"; cat $R/host_paths.json; tail -3 $R/host_paths.err

@@ -58,6 +58,17 @@ def encode_descriptor(ptr: int) -> bytes:
 
     return encode_tiled(7, ptr, [COLS, ROWS], [COLS * 4], [64, 64], [1, 1], 0, 0, 0, 0)  # f32, no swizzle
 
+def python_twin(module: Any, name: str) -> Any:
+    """A second Kernel object for ``name`` whose repeat path is the Python twin (tmakit._hotpath), so the C
+    repeat path and its fallback are timed side by side."""
+    from tmakit._hotpath import PyRepeatLaunch
+    from tmakit.launch import Kernel
+
+    twin = Kernel(module, name, module.kernel(name)._func, module.code.params(name))
+    twin.__class__ = type("TwinKernel", (PyRepeatLaunch, Kernel), {})
+    return twin
+
+
 def measure_all(launches: dict[str, Callable[[], None]], stream: Any, n: int, rounds: int) -> dict[str, dict]:
     """Host and GPU microseconds per launch of each variant, in interleaved rounds (each variant once per round).
     A round is ``n`` back-to-back launches, few enough that the launch queue never fills (so the host time is
@@ -113,6 +124,7 @@ def run(quick: bool) -> dict[str, Any]:
     tensor_map = encode_tiled("f32", ptr, [COLS, ROWS], [COLS * 4], [64, 64], device=0)
     flip = iter(range(1 << 62))
     bound = tm_kernel.bind(tensor_map, ptr, 1, grid=1, block=32, stream=stream)
+    twin = python_twin(module, "empty_tma")
     launches: dict[str, Callable[[], None]] = {
         "tmakit (TensorMap, pointer, int)": lambda: tm_kernel(tensor_map, ptr, 1, grid=1, block=32, stream=stream),
         "tmakit (TensorMap, pointer, int changing every launch)":
@@ -120,6 +132,8 @@ def run(quick: bool) -> dict[str, Any]:
         "tmakit (raw 128-byte descriptor object, pointer, int)":
             lambda: tm_kernel(desc, ptr, 1, grid=1, block=32, stream=stream),
         "tmakit Kernel.bind(TensorMap, pointer, int), then bound()": bound,
+        "tmakit (TensorMap, pointer, int), Python twin of the repeat path":
+            lambda: twin(tensor_map, ptr, 1, grid=1, block=32, stream=stream),
         "tmakit (pointer, int)": lambda: tm_ptr_kernel(ptr, 1, grid=1, block=32, stream=stream),
     }
 
@@ -165,7 +179,10 @@ def run(quick: bool) -> dict[str, Any]:
     for row in results.values():
         if "host_us" in row:
             row["vs_cuda_core"] = row["host_us"] / ref["host_us"]
-    return {"device": tdrv.device_name(0), "launches_per_repeat": n, "repeats": repeats, "results": results}
+    from tmakit import _hotpath
+
+    return {"device": tdrv.device_name(0), "launches_per_repeat": n, "repeats": repeats, "results": results,
+            "hot_path": _hotpath.STATUS}
 
 
 def write(report: dict[str, Any], out: Path | None) -> Path:
@@ -176,7 +193,8 @@ def write(report: dict[str, Any], out: Path | None) -> Path:
     lines = [
         "# Launch overhead: empty kernel (CUtensorMap by value + pointer + int)", "",
         f"- device: {report['device']}", f"- date: {report['date']}", f"- commit: {report['commit']}",
-        f"- {report['launches_per_repeat']} launches per batch (the queue never fills), median of {report['repeats']} interleaved rounds", "",
+        f"- {report['launches_per_repeat']} launches per batch (the queue never fills), median of {report['repeats']} interleaved rounds",
+        f"- repeat path: {report.get('hot_path', 'unknown')}", "",
         "| launcher | host us/launch (median) | host min | GPU us/launch (events) | host vs cuda.core |",
         "|---|---:|---:|---:|---:|",
     ]

@@ -6,6 +6,7 @@ import pytest
 
 import tmakit
 from tmakit import InvalidArgumentError, Swizzle, TensorMapError, describe_im2col, describe_tensor
+from tmakit.tensormap.tensor_map import TensorMap
 
 
 def test_describe_without_gpu_checks_and_sizes():
@@ -252,7 +253,21 @@ class _TorchLike:
         return 0
 
 
-def test_per_array_cache_answers_repeats_and_never_bad_input():
+@pytest.fixture(params=["default", "python"])
+def lookup_implementation(request, monkeypatch):
+    """describe_tensor's request cache through the implementation in use and through the Python twin."""
+    from tmakit import _hotpath
+    from tmakit.tensormap.describe import clear_cache
+
+    if request.param == "python":
+        _hotpath.py_bind_tensor_map(TensorMap, ())
+        monkeypatch.setattr(_hotpath, "lookup_request", _hotpath.py_lookup_request)
+    clear_cache()
+    yield request.param
+    clear_cache()
+
+
+def test_per_array_cache_answers_repeats_and_never_bad_input(lookup_implementation):
     """A repeated request for a torch-like array is served from the cache; a changed pointer or layout is
     described again; an invalid twin of a cached request (64.0, True) is still refused."""
     x = _TorchLike((256, 512))
@@ -271,3 +286,70 @@ def test_per_array_cache_answers_repeats_and_never_bad_input():
             describe_tensor(x, box=bad, encode=False)
     with pytest.raises(InvalidArgumentError, match="^swizzle"):
         describe_tensor(x, box=(64, 32), swizzle=True, encode=False)
+    again = describe_tensor(x, box=[64, 32], encode=False)  # a list box is the same request
+    assert again.address == x._ptr and again.box_shape == (64, 32)
+    with pytest.raises(InvalidArgumentError, match="^shape"):
+        describe_tensor(x, box=(64, 32), shape=(256, 512), encode=False)  # even when the request is cached
+    x.shape, x._strides = (512, 256), (256, 1)  # e.g. tensor.resize_(): described again
+    assert describe_tensor(x, box=(64, 32), encode=False).shape == (512, 256)
+
+
+def test_lookup_request_twins_agree():
+    """The C request cache and its Python twin give the same answer for every kind of request."""
+    import weakref
+
+    from tmakit import _hotpath
+
+    if _hotpath.IMPLEMENTATION != "native":
+        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
+    _hotpath.py_bind_tensor_map(TensorMap, ())
+    native, python = _hotpath._native.lookup_request, _hotpath.py_lookup_request
+    x = _TorchLike((256, 512))
+    requests: dict = {}
+    good = ((64, 32), "auto", "zero", "none", "none", None, None, None, False)
+    cases = [good, ([64, 32],) + good[1:], ((64.0, 32),) + good[1:], ((True, 32),) + good[1:],
+             ((np.int64(64), 32),) + good[1:], (np.array([64, 32]),) + good[1:], (range(2),) + good[1:],
+             ((64, 32), True) + good[2:], ((64, 32), "auto", 1.0) + good[3:], ((64, 32), ["128B"]) + good[2:],
+             good[:5] + ([1, 1],) + good[6:], good[:5] + ((1.0, 1),) + good[6:], good[:6] + ("bf16", "sm_90", True)]
+    for case in cases:
+        assert native(requests, x, *case) == python(requests, x, *case), case
+    request, ptr, layout = native(requests, x, *good)
+    assert request[0] == id(x) and ptr == x._ptr and layout == (x.shape, x.stride())
+    requests[request] = (weakref.ref(x), ptr, layout, ("spec", "arch", 0, b"descriptor", "why"))
+    hits = native(requests, x, *good), python(requests, x, *good)
+    for hit in hits:
+        assert type(hit) is TensorMap and hit.owner is x and hit.source_layout == layout
+        assert (hit.spec, hit.arch, hit.device, hit.descriptor, hit.swizzle_reason) == ("spec", "arch", 0, b"descriptor", "why")
+    x._ptr += 1024  # moved: a miss with the new pointer
+    assert native(requests, x, *good) == python(requests, x, *good) == (request, x._ptr, layout)
+    y = _TorchLike((256, 512))  # another array: never another's entry, even at the same id after a free
+    requests[(id(y),) + request[1:]] = (weakref.ref(x), y._ptr, layout, ("spec", "arch", 0, b"d", "why"))
+    assert type(native(requests, y, *good)) is tuple and type(python(requests, y, *good)) is tuple
+
+
+def test_native_repoint_rewrites_the_stored_descriptor():
+    """repoint calls the entry point with the stored descriptor's address and returns its 128 bytes."""
+    import ctypes
+    import struct
+
+    from tmakit import _hotpath
+
+    if _hotpath.IMPLEMENTATION != "native":
+        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
+    stored_bytes = ctypes.create_string_buffer(bytes(range(128)), 128)
+    refuse = []
+
+    @ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+    def replace_address(tensor_map, address):  # stands in for cuTensorMapReplaceAddress
+        if refuse:
+            return 201  # CUDA_ERROR_INVALID_CONTEXT
+        ctypes.memmove(tensor_map, struct.pack("<Q", address), 8)
+        return 0
+
+    stored = (None, ctypes.addressof(stored_bytes), ctypes.cast(replace_address, ctypes.c_void_p).value)
+    out = _hotpath._native.repoint(stored, 0x7F0000001000)
+    assert out == struct.pack("<Q", 0x7F0000001000) + bytes(range(8, 128))
+    refuse.append(True)
+    assert _hotpath._native.repoint(stored, 0x2000) is None
+    with pytest.raises(TypeError):
+        _hotpath._native.repoint((1, 2), 0x2000)

@@ -240,6 +240,22 @@ def test_echo_arguments_byte_for_byte(module, buffer) -> None:
 
 
 @pytest.mark.requires_gpu
+def test_repeated_launches_through_the_armed_path_write_every_time(module, buffer) -> None:
+    """From the third identical launch on, the C repeat path calls cuLaunchKernelEx itself; each launch must
+    still write (poisoned in between), and a changed grid goes back through the checked path."""
+    from tmakit import _hotpath
+
+    kernel = module.kernel("block_ids")
+    for blocks in (7, 7, 7, 7, 5, 5, 5):
+        buffer.upload(b"\xcd" * buffer.nbytes)
+        kernel(buffer.ptr, grid=(blocks,), block=(32, 1, 1))
+        got = np.frombuffer(buffer.download(), dtype=np.uint32)
+        assert list(got[:blocks]) == list(range(1, blocks + 1)) and got[blocks] == 0xCDCDCDCD
+    assert kernel._armed is not None and kernel._armed._config.gridDimX == 5
+    assert (kernel._raw_launch != 0) == (_hotpath.IMPLEMENTATION == "native")
+
+
+@pytest.mark.requires_gpu
 def test_launch_on_cuda_core_stream(module, buffer) -> None:
     from cuda.core import Device
 
@@ -471,29 +487,99 @@ def test_kernel_refuses_after_module_close(fake_kernel) -> None:
     assert drv.launches == []
 
 
-def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_kernel) -> None:
-    """A launch repeating the previous one (same config, same ints) is frozen on its second occurrence and
+def _twin_kernel(kernel):
+    """The same kernel object running the Python twin of the repeat path (tmakit._hotpath.PyRepeatLaunch)."""
+    from tmakit._hotpath import PyRepeatLaunch
+    from tmakit.launch import Kernel
+
+    if isinstance(kernel, PyRepeatLaunch):
+        return kernel
+    twin = type("TwinKernel", (PyRepeatLaunch, Kernel), {})
+    kernel.__class__ = twin
+    return kernel
+
+
+@pytest.mark.parametrize("implementation", ["default", "python"])
+def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_kernel, implementation) -> None:
+    """A launch repeating the previous one (same config, same ints) is armed on its second occurrence and
     later repeats launch from that frozen copy; any change repacks."""
     kernel, drv, _ = fake_kernel
+    if implementation == "python":
+        kernel = _twin_kernel(kernel)
     payload = bytes(range(128))
     kernel(16, 7, payload, 0.5, 3, grid=2, block=64)
     kernel(16, 7, payload, 0.5, 3, grid=2, block=64)  # a float: not repeatable, packed again (still the same bytes)
-    assert kernel._last is None
+    assert kernel._armed is None
     assert drv.launches[-1][1] == drv.launches[-2][1]
     kernel(16, 7, payload, 1, 3, grid=2, block=64)  # all ints/bytes: a candidate
-    assert kernel._last is None
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # seen twice in a row: frozen
-    assert kernel._last is not None
-    frozen = kernel._last[1]
+    assert kernel._armed is None
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # seen twice in a row: armed
+    frozen = kernel._armed
+    assert frozen is not None and frozen._address != kernel._packer.pointers_address
     kernel(16, 7, payload, 1, 3, grid=2, block=64)  # served from the frozen copy
     assert drv.launches[-1][1] == drv.launches[-2][1] == drv.launches[-3][1]
-    assert kernel._last[1] is frozen and frozen._address != kernel._packer.pointers_address
+    assert kernel._armed is frozen
     kernel(16, 8, payload, 1, 3, grid=2, block=64)  # one int changed: repacked
     assert drv.launches[-1][1][1] == b"\x08"
     kernel(16, 8, payload, 1, 3, grid=4, block=64)  # another grid: a new configuration
     assert drv.launches[-1][0].gridDimX == 4
     kernel(16, True, payload, 1, 3, grid=4, block=64)  # True == 1 but a bool: not taken for the int
     assert drv.launches[-1][1][1] == b"\x01"
+    kernel(16, 7, payload, 1, 3, grid=2, block=64, stream=0)  # a keyword more: not the armed launch
+    kernel(16, 7, payload, 1, 3, grid=(2,), block=64)  # (2,) is not 2: repacked, same bytes
+    assert drv.launches[-1][1] == drv.launches[-2][1] and kernel._armed is frozen
+    with pytest.raises(TypeError, match="grid"):
+        kernel(16, 7, payload, 1, 3, block=64)  # a missing keyword is reported like a signature error
+    with pytest.raises(TypeError, match="gird"):
+        kernel(16, 7, payload, 1, 3, gird=2, block=64)
+    count = len(drv.launches)
+    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # still armed after other launches
+    assert len(drv.launches) == count + 1 and drv.launches[-1][1] == drv.launches[-2][1]
+    assert drv.launches[-1][0].gridDimX == 2
+
+
+@pytest.mark.parametrize("implementation", ["default", "python"])
+def test_repeat_launch_after_module_close_is_refused(fake_kernel, implementation) -> None:
+    kernel, drv, module = fake_kernel
+    if implementation == "python":
+        kernel = _twin_kernel(kernel)
+    for _ in range(3):
+        kernel(1, 2, bytes(128), 1, 3, grid=1, block=32)
+    assert kernel._armed is not None
+    module._finalizer()
+    with pytest.raises(LaunchError, match="module was closed"):
+        kernel(1, 2, bytes(128), 1, 3, grid=1, block=32)
+    assert len(drv.launches) == 3
+
+
+def test_native_repeat_calls_the_entry_point_with_the_frozen_buffer(fake_kernel) -> None:
+    """The C repeat path with a real function pointer (a ctypes stand-in for cuLaunchKernelEx): it passes the
+    armed configuration, function and parameter array, and a failure goes through the driver-error path."""
+    from tmakit import CudaDriverError, _hotpath
+
+    if _hotpath.IMPLEMENTATION != "native":
+        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
+    kernel, drv, _ = fake_kernel
+    calls, codes = [], []
+    prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+    @prototype
+    def fake_launch(config, func, params, extra):
+        pointers = (ctypes.c_void_p * 5).from_address(params)
+        calls.append((config, func, extra, ctypes.string_at(pointers[1], 1)))
+        return codes.pop(0) if codes else 0
+
+    kernel._raw_launch = ctypes.cast(fake_launch, ctypes.c_void_p).value
+    kernel._func = 0xF00D  # the fake driver accepts any handle; the entry point receives it as a pointer
+    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)
+    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)  # armed
+    assert len(drv.launches) == 2 and calls == []
+    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)  # through the entry point
+    bound = kernel._armed
+    assert calls == [(bound._config.getPtr(), 0xF00D, None, b"\x09")] and len(drv.launches) == 2
+    codes.append(int(drv.real.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES))
+    with pytest.raises(CudaDriverError, match="cuLaunchKernelEx failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
+        kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)
 
 
 def test_bound_launch_packs_once_and_is_not_disturbed_by_other_launches(fake_kernel) -> None:

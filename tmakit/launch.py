@@ -11,7 +11,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import _driver
+from . import _driver, _hotpath
 from .errors import CudaDriverError, InvalidArgumentError, LaunchError
 from .kernel_signature import ArgPacker, ParamInfo, merge_driver_layout
 from .tensormap.tensor_map import TensorMap
@@ -61,8 +61,15 @@ def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
     return (dims + (1, 1))[:3]  # type: ignore[return-value]
 
 
-class Kernel:
-    """A kernel of a loaded ``Module`` (which it keeps alive), launched with ``kernel(*args, grid=, block=)``."""
+def _launch_options(*, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
+                    cluster: Any = None) -> tuple:
+    """The launch keywords of ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None)``."""
+    return grid, block, shared_mem, stream, cluster
+
+
+class Kernel(_hotpath.RepeatLaunch):
+    """A kernel of a loaded ``Module`` (which it keeps alive), launched with
+    ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None)``."""
 
     def __init__(self, module: "Module", name: str, func: Any, ptx_params: list[ParamInfo] | None):
         self.module, self.name, self._func = module, name, func
@@ -71,6 +78,7 @@ class Kernel:
         self._packer = ArgPacker(self.params, name, self.device)
         self._module_alive = module._finalizer
         self._configs: dict[Any, Any] = {}
+        self._resident: dict[tuple, int] = {}  # (block, shared_mem) -> resident_blocks()
         self._lock = threading.Lock()
         self._dynamic_smem_limit: int | None = None  # read from the function on first use
         # Like CUDA_LAUNCH_BLOCKING: wait after every launch so an asynchronous fault names this kernel.
@@ -78,9 +86,11 @@ class Kernel:
         # The hot path calls the binding directly and tests the CUresult inline; any failure still goes
         # through _driver.check (in _launch_failed), so errors read like every other driver error.
         self._launch = _driver.driver().cuLaunchKernelEx
-        # (request, BoundLaunch) of a repeatable launch seen twice in a row, and the request that may become it.
-        self._last: tuple | None = None
-        self._candidate: tuple | None = None
+        # The C repeat path calls the driver's entry point itself, but only where launches go to the real
+        # driver (tests stand in their own); with 0 it runs the armed BoundLaunch instead.
+        real = self._launch is _driver.bindings().cuLaunchKernelEx
+        self._raw_launch = _driver.entry_point("cuLaunchKernelEx") if real and _hotpath.IMPLEMENTATION == "native" else 0
+        self._candidate: tuple | None = None  # the last repeatable launch, armed when it comes again
 
     def _driver_layout(self, expected: int) -> list[tuple[int, int]]:
         """(offset, size) of each parameter from cuFuncGetParamInfo. With the PTX signature known, exactly
@@ -103,37 +113,60 @@ class Kernel:
         attr = getattr(_driver.bindings().CUfunction_attribute, f"CU_FUNC_ATTRIBUTE_{name}")
         return int(_driver.call("cuFuncGetAttribute", attr, self._func))
 
-    def __call__(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-                 cluster: Any = None) -> None:
-        types = tuple(map(type, args))
-        request = (types, args, grid, block, shared_mem, stream, cluster)
-        last = self._last
-        # A repeat of the previous launch (same configuration, same ints and TensorMaps, which are immutable)
-        # runs the BoundLaunch frozen from it: no packing and no lock, since no thread ever writes a frozen
-        # copy. The tuple compares types before arguments, so == only ever compares ints and TensorMaps (by
-        # identity), never arrays.
-        if last is not None and request == last[0]:
-            return last[1]()
+    def resident_blocks(self, block: Any, shared_mem: int = 0) -> int:
+        """Blocks of this kernel the whole device runs at once with this block size and dynamic shared memory
+        (the driver's occupancy for one SM times the SM count): the grid of a persistent, grid-stride kernel,
+        which must not leave a second wave of blocks waiting for the first."""
+        b = _dim3(block, "block")
+        key = (b, shared_mem)
+        blocks = self._resident.get(key)
+        if blocks is None:
+            self._prepare_shared_memory(shared_mem)  # occupancy counts only what the function may use
+            per_sm = int(_driver.call("cuOccupancyMaxActiveBlocksPerMultiprocessor", self._func, b[0] * b[1] * b[2],
+                                      shared_mem))
+            if per_sm < 1:
+                raise LaunchError(f"kernel {self.name}: block={b} with shared_mem={shared_mem} bytes does not fit on "
+                                  f"one SM of device {self.device}; use fewer threads or less shared memory")
+            sms = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", self.device)
+            blocks = self._resident[key] = per_sm * sms
+        return blocks
+
+    # kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None) is RepeatLaunch.__call__ (C in
+    # tmakit/_native.c, or its Python twin): a repeat of the armed launch launches its frozen parameter buffer
+    # directly; everything else comes here.
+    def _launch_slow(self, args: tuple, kwargs: dict) -> None:
+        grid, block, shared_mem, stream, cluster = _launch_options(**kwargs)
         self._require_module()
         config = self._config_for(grid, block, shared_mem, stream, cluster)
+        types = tuple(map(type, args))
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
-            self._last = None
             packer = self._packer
             packer.pack(args)
             result = self._launch(config, self._func, packer.pointers_address, 0)
             if (result[0] if type(result) is tuple else result) != 0:
                 self._launch_failed(result, config, packer.pointers_address)  # retries, still under the lock
-            if _REPEATABLE.issuperset(types):
-                # Freeze on the second identical launch in a row, so arguments that change every launch
-                # pay for no copies.
-                if self._candidate == request:
-                    self._last = (request, BoundLaunch(self, config, *packer.frozen_copy()))
-                else:
-                    self._candidate = request
+            # Arm on the second identical launch in a row, so arguments that change every launch pay for no
+            # copies. Only immutable argument types (ints, bytes, TensorMaps) can be repeated from a frozen
+            # copy; the tuple compares types before values, so == never compares arrays.
+            request = (types, args, kwargs)
+            if self._blocking or not _REPEATABLE.issuperset(types):
+                self._candidate = None
+            elif self._candidate != request:
+                self._candidate = request
             else:
                 self._candidate = None
+                bound = BoundLaunch(self, config, *packer.frozen_copy())
+                self._arm(args, kwargs, bound, self._module_alive, self._raw_launch,
+                          config.getPtr() if self._raw_launch else 0, int(self._func) if self._raw_launch else 0,
+                          bound._address)
         if self._blocking:
             _driver.call("cuStreamSynchronize", config.hStream)
+
+    def _repeat_failed(self, code: int) -> None:
+        """The armed launch's driver call returned ``code`` (called by RepeatLaunch)."""
+        bound = self._armed
+        with self._lock:
+            self._launch_failed(_driver.bindings().CUresult(code), bound._config, bound._address)
 
     def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
              cluster: Any = None) -> "BoundLaunch":

@@ -115,11 +115,24 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
 #endif
 }
 
-// Wait for the box load tracked by `phase` (all threads that read the box).
+// A box load that loads nothing. A ring calls it where it has no box left to load, so that on the cp.async
+// path every slot still commits one (empty) cp.async group and box_wait<LaterLoads> counts the same groups
+// on every iteration. ALL threads call it; on the TMA path it does nothing.
+__device__ __forceinline__ void box_load_none() {
+#if !TMAKIT_USE_TMA
+  cp_async_commit_group();
+#endif
+}
+
+// Wait for the box load tracked by `phase` (all threads that read the box). LaterLoads: how many box loads
+// (box_load or box_load_none) this thread issued after the awaited one; they stay in flight on the cp.async
+// path (cp.async.wait_group LaterLoads), which is what lets a ring overlap loads with work. TMA completes
+// each box on its own barrier phase, so there it changes nothing.
+template <int LaterLoads = 0>
 __device__ __forceinline__ void box_wait(MbarrierPhase& phase) {
 #if !TMAKIT_USE_TMA
-  cp_async_wait_all();          // this thread's copies have landed (also those of later boxes: simple, safe)
-  mbarrier_arrive(phase.bar);   // release this thread's cp.async results and plain stores to the block
+  cp_async_wait_group<LaterLoads>();  // this thread's copies of the awaited box have landed
+  mbarrier_arrive(phase.bar);         // release this thread's cp.async results and plain stores to the block
 #endif
   phase.wait();
 }

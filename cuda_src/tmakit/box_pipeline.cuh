@@ -1,6 +1,7 @@
 // A ring of box buffers: load box k+Stages-1 while the block works on box k (the async-copy pattern done
 // right: one barrier per stage, phases tracked per stage, a buffer refilled only after every thread is done
-// with it). Works on both box_load paths.
+// with it). Works on both box_load paths: every iteration issues exactly one load (box_load_none past the
+// end), so on the cp.async path the wait for box k leaves the Stages-1 later loads in flight.
 #pragma once
 #include "tmakit/box_load.cuh"
 
@@ -24,6 +25,7 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
   for (int s = 0; s < Stages - 1; ++s) {
     const uint64_t box = first + (uint64_t)s * step;
     if (box < count) box_load(src, smem + s * stage_bytes, coords_of(box), rank, box_bytes, &bars[s]);
+    else box_load_none();
   }
   for (uint64_t k = 0;; ++k) {
     const uint64_t box = first + k * step;
@@ -32,8 +34,9 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
     const uint64_t ahead = box + (uint64_t)(Stages - 1) * step;
     const int refill = (int)((k + Stages - 1) % Stages);
     if (ahead < count) box_load(src, smem + refill * stage_bytes, coords_of(ahead), rank, box_bytes, &bars[refill]);
+    else box_load_none();
     const int s = (int)(k % Stages);
-    box_wait(phase[s]);
+    box_wait<Stages - 1>(phase[s]);  // boxes k+1 .. k+Stages-1 stay in flight
     consume(box, smem + s * stage_bytes);
     __syncthreads();
   }

@@ -18,7 +18,6 @@ from ._kernels import kernel, sm_count
 
 log = logging.getLogger("tmakit")
 
-_BLOCKS_PER_SM = {"tma": 7, "cp.async": 7}  # occupancy each copy kernel's shared memory allows
 _THREADS = {"tma": 32, "cp.async": 256}
 _CHUNK = 8192  # bytes one block moves per ring stage (cuda_src/copy.cu)
 
@@ -56,6 +55,6 @@ def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> Co
         k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(256, 1, 1), stream=stream)
         return CopyResult(choice, "bytes", nbytes)
     k = kernel("copy.cu", "tmakit_copy", choice, d.device)
-    grid = max(1, min(-(-nbytes // _CHUNK), sm_count(d.device) * _BLOCKS_PER_SM[choice.name]))
+    grid = max(1, min(-(-nbytes // _CHUNK), k.resident_blocks(_THREADS[choice.name])))
     k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(_THREADS[choice.name], 1, 1), stream=stream)
     return CopyResult(choice, "bulk" if choice.name == "tma" else "cp.async", nbytes)

@@ -18,7 +18,7 @@ from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._boxparams import pack_box_params
-from ._kernels import kernel, sm_count
+from ._kernels import kernel
 
 log = logging.getLogger("tmakit")
 
@@ -29,7 +29,6 @@ _SWIZZLE_128B = 3
 _THREADS = 256
 _STAGES = 3  # source ring (kStages)
 _IMAGE_BUFFERS = 2  # the TMA path's destination images: one being stored while the next is written
-_BLOCKS_PER_SM = 2  # 81 KiB of shared memory each
 
 
 @dataclass(frozen=True)
@@ -92,9 +91,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
                                  swizzle=_SWIZZLE_128B)
     tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
-    grid = max(1, min(tiles, sm_count(s.device) * _BLOCKS_PER_SM))
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device)
-    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1),
-      shared_mem=(_STAGES + (_IMAGE_BUFFERS if choice.backend is Backend.TMA else 0)) * _TILE_BYTES + 1024,
-      stream=stream)
+    # The cp.async path needs only the source ring: about twice the blocks per SM of the TMA path.
+    smem = (_STAGES + (_IMAGE_BUFFERS if choice.backend is Backend.TMA else 0)) * _TILE_BYTES + 1024
+    grid = max(1, min(tiles, k.resident_blocks(_THREADS, smem)))
+    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=smem, stream=stream)
     return TransposeResult(choice, reason)

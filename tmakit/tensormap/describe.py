@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 import weakref
 from ctypes import string_at as _string_at
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
-from .. import _driver
+from .. import _driver, _hotpath
 from ..arch import Arch
 from ..arrays import ArrayView, device_array_view
 from ..dtypes import DataType, dtype_from_any
@@ -27,6 +27,7 @@ from .tensor_map import DESCRIPTOR_SIZE, TensorMap
 # (everything but the address), the checked spec and the driver-typed encode arguments, so a new tensor of a
 # known shape costs an alignment test and one driver call.
 _REQUESTS: dict[tuple, tuple] = {}
+_hotpath.bind_tensor_map(TensorMap, tuple(f.name for f in fields(TensorMap)))  # hits build TensorMaps in C
 _TEMPLATES: dict[tuple, "_Template"] = {}
 _CACHE_LIMIT = 4096
 
@@ -51,15 +52,15 @@ class _Template:
         local = self.local
         stored = getattr(local, "stored", None)
         if stored is not None:
-            result = _driver.bindings().cuTensorMapReplaceAddress(stored[0], address)
-            if (result[0] if type(result) is tuple else result) == 0:
-                return _string_at(stored[1], DESCRIPTOR_SIZE)
+            descriptor = _hotpath.repoint(stored, address)
+            if descriptor is not None:
+                return descriptor
             # e.g. CUDA_ERROR_INVALID_CONTEXT on a thread with no current context: encode afresh below
         with _driver.context_for(device):
             err, tmap = encode_prepared(self.prepared, address)
         if int(err) != 0:
             return None
-        local.stored = (tmap, int(tmap.getPtr()))
+        local.stored = (tmap, int(tmap.getPtr()), _driver.entry_point("cuTensorMapReplaceAddress"))
         return _string_at(local.stored[1], DESCRIPTOR_SIZE)
 
 
@@ -222,26 +223,21 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
     seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
     """
-    options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
-    if cache and (type(array) in _TORCH_LIKE or (array is not None and _is_torch_like(array))):
-        try:  # torch: identity and cheap metadata decide a hit, with no parsing
-            box_key = box if type(box) is tuple else tuple(box)
-            es_key = element_strides if element_strides is None or type(element_strides) is tuple else tuple(element_strides)
-            # Only ints in the sequences and no bool/float options: then equal keys mean equal requests (64.0,
-            # np.float64(64) and True == 1 would otherwise share a cache entry without being validated).
-            if not (_INT.issuperset(map(type, box_key + (es_key or ())))
-                    and _BOOL_OR_FLOAT.isdisjoint(map(type, options[:4]))):
-                return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
-            request = (id(array), box_key, swizzle, oob_fill, l2_promotion, interleave, es_key, dtype, arch, encode)
-            entry = _REQUESTS.get(request)
-        except TypeError:  # unhashable or missing options: the general path reports them
+    if (cache and shape is None and strides is None
+            and (type(array) in _TORCH_LIKE or (array is not None and _is_torch_like(array)))):
+        # torch: identity and cheap metadata decide a hit, with no parsing (tmakit/_hotpath.py: the contract)
+        found = _hotpath.lookup_request(_REQUESTS, array, box, swizzle, oob_fill, l2_promotion, interleave,
+                                        element_strides, dtype, arch, encode)
+        if type(found) is not tuple:
+            if found is not None:
+                return found  # a new TensorMap for a repeated request
+            options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
             return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
-        ptr, layout = array.data_ptr(), (array.shape, array.stride())
-        if entry is not None and entry[0]() is array and entry[1] == ptr and entry[2] == layout:
-            return TensorMap(*entry[3], array, layout)
-        template_key = ("torch", layout, array.dtype, array.get_device(), box_key, request[2:])
+        request, ptr, layout = found
+        template_key = ("torch", layout, array.dtype, array.get_device(), request[1], request[2:])
         template = _TEMPLATES.get(template_key)
         if template is None:
+            options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
             result, template = _describe(array, box, shape, dtype, strides, options, cache=True)
             _remember(_TEMPLATES, template_key, template)
         else:
@@ -250,15 +246,12 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
         _remember(_REQUESTS, request, (weakref.ref(array), ptr, layout,
                                        (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
         return result
+    options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
     return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
 
 
 def _typed(value: Any) -> tuple:
     return (type(value), value)
-
-
-_INT = frozenset({int})
-_BOOL_OR_FLOAT = frozenset({bool, float})
 
 
 _TORCH_LIKE: set[type] = set()

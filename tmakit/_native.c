@@ -1,0 +1,391 @@
+/* tmakit._native: the per-call host paths in C, where the interpreter's own cost decides the host time.
+ *
+ * tmakit/_hotpath.py holds the Python twin of everything here (used when this module was not built) and
+ * documents the contract; tests run both and compare. Nothing here includes cuda.h: driver entry points
+ * come in as addresses from cuGetProcAddress (tmakit/_driver.py), so this builds with any C compiler.
+ *
+ *   RepeatLaunch        base type of tmakit.Kernel. Calling a kernel with the same arguments as its armed
+ *                       launch (ints and bytes equal, other objects identical; same keywords) calls
+ *                       cuLaunchKernelEx on the frozen parameter buffer (or the armed BoundLaunch, where
+ *                       no entry point was given); anything else goes to Kernel._launch_slow(args, kwargs),
+ *                       which checks, packs and may arm a new launch.
+ *   lookup_request      describe_tensor's per-array request cache for torch-like tensors.
+ *   repoint             cuTensorMapReplaceAddress on a stored descriptor, returning its 128 bytes.
+ * The references they hold are released deterministically (_disarm, dealloc) and seen by the cycle collector.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef int (*LaunchKernelEx)(const void *config, void *func, void **params, void **extra);
+typedef int (*TensorMapReplaceAddress)(void *tensor_map, void *address);
+
+static PyObject *str_launch_slow, *str_repeat_failed, *str_alive, *str_data_ptr, *str_shape, *str_stride;
+
+/* Equal for the repeat test: identical objects; or ints, bytes or tuples of such, of the same exact type, that
+ * compare equal. Other objects (arrays, streams, TensorMaps) only by identity, so == never runs user code. */
+static int same_value(PyObject *a, PyObject *b) {
+  if (a == b) return 1;
+  if (Py_TYPE(a) != Py_TYPE(b)) return 0;
+  if (PyLong_CheckExact(a) || PyBytes_CheckExact(a)) return PyObject_RichCompareBool(a, b, Py_EQ);
+  if (PyTuple_CheckExact(a)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (n != PyTuple_GET_SIZE(b)) return 0;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int same = same_value(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i));
+      if (same != 1) return same;
+    }
+    return 1;
+  }
+  return 0;
+}
+
+static int same_kwargs(PyObject *given, PyObject *armed) {
+  Py_ssize_t n = given ? PyDict_GET_SIZE(given) : 0;
+  if (n != PyDict_GET_SIZE(armed)) return 0;
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(armed, &pos, &key, &value)) {
+    PyObject *other = PyDict_GetItemWithError(given, key);
+    if (other == NULL) return PyErr_Occurred() ? -1 : 0;
+    int same = same_value(other, value);
+    if (same != 1) return same;
+  }
+  return 1;
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *args;    /* tuple of the armed launch, NULL when nothing is armed */
+  PyObject *kwargs;  /* dict of its keywords (a copy) */
+  PyObject *keep;    /* keeps the launch configuration and the frozen parameter buffer alive */
+  PyObject *alive;   /* the module's finalizer: .alive is False once the module is unloaded */
+  LaunchKernelEx launch;  /* cuLaunchKernelEx, or NULL: then calling `keep` (a BoundLaunch) launches */
+  const void *config;
+  void *func;
+  void **params;
+} RepeatLaunch;
+
+static void repeat_clear_armed(RepeatLaunch *self) {
+  Py_CLEAR(self->args);
+  Py_CLEAR(self->kwargs);
+  Py_CLEAR(self->keep);
+  Py_CLEAR(self->alive);
+  self->launch = NULL;
+}
+
+static int repeat_traverse(RepeatLaunch *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(self->args);
+  Py_VISIT(self->kwargs);
+  Py_VISIT(self->keep);
+  Py_VISIT(self->alive);
+  return 0;
+}
+
+static int repeat_clear(RepeatLaunch *self) {
+  repeat_clear_armed(self);
+  return 0;
+}
+
+static void repeat_dealloc(RepeatLaunch *self) {
+  PyTypeObject *tp = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  repeat_clear_armed(self);
+  tp->tp_free((PyObject *)self);
+  Py_DECREF(tp);  /* instances of heap types own a reference to their type */
+}
+
+static PyObject *repeat_call(RepeatLaunch *self, PyObject *args, PyObject *kwargs) {
+  if (self->args != NULL) {
+    int same = same_value(args, self->args);
+    if (same == 1) same = same_kwargs(kwargs, self->kwargs);
+    if (same < 0) return NULL;
+    if (same == 1) {
+      PyObject *alive = PyObject_GetAttr(self->alive, str_alive);
+      if (alive == NULL) return NULL;
+      int loaded = PyObject_IsTrue(alive);
+      Py_DECREF(alive);
+      if (loaded < 0) return NULL;
+      if (loaded && self->launch == NULL) return PyObject_CallNoArgs(self->keep);  /* no entry point: BoundLaunch */
+      if (loaded) {
+        PyObject *keep = self->keep;  /* held across the call: another thread may re-arm meanwhile */
+        Py_INCREF(keep);
+        LaunchKernelEx launch = self->launch;
+        const void *config = self->config;
+        void *func = self->func;
+        void **params = self->params;
+        int rc;
+        Py_BEGIN_ALLOW_THREADS  /* a full launch queue blocks in the driver */
+        rc = launch(config, func, params, NULL);
+        Py_END_ALLOW_THREADS
+        Py_DECREF(keep);
+        if (rc == 0) Py_RETURN_NONE;
+        PyObject *code = PyLong_FromLong(rc);
+        if (code == NULL) return NULL;
+        PyObject *result = PyObject_CallMethodObjArgs((PyObject *)self, str_repeat_failed, code, NULL);
+        Py_DECREF(code);
+        return result;
+      }
+    }
+  }
+  PyObject *given = kwargs ? kwargs : PyDict_New();
+  if (given == NULL) return NULL;
+  PyObject *result = PyObject_CallMethodObjArgs((PyObject *)self, str_launch_slow, args, given, NULL);
+  if (kwargs == NULL) Py_DECREF(given);
+  return result;
+}
+
+static PyObject *repeat_arm(RepeatLaunch *self, PyObject *a) {
+  PyObject *args, *kwargs, *keep, *alive;
+  unsigned long long launch, config, func, params;
+  if (!PyArg_ParseTuple(a, "O!O!OOKKKK:_arm", &PyTuple_Type, &args, &PyDict_Type, &kwargs, &keep, &alive, &launch,
+                        &config, &func, &params))
+    return NULL;
+  if (launch != 0 && (config == 0 || func == 0 || params == 0)) {
+    PyErr_SetString(PyExc_ValueError, "_arm: a launch entry point needs a configuration, a function and parameters");
+    return NULL;
+  }
+  PyObject *copy = PyDict_Copy(kwargs);
+  if (copy == NULL) return NULL;
+  repeat_clear_armed(self);
+  Py_INCREF(args);
+  Py_INCREF(keep);
+  Py_INCREF(alive);
+  self->args = args;
+  self->kwargs = copy;
+  self->keep = keep;
+  self->alive = alive;
+  self->launch = (LaunchKernelEx)(uintptr_t)launch;
+  self->config = (const void *)(uintptr_t)config;
+  self->func = (void *)(uintptr_t)func;
+  self->params = (void **)(uintptr_t)params;
+  Py_RETURN_NONE;
+}
+
+static PyObject *repeat_disarm(RepeatLaunch *self, PyObject *unused) {
+  repeat_clear_armed(self);
+  Py_RETURN_NONE;
+}
+
+static PyObject *repeat_armed(RepeatLaunch *self, void *closure) {
+  return Py_NewRef(self->args != NULL ? self->keep : Py_None);
+}
+
+static PyMethodDef repeat_methods[] = {
+    {"_arm", (PyCFunction)repeat_arm, METH_VARARGS,
+     "_arm(args, kwargs, keep, alive, launch, config, func, params): repeat this launch for identical calls"},
+    {"_disarm", (PyCFunction)repeat_disarm, METH_NOARGS, "forget the armed launch"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef repeat_getset[] = {
+    {"_armed", (getter)repeat_armed, NULL, "the object kept alive for the armed launch, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot repeat_slots[] = {
+    {Py_tp_doc, "Base of tmakit.Kernel: repeats an armed launch from C, hands everything else to _launch_slow."},
+    {Py_tp_call, repeat_call},
+    {Py_tp_traverse, repeat_traverse},
+    {Py_tp_clear, repeat_clear},
+    {Py_tp_dealloc, repeat_dealloc},
+    {Py_tp_methods, repeat_methods},
+    {Py_tp_getset, repeat_getset},
+    {Py_tp_new, PyType_GenericNew},
+    {0, NULL},
+};
+
+static PyType_Spec repeat_spec = {
+    "tmakit._native.RepeatLaunch", sizeof(RepeatLaunch), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, repeat_slots,
+};
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+/* TensorMap's type and its slot descriptors, in the order of its fields (bind_tensor_map). */
+#define TENSOR_MAP_FIELDS 7
+static PyTypeObject *tensor_map_type;
+static PyObject *tensor_map_slots[TENSOR_MAP_FIELDS];
+
+static PyObject *bind_tensor_map(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyType_Check(args[0]) || !PyTuple_Check(args[1]) || PyTuple_GET_SIZE(args[1]) != TENSOR_MAP_FIELDS) {
+    PyErr_SetString(PyExc_TypeError, "bind_tensor_map(TensorMap, (7 slot names in field order))");
+    return NULL;
+  }
+  for (int i = 0; i < TENSOR_MAP_FIELDS; ++i) {
+    PyObject *descr = PyObject_GetAttr(args[0], PyTuple_GET_ITEM(args[1], i));
+    if (descr == NULL) return NULL;
+    if (Py_TYPE(descr)->tp_descr_set == NULL) {
+      Py_DECREF(descr);
+      PyErr_Format(PyExc_TypeError, "TensorMap.%U is not a slot", PyTuple_GET_ITEM(args[1], i));
+      return NULL;
+    }
+    Py_XSETREF(tensor_map_slots[i], descr);
+  }
+  Py_INCREF(args[0]);
+  Py_XSETREF(tensor_map_type, (PyTypeObject *)args[0]);
+  Py_RETURN_NONE;
+}
+
+/* A new TensorMap from five shared fields plus its owner and the owner's layout, without running __init__
+ * (a generated dataclass __init__ is most of a cache hit's cost). */
+static PyObject *new_tensor_map(PyObject *fields, PyObject *owner, PyObject *layout) {
+  PyObject *tm = tensor_map_type->tp_alloc(tensor_map_type, 0);
+  if (tm == NULL) return NULL;
+  for (int i = 0; i < TENSOR_MAP_FIELDS; ++i) {
+    PyObject *value = i < 5 ? PyTuple_GET_ITEM(fields, i) : (i == 5 ? owner : layout);
+    PyObject *descr = tensor_map_slots[i];
+    if (Py_TYPE(descr)->tp_descr_set(descr, tm, value) < 0) {
+      Py_DECREF(tm);
+      return NULL;
+    }
+  }
+  return tm;
+}
+
+/* A tuple of exact ints (a list is converted), or NULL with no error set when the sequence is anything else. */
+static PyObject *int_tuple(PyObject *seq) {
+  PyObject *t;
+  if (PyTuple_CheckExact(seq)) t = Py_NewRef(seq);
+  else if (PyList_CheckExact(seq)) t = PyList_AsTuple(seq);
+  else return NULL;
+  if (t == NULL) { PyErr_Clear(); return NULL; }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i)
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(t, i))) { Py_DECREF(t); return NULL; }
+  return t;
+}
+
+/* Whether the weak reference `ref` still points at `obj`. */
+static int referent_is(PyObject *ref, PyObject *obj) {
+  if (!PyWeakref_Check(ref)) return 0;
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *target = NULL;
+  if (PyWeakref_GetRef(ref, &target) < 0) { PyErr_Clear(); return 0; }
+  Py_XDECREF(target);  /* only compared, never used: obj itself is alive */
+  return target == obj;
+#else
+  return PyWeakref_GetObject(ref) == obj;
+#endif
+}
+
+/* lookup_request(requests, array, box, swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype,
+ *                arch, encode) -> TensorMap (a hit) | (request, ptr, layout) (a miss) | None (not cacheable)
+ * See tmakit/_hotpath.py:lookup_request for the contract. */
+static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 11 || !PyDict_CheckExact(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "lookup_request takes (dict, array, box, 8 options)");
+    return NULL;
+  }
+  if (tensor_map_type == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "lookup_request: bind_tensor_map was not called");
+    return NULL;
+  }
+  PyObject *requests = args[0], *array = args[1];
+  for (int i = 3; i < 7; ++i) {  /* swizzle .. interleave: True == 1 and 64.0 == 64 must not share an entry */
+    if (PyBool_Check(args[i]) || PyFloat_Check(args[i])) Py_RETURN_NONE;
+  }
+  PyObject *box = int_tuple(args[2]);
+  if (box == NULL) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+  PyObject *es = args[7] == Py_None ? Py_NewRef(Py_None) : int_tuple(args[7]);
+  if (es == NULL) { Py_DECREF(box); if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
+  PyObject *id = PyLong_FromVoidPtr(array);
+  PyObject *request = id ? PyTuple_Pack(10, id, box, args[3], args[4], args[5], args[6], es, args[8], args[9], args[10])
+                         : NULL;
+  Py_XDECREF(id);
+  Py_DECREF(box);
+  Py_DECREF(es);
+  if (request == NULL) return NULL;
+  PyObject *entry = PyDict_GetItemWithError(requests, request);  /* borrowed */
+  if (entry == NULL && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) { Py_DECREF(request); return NULL; }
+    PyErr_Clear();  /* an unhashable option: the general path reports it */
+    Py_DECREF(request);
+    Py_RETURN_NONE;
+  }
+  Py_XINCREF(entry);  /* reading the array's metadata runs its code, which could change the dict */
+  PyObject *ptr = PyObject_CallMethodNoArgs(array, str_data_ptr);
+  PyObject *shape = ptr ? PyObject_GetAttr(array, str_shape) : NULL;
+  PyObject *stride = shape ? PyObject_CallMethodNoArgs(array, str_stride) : NULL;
+  PyObject *layout = stride ? PyTuple_Pack(2, shape, stride) : NULL;
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  PyObject *result = NULL;
+  if (layout == NULL) goto done;
+  /* entry = (weakref to the array, ptr, layout, (spec, arch, device, descriptor, swizzle_reason)) */
+  if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4 &&
+      PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) && PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) == 5 &&
+      referent_is(PyTuple_GET_ITEM(entry, 0), array)) {
+    int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), ptr, Py_EQ);
+    if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 2), layout, Py_EQ);
+    if (same < 0) goto done;
+    if (same == 1) {
+      result = new_tensor_map(PyTuple_GET_ITEM(entry, 3), array, layout);
+      goto done;
+    }
+  }
+  result = PyTuple_Pack(3, request, ptr, layout);
+done:
+  Py_XDECREF(entry);
+  Py_DECREF(request);
+  Py_XDECREF(ptr);
+  Py_XDECREF(layout);
+  return result;
+}
+
+/* repoint(stored, address) -> bytes(128) | None. stored = (CUtensorMap object, its address, the address of
+ * cuTensorMapReplaceAddress): re-point the stored descriptor at `address` and return its bytes; None when the
+ * driver refuses (the caller then encodes afresh). */
+static PyObject *repoint(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 3) {
+    PyErr_SetString(PyExc_TypeError, "repoint((tensor_map, its address, entry point), address)");
+    return NULL;
+  }
+  void *tensor_map = PyLong_AsVoidPtr(PyTuple_GET_ITEM(args[0], 1));
+  void *fn = tensor_map ? PyLong_AsVoidPtr(PyTuple_GET_ITEM(args[0], 2)) : NULL;
+  void *address = fn ? PyLong_AsVoidPtr(args[1]) : NULL;
+  if (PyErr_Occurred()) return NULL;
+  if (fn == NULL || tensor_map == NULL) {
+    PyErr_SetString(PyExc_ValueError, "repoint: null entry point or descriptor");
+    return NULL;
+  }
+  if (((TensorMapReplaceAddress)fn)(tensor_map, address) != 0) Py_RETURN_NONE;
+  return PyBytes_FromStringAndSize((const char *)tensor_map, 128);
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind_tensor_map", (PyCFunction)(void (*)(void))bind_tensor_map, METH_FASTCALL,
+     "bind_tensor_map(TensorMap, field names): the type lookup_request builds"},
+    {"lookup_request", (PyCFunction)(void (*)(void))lookup_request, METH_FASTCALL,
+     "describe_tensor's request cache for torch-like tensors (tmakit/_hotpath.py)"},
+    {"repoint", (PyCFunction)(void (*)(void))repoint, METH_FASTCALL,
+     "cuTensorMapReplaceAddress through its entry point, returning the descriptor's 128 bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *mod) {
+  if (!(str_launch_slow = PyUnicode_InternFromString("_launch_slow"))) return -1;
+  if (!(str_repeat_failed = PyUnicode_InternFromString("_repeat_failed"))) return -1;
+  if (!(str_alive = PyUnicode_InternFromString("alive"))) return -1;
+  if (!(str_data_ptr = PyUnicode_InternFromString("data_ptr"))) return -1;
+  if (!(str_shape = PyUnicode_InternFromString("shape"))) return -1;
+  if (!(str_stride = PyUnicode_InternFromString("stride"))) return -1;
+  PyObject *type = PyType_FromModuleAndSpec(mod, &repeat_spec, NULL);
+  if (type == NULL) return -1;
+  if (PyModule_AddObject(mod, "RepeatLaunch", type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {{Py_mod_exec, module_exec}, {0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "tmakit._native", "tmakit's per-call host paths in C (see tmakit/_hotpath.py)", 0,
+    module_methods, module_slots, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModuleDef_Init(&module_def); }

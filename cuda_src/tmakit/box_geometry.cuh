@@ -125,4 +125,14 @@ TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
   return kChunkElements;
 }
 
+// A rank-2 box wholly inside the tensor, with no interleave, unit element strides and 16-byte aligned rows
+// (the tiles of copy and transpose): every chunk is then a whole 16-byte copy at plain row-major offsets, the
+// same bytes box_chunk/chunk_kind would give, without their per-chunk division over a runtime rank.
+TMAKIT_HD bool box_is_plain_2d(const BoxParams& p, const Coords& at) {
+  return p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 && at.c[0] >= 0 &&
+         at.c[1] >= 0 && (uint64_t)at.c[0] + p.box[0] <= p.dims[0] && (uint64_t)at.c[1] + p.box[1] <= p.dims[1] &&
+         ((p.address + (uint64_t)at.c[0] * p.elem_size) & 15u) == 0 && (p.strides[1] & 15u) == 0 &&
+         (p.box[0] * p.elem_size) % 16u == 0;
+}
+
 }  // namespace tmakit

@@ -259,17 +259,20 @@ def lookup_implementation(request, monkeypatch):
     from tmakit import _hotpath
     from tmakit.tensormap.describe import clear_cache
 
+    from tmakit.tensormap import describe as describe_module
+
     if request.param == "python":
         _hotpath.py_bind_tensor_map(TensorMap, ())
         monkeypatch.setattr(_hotpath, "lookup_request", _hotpath.py_lookup_request)
     clear_cache()
-    yield request.param
+    yield describe_tensor if request.param == "default" else describe_module._describe_tensor
     clear_cache()
 
 
 def test_per_array_cache_answers_repeats_and_never_bad_input(lookup_implementation):
     """A repeated request for a torch-like array is served from the cache; a changed pointer or layout is
     described again; an invalid twin of a cached request (64.0, True) is still refused."""
+    describe_tensor = lookup_implementation
     x = _TorchLike((256, 512))
     first = describe_tensor(x, box=(64, 32), encode=False)
     again = describe_tensor(x, box=(64, 32), encode=False)
@@ -353,3 +356,52 @@ def test_native_repoint_rewrites_the_stored_descriptor():
     assert _hotpath._native.repoint(stored, 0x2000) is None
     with pytest.raises(TypeError):
         _hotpath._native.repoint((1, 2), 0x2000)
+
+
+def test_describe_tensor_keeps_its_name_docstring_and_signature():
+    import inspect
+
+    from tmakit.tensormap import describe as describe_module
+
+    assert describe_tensor.__name__ == "describe_tensor"
+    assert describe_tensor.__doc__ == describe_module._describe_tensor.__doc__
+    params = inspect.signature(describe_tensor).parameters
+    assert list(params)[:2] == ["array", "box"] and params["swizzle"].default == "auto"
+
+
+def test_describe_front_answers_positional_and_keyword_box_alike(lookup_implementation):
+    """The front's call shapes (x, box) and (x, box=box) give what the Python function gives. Here with
+    encode=False among the front's defaults, since this machine may have no driver to encode with."""
+    import functools
+
+    from tmakit import _hotpath
+    from tmakit.tensormap import describe as d
+
+    defaults = tuple(d._describe_tensor.__kwdefaults__[k] for k in d._OPTIONS[:-1]) + (False,)
+    front = _hotpath.describe_front(lookup_implementation, d._torch_request, d._TORCH_LIKE, d._REQUESTS, defaults)
+    if front is lookup_implementation:  # no C front: its twin is the function itself
+        front = functools.partial(lookup_implementation, encode=False)
+    x = _TorchLike((128, 256))
+    first = lookup_implementation(x, (32, 64), encode=False)  # the Python path
+    for call in (lambda: front(x, (32, 64)), lambda: front(x, box=(32, 64)), lambda: front(x, box=[32, 64]),
+                 lambda: front(x, box=(32, 64))):
+        got = call()
+        assert got.box_shape == (32, 64) and got.owner is x and got.address == x._ptr and got.spec == first.spec
+    x._ptr += 4096
+    assert front(x, (32, 64)).address == x._ptr  # moved: a miss, built from the shape template
+    with pytest.raises(InvalidArgumentError, match=r"^box\[0\]"):
+        front(x, box=(32.0, 64))
+    with pytest.raises(TypeError):
+        front(x, bx=(32, 64))
+
+
+@pytest.mark.requires_sm90
+def test_describe_front_on_torch_equals_a_full_encode():
+    torch = pytest.importorskip("torch")
+    x = torch.empty((512, 1024), dtype=torch.bfloat16, device="cuda")
+    for rows in (0, 64, 256):
+        view = x[rows:rows + 256]
+        full = describe_tensor(view, box=(64, 64), cache=False)
+        for _ in range(3):  # a miss, then hits
+            fast = describe_tensor(view, (64, 64))
+            assert fast.descriptor == full.descriptor and fast.owner is view and fast.address == view.data_ptr()

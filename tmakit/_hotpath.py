@@ -21,14 +21,20 @@ else None when the request cannot be a cache key (box or element strides not a t
 bool or float option, an unhashable option). Entries are ``(weakref(array), ptr, layout, (spec, arch,
 device, descriptor, swizzle_reason))``.
 
+``describe_front(impl, rest, torch_like, requests, defaults)``: the public ``describe_tensor``. In C, the calls
+``describe_tensor(x, box)`` and ``describe_tensor(x, box=box)`` for an ``x`` whose type is in ``torch_like``
+run ``lookup_request`` with the default options and return a hit; a miss goes to ``rest(x, box, defaults,
+found)``; every other call to ``impl``. The Python twin is ``impl`` itself.
+
 ``repoint(stored, address)``: ``stored = (CUtensorMap, its address, cuTensorMapReplaceAddress's address)``;
 re-points the descriptor at ``address`` and returns its 128 bytes, or None when the driver refuses.
 """
 from __future__ import annotations
 
+import functools
 import os
 from ctypes import string_at
-from typing import Any
+from typing import Any, Callable
 
 
 def _load_native() -> tuple[Any, str]:
@@ -130,6 +136,15 @@ def py_repoint(stored: tuple, address: int) -> bytes | None:
     if (result[0] if type(result) is tuple else result) != 0:
         return None
     return string_at(stored[1], 128)
+
+
+def describe_front(impl: Callable, rest: Callable, torch_like: set, requests: dict, defaults: tuple) -> Callable:
+    """The public describe_tensor: the C front (``_native.DescribeFront``, which answers describe_tensor(x, box)
+    for a known torch-like x with default options from ``requests`` and hands misses to ``rest``) dressed as
+    ``impl``; without the extension, ``impl`` itself."""
+    if _native is None:
+        return impl
+    return functools.update_wrapper(_native.DescribeFront(impl, rest, torch_like, requests, defaults), impl)
 
 
 if _native is not None:

@@ -10,12 +10,16 @@
  *                       no entry point was given); anything else goes to Kernel._launch_slow(args, kwargs),
  *                       which checks, packs and may arm a new launch.
  *   lookup_request      describe_tensor's per-array request cache for torch-like tensors.
+ *   DescribeFront       the public describe_tensor: describe_tensor(x, box) for a torch-like x with default
+ *                       options answers from that cache without entering the Python function.
  *   repoint             cuTensorMapReplaceAddress on a stored descriptor, returning its 128 bytes.
  * The references they hold are released deterministically (_disarm, dealloc) and seen by the cycle collector.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <structmember.h>
 
 typedef int (*LaunchKernelEx)(const void *config, void *func, void **params, void **extra);
 typedef int (*TensorMapReplaceAddress)(void *tensor_map, void *address);
@@ -274,25 +278,22 @@ static int referent_is(PyObject *ref, PyObject *obj) {
 /* lookup_request(requests, array, box, swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype,
  *                arch, encode) -> TensorMap (a hit) | (request, ptr, layout) (a miss) | None (not cacheable)
  * See tmakit/_hotpath.py:lookup_request for the contract. */
-static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 11 || !PyDict_CheckExact(args[0])) {
-    PyErr_SetString(PyExc_TypeError, "lookup_request takes (dict, array, box, 8 options)");
-    return NULL;
-  }
+/* options: swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode */
+static PyObject *lookup(PyObject *requests, PyObject *array, PyObject *box_given, PyObject *const *options) {
   if (tensor_map_type == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "lookup_request: bind_tensor_map was not called");
     return NULL;
   }
-  PyObject *requests = args[0], *array = args[1];
-  for (int i = 3; i < 7; ++i) {  /* swizzle .. interleave: True == 1 and 64.0 == 64 must not share an entry */
-    if (PyBool_Check(args[i]) || PyFloat_Check(args[i])) Py_RETURN_NONE;
+  for (int i = 0; i < 4; ++i) {  /* swizzle .. interleave: True == 1 and 64.0 == 64 must not share an entry */
+    if (PyBool_Check(options[i]) || PyFloat_Check(options[i])) Py_RETURN_NONE;
   }
-  PyObject *box = int_tuple(args[2]);
+  PyObject *box = int_tuple(box_given);
   if (box == NULL) { if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
-  PyObject *es = args[7] == Py_None ? Py_NewRef(Py_None) : int_tuple(args[7]);
+  PyObject *es = options[4] == Py_None ? Py_NewRef(Py_None) : int_tuple(options[4]);
   if (es == NULL) { Py_DECREF(box); if (PyErr_Occurred()) return NULL; Py_RETURN_NONE; }
   PyObject *id = PyLong_FromVoidPtr(array);
-  PyObject *request = id ? PyTuple_Pack(10, id, box, args[3], args[4], args[5], args[6], es, args[8], args[9], args[10])
+  PyObject *request = id ? PyTuple_Pack(10, id, box, options[0], options[1], options[2], options[3], es, options[5],
+                                        options[6], options[7])
                          : NULL;
   Py_XDECREF(id);
   Py_DECREF(box);
@@ -355,6 +356,130 @@ static PyObject *repoint(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
   return PyBytes_FromStringAndSize((const char *)tensor_map, 128);
 }
 
+static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 11 || !PyDict_CheckExact(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "lookup_request takes (dict, array, box, 8 options)");
+    return NULL;
+  }
+  return lookup(args[0], args[1], args[2], args + 3);
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+
+/* DescribeFront(impl, rest, torch_like, requests, defaults): the public describe_tensor. The call shapes
+ * describe_tensor(x, box) and describe_tensor(x, box=box) for a known torch-like type run lookup() with the
+ * default options and hand a miss to rest(array, box, defaults, found) (describe._torch_request); every other
+ * call goes to impl, the Python describe_tensor. It carries a __dict__ so functools.update_wrapper can give
+ * it impl's name, docstring and signature. */
+typedef struct {
+  PyObject_HEAD
+  PyObject *impl, *rest, *torch_like, *requests, *defaults, *dict;
+  vectorcallfunc vectorcall;
+} DescribeFront;
+
+static PyObject *str_box;
+
+static PyObject *front_vectorcall(DescribeFront *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  int plain = (nargs == 2 && nkw == 0) ||
+              (nargs == 1 && nkw == 1 && (PyTuple_GET_ITEM(kwnames, 0) == str_box ||
+                                          PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_box) == 0));
+  if (plain) {
+    int known = PySet_Contains(self->torch_like, (PyObject *)Py_TYPE(args[0]));
+    if (known < 0) return NULL;
+    plain = known;
+  }
+  if (!plain) return PyObject_Vectorcall(self->impl, args, nargsf, kwnames);
+  PyObject *found = lookup(self->requests, args[0], args[1], ((PyTupleObject *)self->defaults)->ob_item);
+  if (found == NULL || (found != Py_None && !PyTuple_CheckExact(found))) return found;  /* a hit, or an error */
+  PyObject *result = PyObject_CallFunctionObjArgs(self->rest, args[0], args[1], self->defaults, found, NULL);
+  Py_DECREF(found);
+  return result;
+}
+
+static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *impl, *rest, *torch_like, *requests, *defaults;
+  if (!PyArg_ParseTuple(args, "OOO!O!O!:DescribeFront", &impl, &rest, &PySet_Type, &torch_like, &PyDict_Type,
+                        &requests, &PyTuple_Type, &defaults))
+    return NULL;
+  if (PyTuple_GET_SIZE(defaults) != 8) {
+    PyErr_SetString(PyExc_TypeError, "DescribeFront: defaults must hold the 8 default options");
+    return NULL;
+  }
+  DescribeFront *self = (DescribeFront *)type->tp_alloc(type, 0);
+  if (self == NULL) return NULL;
+  self->impl = Py_NewRef(impl);
+  self->rest = Py_NewRef(rest);
+  self->torch_like = Py_NewRef(torch_like);
+  self->requests = Py_NewRef(requests);
+  self->defaults = Py_NewRef(defaults);
+  self->vectorcall = (vectorcallfunc)front_vectorcall;
+  return (PyObject *)self;
+}
+
+static int front_traverse(DescribeFront *self, visitproc visit, void *arg) {
+  Py_VISIT(Py_TYPE(self));
+  Py_VISIT(self->impl);
+  Py_VISIT(self->rest);
+  Py_VISIT(self->torch_like);
+  Py_VISIT(self->requests);
+  Py_VISIT(self->defaults);
+  Py_VISIT(self->dict);
+  return 0;
+}
+
+static int front_clear(DescribeFront *self) {
+  Py_CLEAR(self->impl);
+  Py_CLEAR(self->rest);
+  Py_CLEAR(self->torch_like);
+  Py_CLEAR(self->requests);
+  Py_CLEAR(self->defaults);
+  Py_CLEAR(self->dict);
+  return 0;
+}
+
+static void front_dealloc(DescribeFront *self) {
+  PyTypeObject *tp = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
+  front_clear(self);
+  tp->tp_free((PyObject *)self);
+  Py_DECREF(tp);
+}
+
+static PyObject *front_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+  return PyVectorcall_Call(self, args, kwargs);
+}
+
+static PyMemberDef front_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(DescribeFront, vectorcall), READONLY, NULL},
+    {"__dictoffset__", T_PYSSIZET, offsetof(DescribeFront, dict), READONLY, NULL},
+    {"__wrapped_impl__", T_OBJECT, offsetof(DescribeFront, impl), READONLY, "the Python function behind it"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef front_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot front_slots[] = {
+    {Py_tp_getset, front_getset},
+    {Py_tp_doc, "The C front of describe_tensor (see tmakit/_native.c)."},
+    {Py_tp_new, front_new},
+    {Py_tp_call, front_call},
+    {Py_tp_traverse, front_traverse},
+    {Py_tp_clear, front_clear},
+    {Py_tp_dealloc, front_dealloc},
+    {Py_tp_members, front_members},
+    {0, NULL},
+};
+
+static PyType_Spec front_spec = {
+    "tmakit._native.DescribeFront", sizeof(DescribeFront), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, front_slots,
+};
+
 static PyMethodDef module_methods[] = {
     {"bind_tensor_map", (PyCFunction)(void (*)(void))bind_tensor_map, METH_FASTCALL,
      "bind_tensor_map(TensorMap, field names): the type lookup_request builds"},
@@ -372,11 +497,16 @@ static int module_exec(PyObject *mod) {
   if (!(str_data_ptr = PyUnicode_InternFromString("data_ptr"))) return -1;
   if (!(str_shape = PyUnicode_InternFromString("shape"))) return -1;
   if (!(str_stride = PyUnicode_InternFromString("stride"))) return -1;
-  PyObject *type = PyType_FromModuleAndSpec(mod, &repeat_spec, NULL);
-  if (type == NULL) return -1;
-  if (PyModule_AddObject(mod, "RepeatLaunch", type) < 0) {
-    Py_DECREF(type);
-    return -1;
+  if (!(str_box = PyUnicode_InternFromString("box"))) return -1;
+  PyType_Spec *specs[] = {&repeat_spec, &front_spec};
+  const char *names[] = {"RepeatLaunch", "DescribeFront"};
+  for (int i = 0; i < 2; ++i) {
+    PyObject *type = PyType_FromModuleAndSpec(mod, specs[i], NULL);
+    if (type == NULL) return -1;
+    if (PyModule_AddObject(mod, names[i], type) < 0) {
+      Py_DECREF(type);
+      return -1;
+    }
   }
   return 0;
 }

@@ -9,7 +9,7 @@ import threading
 import weakref
 from ctypes import string_at as _string_at
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _driver, _hotpath
 from ..arch import Arch
@@ -209,7 +209,7 @@ def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: 
                      view.owner if view is not None else None)
 
 
-def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
+def _describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
                     dtype: Any = None, strides: Sequence[int] | None = None, swizzle: Any = "auto",
                     oob_fill: Any = "zero", l2_promotion: Any = "none", interleave: Any = "none",
                     element_strides: Sequence[int] | None = None, arch: Any = None, encode: bool = True,
@@ -223,31 +223,34 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shap
     context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
     seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
     """
+    options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
     if (cache and shape is None and strides is None
             and (type(array) in _TORCH_LIKE or (array is not None and _is_torch_like(array)))):
         # torch: identity and cheap metadata decide a hit, with no parsing (tmakit/_hotpath.py: the contract)
-        found = _hotpath.lookup_request(_REQUESTS, array, box, swizzle, oob_fill, l2_promotion, interleave,
-                                        element_strides, dtype, arch, encode)
-        if type(found) is not tuple:
-            if found is not None:
-                return found  # a new TensorMap for a repeated request
-            options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
-            return _describe(array, box, shape, dtype, strides, options, cache=False)[0]
-        request, ptr, layout = found
-        template_key = ("torch", layout, array.dtype, array.get_device(), request[1], request[2:])
-        template = _TEMPLATES.get(template_key)
-        if template is None:
-            options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
-            result, template = _describe(array, box, shape, dtype, strides, options, cache=True)
-            _remember(_TEMPLATES, template_key, template)
-        else:
-            result = _from_template(template, ptr, array.get_device(), array)
-        result.source_layout = layout
-        _remember(_REQUESTS, request, (weakref.ref(array), ptr, layout,
-                                       (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
-        return result
+        return _torch_request(array, box, options, _hotpath.lookup_request(_REQUESTS, array, box, *options))
     options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
     return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
+
+
+def _torch_request(array: Any, box: Any, options: tuple, found: Any) -> TensorMap:
+    """The rest of a torch-like request after ``lookup_request`` answered ``found`` (a hit, a miss to build
+    and remember, or None: not cacheable). The C front of describe_tensor calls this too, on its misses."""
+    if type(found) is not tuple:
+        if found is not None:
+            return found  # a new TensorMap for a repeated request
+        return _describe(array, box, None, options[5], None, options, cache=False)[0]
+    request, ptr, layout = found
+    template_key = ("torch", layout, array.dtype, array.get_device(), request[1], request[2:])
+    template = _TEMPLATES.get(template_key)
+    if template is None:
+        result, template = _describe(array, box, None, options[5], None, options, cache=True)
+        _remember(_TEMPLATES, template_key, template)
+    else:
+        result = _from_template(template, ptr, array.get_device(), array)
+    result.source_layout = layout
+    _remember(_REQUESTS, request, (weakref.ref(array), ptr, layout,
+                                   (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
+    return result
 
 
 def _typed(value: Any) -> tuple:
@@ -381,3 +384,12 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
                       L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
     device = view.device if view is not None else None
     return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason)
+
+
+_OPTIONS = ("swizzle", "oob_fill", "l2_promotion", "interleave", "element_strides", "dtype", "arch", "encode")
+_describe_tensor.__name__ = _describe_tensor.__qualname__ = "describe_tensor"  # the public name, in any traceback
+if TYPE_CHECKING:
+    describe_tensor = _describe_tensor
+else:  # the C front where built (tmakit/_hotpath.py), with _describe_tensor's name, docstring and signature
+    describe_tensor = _hotpath.describe_front(_describe_tensor, _torch_request, _TORCH_LIKE, _REQUESTS,
+                                              tuple(_describe_tensor.__kwdefaults__[k] for k in _OPTIONS))

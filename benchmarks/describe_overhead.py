@@ -53,28 +53,30 @@ def main(argv=None) -> int:  # noqa: C901
     def cached():
         describe_tensor(x, box=box)
 
+    from tmakit import _hotpath
+    from tmakit.tensormap.describe import _describe_tensor
+    from tmakit.tensormap.tensor_map import TensorMap
+
+    def cached_python():  # the Python function with the Python twin of the cache: tmakit without its C extension
+        _describe_tensor(x, box=box)
+
     paths = {"raw cuTensorMapEncodeTiled (cuda.bindings)": raw,
              "describe_tensor, fresh tensor (shape verdict cached)": fresh,
              "describe_tensor, fresh tensor, all rules checked": fresh_unchecked_shape,
              "describe_tensor, repeated identical request (cache)": cached,
+             "describe_tensor, repeated identical request, Python twins (no C extension)": cached_python,
              "clear": clear_requests}
-    times = interleaved_host_times_us(paths, iters // 10, rounds=rounds)
+    native_lookup = _hotpath.lookup_request
+    _hotpath.py_bind_tensor_map(TensorMap, ())
+    _hotpath.lookup_request = _hotpath.py_lookup_request  # reaches only the Python function; the C front has its own
+    try:
+        times = interleaved_host_times_us(paths, iters // 10, rounds=rounds)
+    finally:
+        _hotpath.lookup_request = native_lookup
     # the fresh row clears the request cache each call; that is not part of the cost
     times["describe_tensor, fresh tensor (shape verdict cached)"] -= times.pop("clear")
     t_raw = times["raw cuTensorMapEncodeTiled (cuda.bindings)"]
     rows = [{"path": name, "us_per_call": t, "ratio_to_raw": t / t_raw} for name, t in times.items()]
-    from tmakit import _hotpath
-    from tmakit.tensormap.tensor_map import TensorMap
-
-    native_lookup = _hotpath.lookup_request
-    _hotpath.py_bind_tensor_map(TensorMap, ())
-    _hotpath.lookup_request = _hotpath.py_lookup_request  # the fallback, measured after the interleaved rounds
-    try:
-        t = host_time_us(cached, iters)
-    finally:
-        _hotpath.lookup_request = native_lookup
-    rows.append({"path": "describe_tensor, repeated identical request, Python twin of the cache", "us_per_call": t,
-                 "ratio_to_raw": t / t_raw})
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
 

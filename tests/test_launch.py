@@ -385,6 +385,10 @@ class RecordingDriver:
         self.set_attrs.append((attr.name, value))
         return (self.real.CUresult.CUDA_SUCCESS,)
 
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, func, threads, smem):
+        per_sm = (228 * 1024) // (smem + self.func_attrs["SHARED_SIZE_BYTES"]) if threads <= 1024 else 0
+        return self.real.CUresult.CUDA_SUCCESS, min(per_sm, 2048 // threads)
+
     def cuLaunchKernelEx(self, config, func, params, extra):
         if self.fail_next:
             return (self.fail_next.pop(0),)
@@ -599,3 +603,19 @@ def test_bound_launch_packs_once_and_is_not_disturbed_by_other_launches(fake_ker
     with pytest.raises(LaunchError, match="module was closed"):
         bound()
     assert len(drv.launches) == 3
+
+
+def test_resident_blocks_is_occupancy_times_sms_and_refuses_what_cannot_fit(fake_kernel, monkeypatch) -> None:
+    from tmakit import _driver
+
+    kernel, drv, _ = fake_kernel
+    monkeypatch.setattr(_driver, "device_attribute",
+                        lambda name, ordinal=0: 132 if name.endswith("MULTIPROCESSOR_COUNT") else 227 * 1024)
+    assert kernel.resident_blocks(256, 49 * 1024 + 1024) == 132 * 4  # 4 x 50 KiB fit in 228 KiB
+    assert ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 50 * 1024) in drv.set_attrs  # opted in first
+    assert kernel.resident_blocks((32, 4), 0) == 132 * 16  # thread-limited
+    drv.func_attrs["MAX_THREADS_PER_BLOCK"] = 2048
+    monkeypatch.setattr(drv, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                        lambda func, threads, smem: (drv.real.CUresult.CUDA_SUCCESS, 0))
+    with pytest.raises(LaunchError, match=r"block=\(64, 1, 1\) with shared_mem=0 bytes does not fit on one SM"):
+        kernel.resident_blocks(64)

@@ -84,9 +84,6 @@ class PyRepeatLaunch:
              params: int) -> None:
         self._repeat = (args, dict(kwargs), keep, alive)
 
-    def _disarm(self) -> None:
-        self._repeat = None
-
     @property
     def _armed(self) -> Any:
         return None if self._repeat is None else self._repeat[2]

@@ -13,7 +13,7 @@
  *   DescribeFront       the public describe_tensor: describe_tensor(x, box) for a torch-like x with default
  *                       options answers from that cache without entering the Python function.
  *   repoint             cuTensorMapReplaceAddress on a stored descriptor, returning its 128 bytes.
- * The references they hold are released deterministically (_disarm, dealloc) and seen by the cycle collector.
+ * The references they hold are released when re-armed or deallocated, and seen by the cycle collector.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -169,11 +169,6 @@ static PyObject *repeat_arm(RepeatLaunch *self, PyObject *a) {
   Py_RETURN_NONE;
 }
 
-static PyObject *repeat_disarm(RepeatLaunch *self, PyObject *unused) {
-  repeat_clear_armed(self);
-  Py_RETURN_NONE;
-}
-
 static PyObject *repeat_armed(RepeatLaunch *self, void *closure) {
   return Py_NewRef(self->args != NULL ? self->keep : Py_None);
 }
@@ -181,7 +176,6 @@ static PyObject *repeat_armed(RepeatLaunch *self, void *closure) {
 static PyMethodDef repeat_methods[] = {
     {"_arm", (PyCFunction)repeat_arm, METH_VARARGS,
      "_arm(args, kwargs, keep, alive, launch, config, func, params): repeat this launch for identical calls"},
-    {"_disarm", (PyCFunction)repeat_disarm, METH_NOARGS, "forget the armed launch"},
     {NULL, NULL, 0, NULL},
 };
 

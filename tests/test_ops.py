@@ -101,35 +101,41 @@ def test_transpose_rejects_bad_shapes():
         ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
 
 
-def _transpose_warp_offsets(esize: int, warp: int, step: int, diagonal: bool) -> tuple[list[int], list[int]]:
-    """Shared-memory offsets one warp of cuda_src/transpose.cu touches: the source image load and the
-    destination image store of row `step` of its VxV micro-blocks (128B swizzle, 128-byte image rows)."""
+def _transpose_warp_offsets(esize: int, warp: int, step: int, diagonal: bool) -> tuple[list[int], list[int], int]:
+    """Shared-memory offsets one warp of cuda_src/transpose.cu touches at `step`: the source image load of
+    row `step` of its (micro-block, slice) items, the destination image store of transposed row `step`, and
+    the load width (128B swizzle, 128-byte image rows; `diagonal=False` is the plain order c = q)."""
     from tmakit.layout import swizzle_offset
 
-    v = 16 // esize
+    v, slices = 16 // esize, max(1, 4 // esize)
+    width, rows_out = 16 // slices, v // slices
     loads, stores = [], []
     for lane in range(32):
         b = warp * 32 + lane
-        g, q, sub = b % 8, (b // 8) % 8, b // 64
+        g, p, q, sub = b % 8, (b // 8) % slices, (b // (8 * slices)) % 8, b // (64 * slices)
         c = (g + q) % 8 if diagonal else q
-        loads.append(sub * 8 * v * 128 + int(swizzle_offset((g * v + step) * 128 + c * 16, "128B")))
-        stores.append(sub * 8 * v * 128 + int(swizzle_offset((c * v + step) * 128 + g * 16, "128B")))
-    return loads, stores
+        image = sub * 8 * v * 128
+        loads.append(image + int(swizzle_offset((g * v + step % v) * 128 + c * 16, "128B")) + p * width)
+        stores.append(image + int(swizzle_offset((c * v + p * rows_out + step % rows_out) * 128 + g * 16, "128B")))
+    return loads, stores, width
 
 
 @pytest.mark.parametrize("esize", [1, 2, 4, 8])
 def test_transpose_shared_memory_is_bank_conflict_free(esize):
-    """The micro-block order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side,
-    where the plain row-by-row order would conflict."""
+    """The item order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side, where
+    the plain order would conflict; and every element size gives the 256 threads the same number of items."""
     from tmakit.layout import bank_conflicts
 
-    warps = max(1, 64 * esize // 32)
-    for warp in range(warps):
+    slices = max(1, 4 // esize)
+    items = 64 * esize * slices
+    assert items >= 256
+    for warp in range(items // 32):
         for step in range(16 // esize):
-            loads, stores = _transpose_warp_offsets(esize, warp, step, diagonal=True)
-            assert bank_conflicts(loads, 16) == 0 and bank_conflicts(stores, 16) == 0, (esize, warp, step)
-    naive = [bank_conflicts(offsets, 16) for warp in range(warps) for step in range(16 // esize)
-             for offsets in _transpose_warp_offsets(esize, warp, step, diagonal=False)]
+            loads, stores, width = _transpose_warp_offsets(esize, warp, step, diagonal=True)
+            assert bank_conflicts(loads, width) == 0 and bank_conflicts(stores, 16) == 0, (esize, warp, step)
+    naive = [max(bank_conflicts(loads, width), bank_conflicts(stores, 16)) for warp in range(items // 32)
+             for step in range(16 // esize)
+             for loads, stores, width in [_transpose_warp_offsets(esize, warp, step, diagonal=False)]]
     assert max(naive) > 0
 
 

@@ -135,4 +135,22 @@ TMAKIT_HD bool box_is_plain_2d(const BoxParams& p, const Coords& at) {
          (p.box[0] * p.elem_size) % 16u == 0;
 }
 
+// Chunk k of a plain 2-D box (box_is_plain_2d): its offset in the unswizzled image and its global address.
+struct Plain2dBox {
+  uint32_t per_row, pitch;  // chunks per row; image bytes per row
+  uint64_t origin, stride;  // global address of the box's first element; bytes per tensor row
+
+  TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at)
+      : per_row(p.box[0] * p.elem_size / 16u), pitch(box_row_pitch(p)),
+        origin(p.address + (uint64_t)at.c[1] * p.strides[1] + (uint64_t)at.c[0] * p.elem_size), stride(p.strides[1]) {}
+  TMAKIT_HD uint32_t image_offset(uint32_t k) const {
+    const uint32_t row = k / per_row;
+    return row * pitch + (k - row * per_row) * 16u;
+  }
+  TMAKIT_HD uint64_t address(uint32_t k) const {
+    const uint32_t row = k / per_row;
+    return origin + row * stride + (k - row * per_row) * 16u;
+  }
+};
+
 }  // namespace tmakit

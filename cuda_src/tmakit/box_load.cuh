@@ -105,13 +105,10 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
   const uint32_t chunks = bytes / 16u;
   uint8_t* base = static_cast<uint8_t*>(smem);
   if (box_is_plain_2d(src, at)) {  // every chunk a whole in-bounds copy: no per-chunk geometry
-    const uint32_t per_row = src.box[0] * src.elem_size / 16u, pitch = box_row_pitch(src);
-    const uint64_t origin = src.address + (uint64_t)at.c[1] * src.strides[1] + (uint64_t)at.c[0] * src.elem_size;
-    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-      const uint32_t row = k / per_row, in_row = (k - row * per_row) * 16u;
-      cp_async_cg_16(base + swizzle_offset(row * pitch + in_row, src.swizzle),
-                     reinterpret_cast<const void*>(origin + row * src.strides[1] + in_row));
-    }
+    const Plain2dBox box(src, at);
+    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x)
+      cp_async_cg_16(base + swizzle_offset(box.image_offset(k), src.swizzle),
+                     reinterpret_cast<const void*>(box.address(k)));
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);

@@ -13,15 +13,17 @@ from ..backend import Backend, BackendChoice
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(source: str, entry: str, backend: Backend, device: int) -> Any:
+def _kernel(source: str, entry: str, backend: Backend, device: int, defines: tuple[tuple[str, int], ...]) -> Any:
     from ..build import load_module  # deferred: importing tmakit.ops must not need NVRTC
 
-    module = load_module(source, device=device, defines=backend.defines)
+    module = load_module(source, device=device, defines={**backend.defines, **dict(defines)})
     return module.kernel(entry)  # the Kernel keeps its Module alive
 
 
-def kernel(source: str, entry: str, choice: BackendChoice, device: int) -> Any:
-    return _kernel(source, entry, choice.backend, int(device))
+def kernel(source: str, entry: str, choice: BackendChoice, device: int, **defines: int) -> Any:
+    """The kernel `entry` of cuda_src/`source` for this backend and device; `defines` are the op's own
+    compile-time parameters (each set is a separate module)."""
+    return _kernel(source, entry, choice.backend, int(device), tuple(sorted(defines.items())))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,8 +1,8 @@
 """``transpose(dst, src)``: dst (C x R) = src (R x C)^T for 1/2/4/8-byte elements (cuda_src/transpose.cu).
 
 The source is read in tiles of 128 rows by 128 bytes (128B swizzle) through the one-source box load, turned
-in shared memory with 16-byte, bank-conflict-free accesses, and written as 128B-swizzled boxes through the
-one-source box store (TMA store on sm_90). TMA can describe an array only when its base is 16-byte aligned
+with bank-conflict-free shared-memory accesses, and written as 128B-swizzled boxes through the one-source box
+store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA can describe an array only when its base is 16-byte aligned
 and its row pitch a multiple of 16 bytes, for src and for dst: otherwise ``backend="auto"`` uses the
 cp.async path (which walks any pitch; logged and recorded on the result) and an explicit ``backend="tma"``
 refuses.
@@ -27,8 +27,10 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
-_STAGES = 3  # source ring (kStages)
-_IMAGE_BUFFERS = 2  # the TMA path's destination images: one being stored while the next is written
+# Source tiles in the ring (TMAKIT_TRANSPOSE_STAGES) and destination image buffers per backend: TMA stores
+# drain asynchronously, so that path alternates two buffers; the cp.async path's plain stores need one.
+_STAGES = {Backend.TMA: 3, Backend.CP_ASYNC: 3}
+_IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
                                  swizzle=_SWIZZLE_128B)
     tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device)
-    # The cp.async path needs only the source ring: about twice the blocks per SM of the TMA path.
-    smem = (_STAGES + (_IMAGE_BUFFERS if choice.backend is Backend.TMA else 0)) * _TILE_BYTES + 1024
+    stages = _STAGES[choice.backend]
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=stages)
+    smem = (stages + _IMAGE_BUFFERS[choice.backend]) * _TILE_BYTES + 1024
     grid = max(1, min(tiles, k.resident_blocks(_THREADS, smem)))
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=smem, stream=stream)
     return TransposeResult(choice, reason)

@@ -26,7 +26,9 @@ def main() -> int:
     import torch
 
     from tmakit.backend import Backend, choose_backend
-    from tmakit.ops import transpose as tr
+    import importlib
+
+    tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
     from tmakit.ops._kernels import kernel
 
     cols = 32768

@@ -80,6 +80,40 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
   }
 }
 
+#ifndef TMAKIT_TRANSPOSE_STORE
+#define TMAKIT_TRANSPOSE_STORE 1
+#endif
+
+#if !TMAKIT_USE_TMA
+// cp.async path, a tile wholly inside dst: the E images hold dst rows c0 .. c0+W-1, columns r0 .. r0+127; each
+// thread copies 16-byte chunks, consecutive threads along a row, so every warp writes whole lines.
+template <typename T>
+__device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint8_t* images, uint64_t r0, uint64_t c0) {
+  constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan, kChunksPerRow = 8u * E;
+  uint8_t* base = reinterpret_cast<uint8_t*>(dst.address) + c0 * dst.strides[1] + r0 * E;
+  for (uint32_t k = threadIdx.x; k < W * kChunksPerRow; k += blockDim.x) {
+    const uint32_t row = k / kChunksPerRow, j = k % kChunksPerRow;
+    const uint4 v = *reinterpret_cast<const uint4*>(images + (j / 8u) * kImageBytes +
+                                                    swizzle_offset(row * kSpan + (j % 8u) * 16u, kSwizzle128B));
+    *reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u) = v;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void store_piece(const BoxParams& dst, uint64_t x0, uint64_t y, const uint4& v) {
+  constexpr uint32_t V = 16u / sizeof(T);
+  if (y >= dst.dims[1] || x0 >= dst.dims[0]) return;
+  uint8_t* p = reinterpret_cast<uint8_t*>(dst.address) + y * dst.strides[1] + x0 * sizeof(T);
+  if (x0 + V <= dst.dims[0] && (reinterpret_cast<uint64_t>(p) & 15u) == 0) {
+    *reinterpret_cast<uint4*>(p) = v;
+    return;
+  }
+  T e[V];
+  memcpy(e, &v, 16);
+  for (uint32_t m = 0; m < V && x0 + m < dst.dims[0]; ++m) reinterpret_cast<T*>(p)[m] = e[m];
+}
+#endif
+
 template <typename T>
 __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSource& dst, uint64_t rows,
                                               uint64_t cols, uint8_t* smem, uint64_t* bars) {
@@ -94,6 +128,13 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
   };
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
+    const int32_t c0 = (int32_t)((t % tiles_c) * W), r0 = (int32_t)((t / tiles_c) * kTileRows);
+#if !TMAKIT_USE_TMA && TMAKIT_TRANSPOSE_STORE == 2
+    transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
+      store_piece<T>(dst, r0 + sub * W + chunk * (16u / E), c0 + image_row, v);
+    });
+    (void)out; (void)done;
+#else
     // TMA: freed by the wait_read<1> of the tile before; cp.async: by the ring's barrier after the last tile
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
@@ -101,12 +142,19 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
                                 swizzle_offset(image_row * kSpan + chunk * 16u, kSwizzle128B)) = v;
     });
     box_store_begin();
-    const int32_t c0 = (int32_t)((t % tiles_c) * W), r0 = (int32_t)((t / tiles_c) * kTileRows);
+#if !TMAKIT_USE_TMA && TMAKIT_TRANSPOSE_STORE == 1
+    if ((uint64_t)r0 + kTileRows <= rows && (uint64_t)c0 + W <= cols && (dst.address & 15u) == 0 &&
+        (dst.strides[1] & 15u) == 0) {
+      store_tile_rows<T>(dst, buffer, r0, c0);
+      return;
+    }
+#endif
     for (uint32_t sub = 0; sub < E; ++sub) {
       const Coords at = {{r0 + (int32_t)(sub * W), c0, 0, 0, 0}};
       box_store_issue(dst, buffer + sub * kImageBytes, at, 2, kImageBytes);
     }
     box_store_commit_wait_read<1>();
+#endif
   };
   for_each_box_pipelined<kStages>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
                                   turn_and_store);

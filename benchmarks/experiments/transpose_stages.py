@@ -5,7 +5,7 @@ depth patched into ``tmakit.ops.transpose._STAGES`` (the host sizes shared memor
 TMAKIT_TRANSPOSE_STAGES from it); each result is checked against torch before it is timed. Prints a JSON
 list of {backend, stages, esize, blocks_per_sm, ms, vs_copy}.
 
-    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--stages 2,3,4]
+    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2]
 """
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from copy_bandwidth import _time_ms  # noqa: E402
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0)
-    parser.add_argument("--stages", default="2,3,4")
     args = parser.parse_args()
     import torch
 
@@ -38,26 +37,34 @@ def main() -> int:
     dst_t = torch.empty(cols, rows, device="cuda")
     copy_ms = _time_ms(torch, lambda: dst.copy_(src), 3, 15)
     results = []
-    for backend in (Backend.TMA, Backend.CP_ASYNC):
-        for stages in (int(s) for s in args.stages.split(",")):
-            tr._STAGES[backend] = stages
-            smem = (stages + tr._IMAGE_BUFFERS[backend]) * tr._TILE_BYTES + 1024
-            for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
-                s_x = src.view(dtype)
-                d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
-                d_x.view(torch.uint8).fill_(0xA5)
-                fn = lambda: tr.transpose(d_x, s_x, backend=backend.value)  # noqa: E731
-                fn()
-                torch.cuda.synchronize()
-                ok = torch.equal(d_x, s_x.t())
-                ms = _time_ms(torch, fn, 3, 15) if ok else float("nan")
-                k = kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
-                           TMAKIT_TRANSPOSE_STAGES=stages)
-                row = {"backend": backend.value, "stages": stages, "esize": s_x.element_size(),
-                       "resident_blocks": k.resident_blocks(tr._THREADS, smem), "ms": ms,
-                       "vs_copy": copy_ms / ms, "correct": ok}
-                results.append(row)
-                print(json.dumps(row), flush=True)
+    variants = [(Backend.TMA, stages, None) for stages in (2, 3)]
+    # cp.async store modes (TMAKIT_TRANSPOSE_STORE): 0 box_store per image, 1 whole-line rows of the tile,
+    # 2 straight from registers (no image buffer)
+    variants += [(Backend.CP_ASYNC, stages, store) for store in (0, 1, 2) for stages in (2, 3, 4)
+                 if not (store != 2 and stages == 4)]
+    plain_kernel = tr.kernel
+    for backend, stages, store in variants:
+        tr._STAGES[backend] = stages
+        if store is not None:
+            tr._IMAGE_BUFFERS[backend] = 0 if store == 2 else 1
+            tr.kernel = lambda *a, store=store, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_STORE=store, **d)
+        smem = (stages + tr._IMAGE_BUFFERS[backend]) * tr._TILE_BYTES + 1024
+        for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
+            s_x = src.view(dtype)
+            d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
+            d_x.view(torch.uint8).fill_(0xA5)
+            fn = lambda: tr.transpose(d_x, s_x, backend=backend.value)  # noqa: E731
+            fn()
+            torch.cuda.synchronize()
+            ok = torch.equal(d_x, s_x.t())
+            ms = _time_ms(torch, fn, 3, 15) if ok else float("nan")
+            k = tr.kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
+                          TMAKIT_TRANSPOSE_STAGES=stages)
+            row = {"backend": backend.value, "stages": stages, "store": store, "esize": s_x.element_size(),
+                   "resident_blocks": k.resident_blocks(tr._THREADS, smem), "ms": round(ms, 4),
+                   "vs_copy": round(copy_ms / ms, 3), "correct": ok}
+            results.append(row)
+            print(json.dumps(row), flush=True)
     print(json.dumps({"copy_ms": copy_ms, "device": torch.cuda.get_device_name()}))
     return 0
 

@@ -19,8 +19,9 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
                                                        uint64_t first, uint64_t step, uint64_t count,
                                                        CoordsOf coords_of, Consume consume) {
   static_assert(Stages >= 2 && Stages <= 8, "a ring needs 2..8 stages");
-  MbarrierPhase phase[Stages];
-  for (int s = 0; s < Stages; ++s) phase[s] = box_barrier_init(&bars[s]);
+  for (int s = 0; s < Stages; ++s) box_barrier_init(&bars[s]);
+  uint32_t parities = 0;  // bit s: the phase parity stage s waits for next (a bit mask, not an array indexed
+                          // at run time, which would live in local memory)
   // Prologue: fill all but one stage.
   for (int s = 0; s < Stages - 1; ++s) {
     const uint64_t box = first + (uint64_t)s * step;
@@ -36,7 +37,9 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
     if (ahead < count) box_load(src, smem + refill * stage_bytes, coords_of(ahead), rank, box_bytes, &bars[refill]);
     else box_load_none();
     const int s = (int)(k % Stages);
-    box_wait<Stages - 1>(phase[s]);  // boxes k+1 .. k+Stages-1 stay in flight
+    MbarrierPhase phase{&bars[s], (parities >> s) & 1u};
+    box_wait<Stages - 1>(phase);  // boxes k+1 .. k+Stages-1 stay in flight
+    parities ^= 1u << s;
     consume(box, smem + s * stage_bytes);
     __syncthreads();
   }

@@ -50,6 +50,46 @@ struct Turn {
   static constexpr uint32_t kItems = 64u * E * P;        // (micro-block, slice) pairs per tile
 };
 
+// Turn one slice: `in` holds V rows of S bytes (as words), `out` gets its R transposed 16-byte rows. Whole
+// words (E >= 4) are only renamed; bytes and half-words are gathered with PRMT: 8 per 4x4-byte block, one
+// per output word of half-words.
+template <typename T>
+__device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn<T>::S / 4u], uint4 (&out)[Turn<T>::R]) {
+  typedef Turn<T> K;
+  uint32_t words[K::R][4];
+  if constexpr (K::E == 1) {
+#pragma unroll
+    for (uint32_t j = 0; j < 4; ++j) {  // input rows 4j..4j+3 make word j of the 4 output rows
+      const uint32_t t0 = __byte_perm(in[4 * j][0], in[4 * j + 1][0], 0x5140);  // a0 b0 a1 b1
+      const uint32_t t1 = __byte_perm(in[4 * j][0], in[4 * j + 1][0], 0x7362);  // a2 b2 a3 b3
+      const uint32_t t2 = __byte_perm(in[4 * j + 2][0], in[4 * j + 3][0], 0x5140);
+      const uint32_t t3 = __byte_perm(in[4 * j + 2][0], in[4 * j + 3][0], 0x7362);
+      words[0][j] = __byte_perm(t0, t2, 0x5410);  // a0 b0 c0 d0
+      words[1][j] = __byte_perm(t0, t2, 0x7632);
+      words[2][j] = __byte_perm(t1, t3, 0x5410);
+      words[3][j] = __byte_perm(t1, t3, 0x7632);
+    }
+  } else if constexpr (K::E == 2) {
+#pragma unroll
+    for (uint32_t r = 0; r < K::R; ++r)
+#pragma unroll
+      for (uint32_t j = 0; j < 4; ++j)
+        words[r][j] = __byte_perm(in[2 * j][r / 2], in[2 * j + 1][r / 2], r % 2 ? 0x7632 : 0x5410);
+  } else {
+    T elems[K::V][K::R];
+    memcpy(elems, in, sizeof elems);
+#pragma unroll
+    for (uint32_t r = 0; r < K::R; ++r) {
+      T row[K::V];
+#pragma unroll
+      for (uint32_t m = 0; m < K::V; ++m) row[m] = elems[m][r];
+      memcpy(words[r], row, 16);
+    }
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(words[r][0], words[r][1], words[r][2], words[r][3]);
+}
+
 // Every (micro-block, slice) of a tile: sink(sub, image_row, chunk, value) for each transposed 16-byte row,
 // `sub` the destination image (source rows sub*W ..), `image_row` its row (source column), `chunk` its
 // 16-byte chunk (source rows chunk*V ..).
@@ -60,7 +100,7 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
   for (uint32_t b = threadIdx.x; b < K::kItems; b += blockDim.x) {
     const uint32_t g = b % 8u, p = (b / 8u) % K::P, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P);
     const uint32_t c = (g + q) % 8u;
-    T in[K::V][K::R];
+    uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t m = 0; m < K::V; ++m) {
       const uint32_t row = sub * 8u * K::V + g * K::V + m;
@@ -68,21 +108,12 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
           source + swizzle_offset(row * kSpan + c * 16u, kSwizzle128B) + p * K::S);
       memcpy(in[m], &x, K::S);
     }
+    uint4 out[K::R];
+    turn_slice<T>(in, out);
 #pragma unroll
-    for (uint32_t r = 0; r < K::R; ++r) {
-      T out[K::V];
-#pragma unroll
-      for (uint32_t m = 0; m < K::V; ++m) out[m] = in[m][r];
-      uint4 y;
-      memcpy(&y, out, 16);
-      sink(sub, c * K::V + p * K::R + r, g, y);
-    }
+    for (uint32_t r = 0; r < K::R; ++r) sink(sub, c * K::V + p * K::R + r, g, out[r]);
   }
 }
-
-#ifndef TMAKIT_TRANSPOSE_STORE
-#define TMAKIT_TRANSPOSE_STORE 1
-#endif
 
 #if !TMAKIT_USE_TMA
 // cp.async path, a tile wholly inside dst: the E images hold dst rows c0 .. c0+W-1, columns r0 .. r0+127; each
@@ -97,20 +128,6 @@ __device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint
                                                     swizzle_offset(row * kSpan + (j % 8u) * 16u, kSwizzle128B));
     *reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u) = v;
   }
-}
-
-template <typename T>
-__device__ __forceinline__ void store_piece(const BoxParams& dst, uint64_t x0, uint64_t y, const uint4& v) {
-  constexpr uint32_t V = 16u / sizeof(T);
-  if (y >= dst.dims[1] || x0 >= dst.dims[0]) return;
-  uint8_t* p = reinterpret_cast<uint8_t*>(dst.address) + y * dst.strides[1] + x0 * sizeof(T);
-  if (x0 + V <= dst.dims[0] && (reinterpret_cast<uint64_t>(p) & 15u) == 0) {
-    *reinterpret_cast<uint4*>(p) = v;
-    return;
-  }
-  T e[V];
-  memcpy(e, &v, 16);
-  for (uint32_t m = 0; m < V && x0 + m < dst.dims[0]; ++m) reinterpret_cast<T*>(p)[m] = e[m];
 }
 #endif
 
@@ -129,12 +146,6 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     const int32_t c0 = (int32_t)((t % tiles_c) * W), r0 = (int32_t)((t / tiles_c) * kTileRows);
-#if !TMAKIT_USE_TMA && TMAKIT_TRANSPOSE_STORE == 2
-    transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
-      store_piece<T>(dst, r0 + sub * W + chunk * (16u / E), c0 + image_row, v);
-    });
-    (void)out; (void)done;
-#else
     // TMA: freed by the wait_read<1> of the tile before; cp.async: by the ring's barrier after the last tile
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
@@ -142,7 +153,7 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
                                 swizzle_offset(image_row * kSpan + chunk * 16u, kSwizzle128B)) = v;
     });
     box_store_begin();
-#if !TMAKIT_USE_TMA && TMAKIT_TRANSPOSE_STORE == 1
+#if !TMAKIT_USE_TMA  // interior tiles skip box_store's per-image geometry
     if ((uint64_t)r0 + kTileRows <= rows && (uint64_t)c0 + W <= cols && (dst.address & 15u) == 0 &&
         (dst.strides[1] & 15u) == 0) {
       store_tile_rows<T>(dst, buffer, r0, c0);
@@ -154,7 +165,6 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
       box_store_issue(dst, buffer + sub * kImageBytes, at, 2, kImageBytes);
     }
     box_store_commit_wait_read<1>();
-#endif
   };
   for_each_box_pipelined<kStages>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
                                   turn_and_store);

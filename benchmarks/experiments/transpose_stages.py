@@ -37,17 +37,9 @@ def main() -> int:
     dst_t = torch.empty(cols, rows, device="cuda")
     copy_ms = _time_ms(torch, lambda: dst.copy_(src), 3, 15)
     results = []
-    variants = [(Backend.TMA, stages, None) for stages in (2, 3)]
-    # cp.async store modes (TMAKIT_TRANSPOSE_STORE): 0 box_store per image, 1 whole-line rows of the tile,
-    # 2 straight from registers (no image buffer)
-    variants += [(Backend.CP_ASYNC, stages, store) for store in (0, 1, 2) for stages in (2, 3, 4)
-                 if not (store != 2 and stages == 4)]
-    plain_kernel = tr.kernel
-    for backend, stages, store in variants:
+    variants = [(backend, stages) for backend in (Backend.TMA, Backend.CP_ASYNC) for stages in (2, 3, 4)]
+    for backend, stages in variants:
         tr._STAGES[backend] = stages
-        if store is not None:
-            tr._IMAGE_BUFFERS[backend] = 0 if store == 2 else 1
-            tr.kernel = lambda *a, store=store, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_STORE=store, **d)
         smem = (stages + tr._IMAGE_BUFFERS[backend]) * tr._TILE_BYTES + 1024
         for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
             s_x = src.view(dtype)
@@ -58,9 +50,9 @@ def main() -> int:
             torch.cuda.synchronize()
             ok = torch.equal(d_x, s_x.t())
             ms = _time_ms(torch, fn, 3, 15) if ok else float("nan")
-            k = tr.kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
+            k = kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
                           TMAKIT_TRANSPOSE_STAGES=stages)
-            row = {"backend": backend.value, "stages": stages, "store": store, "esize": s_x.element_size(),
+            row = {"backend": backend.value, "stages": stages, "esize": s_x.element_size(),
                    "resident_blocks": k.resident_blocks(tr._THREADS, smem), "ms": round(ms, 4),
                    "vs_copy": round(copy_ms / ms, 3), "correct": ok}
             results.append(row)

@@ -27,8 +27,13 @@ using namespace tmakit;
 #define TMAKIT_TRANSPOSE_STAGES 3
 #endif
 
+#ifndef TMAKIT_TRANSPOSE_GROUP
+#define TMAKIT_TRANSPOSE_GROUP 1
+#endif
+
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
+constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_GROUP;  // tile rows per group of the tile order
 constexpr uint32_t kTileRows = 128;                  // source rows per tile
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 KiB, for every element size
@@ -137,15 +142,26 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
   constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan;
   uint8_t* ring = smem;                               // kStages source tiles
   uint8_t* out = smem + kStages * kTileBytes;         // kImageBuffers x E destination images
-  const uint64_t tiles_c = (cols + W - 1) / W;
-  const uint64_t tiles = tiles_c * ((rows + kTileRows - 1) / kTileRows);
+  const uint64_t tiles_c = (cols + W - 1) / W, tiles_r = (rows + kTileRows - 1) / kTileRows;
+  const uint64_t tiles = tiles_c * tiles_r;
+  // Tile t in groups of kGroupRows tile rows, column-major inside a group: the blocks in flight read
+  // kGroupRows * 128 source rows and write dst rows in runs of kGroupRows * 128 * E bytes, not 128 * E.
+  auto tile_origin = [&](uint64_t t, int32_t& c0, int32_t& r0) {
+    const uint64_t group = t / (kGroupRows * tiles_c), first = group * kGroupRows;
+    const uint64_t height = tiles_r - first < kGroupRows ? tiles_r - first : kGroupRows;
+    const uint64_t in_group = t - group * kGroupRows * tiles_c;
+    c0 = (int32_t)((in_group / height) * W);
+    r0 = (int32_t)((first + in_group % height) * kTileRows);
+  };
   auto coords_of = [&](uint64_t t) {
-    Coords at = {{(int32_t)((t % tiles_c) * W), (int32_t)((t / tiles_c) * kTileRows), 0, 0, 0}};
+    Coords at = {{0, 0, 0, 0, 0}};
+    tile_origin(t, at.c[0], at.c[1]);
     return at;
   };
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
-    const int32_t c0 = (int32_t)((t % tiles_c) * W), r0 = (int32_t)((t / tiles_c) * kTileRows);
+    int32_t c0, r0;
+    tile_origin(t, c0, r0);
     // TMA: freed by the wait_read<1> of the tile before; cp.async: by the ring's barrier after the last tile
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {

@@ -37,9 +37,12 @@ def main() -> int:
     dst_t = torch.empty(cols, rows, device="cuda")
     copy_ms = _time_ms(torch, lambda: dst.copy_(src), 3, 15)
     results = []
-    variants = [(backend, stages) for backend in (Backend.TMA, Backend.CP_ASYNC) for stages in (2, 3, 4)]
-    for backend, stages in variants:
+    variants = [(Backend.TMA, 3, group) for group in (1, 4, 16, 64)]
+    variants += [(Backend.CP_ASYNC, stages, group) for stages in (4, 5) for group in (1, 4, 16, 64)]
+    plain_kernel = tr.kernel
+    for backend, stages, group in variants:
         tr._STAGES[backend] = stages
+        tr.kernel = lambda *a, group=group, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=group, **d)
         smem = (stages + tr._IMAGE_BUFFERS[backend]) * tr._TILE_BYTES + 1024
         for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
             s_x = src.view(dtype)
@@ -52,7 +55,7 @@ def main() -> int:
             ms = _time_ms(torch, fn, 3, 15) if ok else float("nan")
             k = kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
                           TMAKIT_TRANSPOSE_STAGES=stages)
-            row = {"backend": backend.value, "stages": stages, "esize": s_x.element_size(),
+            row = {"backend": backend.value, "stages": stages, "group": group, "esize": s_x.element_size(),
                    "resident_blocks": k.resident_blocks(tr._THREADS, smem), "ms": round(ms, 4),
                    "vs_copy": round(copy_ms / ms, 3), "correct": ok}
             results.append(row)

@@ -37,9 +37,10 @@ constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_GROUP;  // tile rows per group 
 constexpr uint32_t kTileRows = 128;                  // source rows per tile
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 KiB, for every element size
-// Destination image buffers: TMA stores drain asynchronously, so it alternates two; the cp.async path's
-// plain stores are done before the ring's barrier, so one suffices.
-constexpr uint32_t kImageBuffers = TMAKIT_USE_TMA ? 2u : 1u;
+// Two destination image buffers, so a tile is turned while the one before is still being stored: by TMA,
+// until thread 0's wait_read<1> and the ring's barrier after it; by the cp.async path's plain stores, until
+// the next tile's box_store_begin barrier, which is why that path needs no ring barrier (ConsumerSyncs).
+constexpr uint32_t kImageBuffers = 2;
 
 template <uint32_t Bytes> struct Slice;  // a Bytes-wide piece of a 16-byte chunk, as registers
 template <> struct Slice<4> { typedef uint32_t type; };
@@ -162,7 +163,6 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    // TMA: freed by the wait_read<1> of the tile before; cp.async: by the ring's barrier after the last tile
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
       *reinterpret_cast<uint4*>(buffer + sub * kImageBytes +
@@ -182,7 +182,7 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
     }
     box_store_commit_wait_read<1>();
   };
-  for_each_box_pipelined<kStages>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
+  for_each_box_pipelined<kStages, !TMAKIT_USE_TMA>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
                                   turn_and_store);
   box_store_drain();
 }

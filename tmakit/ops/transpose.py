@@ -27,10 +27,9 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
-# Source tiles in the ring (TMAKIT_TRANSPOSE_STAGES) and destination image buffers per backend: TMA stores
-# drain asynchronously, so that path alternates two buffers; the cp.async path's plain stores need one.
-_STAGES = {Backend.TMA: 3, Backend.CP_ASYNC: 3}
-_IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}
+# Source tiles in the ring per backend (TMAKIT_TRANSPOSE_STAGES); two destination image buffers (kImageBuffers).
+_STAGES = {Backend.TMA: 3, Backend.CP_ASYNC: 4}
+_IMAGE_BUFFERS = 2
 
 
 @dataclass(frozen=True)
@@ -95,7 +94,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
     stages = _STAGES[choice.backend]
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=stages)
-    smem = (stages + _IMAGE_BUFFERS[choice.backend]) * _TILE_BYTES + 1024
+    smem = (stages + _IMAGE_BUFFERS) * _TILE_BYTES + 1024
     grid = max(1, min(tiles, k.resident_blocks(_THREADS, smem)))
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=smem, stream=stream)
     return TransposeResult(choice, reason)

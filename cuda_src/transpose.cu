@@ -40,7 +40,10 @@ constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 KiB, for every elemen
 // Two destination image buffers, so a tile is turned while the one before is still being stored: by TMA,
 // until thread 0's wait_read<1> and the ring's barrier after it; by the cp.async path's plain stores, until
 // the next tile's box_store_begin barrier, which is why that path needs no ring barrier (ConsumerSyncs).
-constexpr uint32_t kImageBuffers = 2;
+#ifndef TMAKIT_TRANSPOSE_BUFFERS
+#define TMAKIT_TRANSPOSE_BUFFERS 2
+#endif
+constexpr uint32_t kImageBuffers = TMAKIT_TRANSPOSE_BUFFERS;
 
 template <uint32_t Bytes> struct Slice;  // a Bytes-wide piece of a 16-byte chunk, as registers
 template <> struct Slice<4> { typedef uint32_t type; };
@@ -182,7 +185,7 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
     }
     box_store_commit_wait_read<1>();
   };
-  for_each_box_pipelined<kStages, !TMAKIT_USE_TMA>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
+  for_each_box_pipelined<kStages, !TMAKIT_USE_TMA && kImageBuffers == 2>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
                                   turn_and_store);
   box_store_drain();
 }

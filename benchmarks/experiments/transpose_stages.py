@@ -1,66 +1,68 @@
-"""Experiment: the transpose's ring depth per backend, against torch's copy in the same run.
+"""Experiment: the transpose's ring depth, tile order and image buffers per backend, against torch's copy.
 
-For each backend and each depth, ``tmakit.ops.transpose`` runs on 2 GiB (1/2/4/8-byte elements) with the
-depth patched into ``tmakit.ops.transpose._STAGES`` (the host sizes shared memory and compiles
-TMAKIT_TRANSPOSE_STAGES from it); each result is checked against torch before it is timed. Prints a JSON
-list of {backend, stages, esize, blocks_per_sm, ms, vs_copy}.
+Each variant patches ``tmakit.ops.transpose`` (``_STAGES``, ``_IMAGE_BUFFERS`` and the compile-time defines
+TMAKIT_TRANSPOSE_GROUP / TMAKIT_TRANSPOSE_BUFFERS) and transposes 2 GiB as 1/2/4/8-byte elements; every
+result is checked against torch before it is timed. Rounds are interleaved (variant order repeated) so that
+drift of the machine hits every variant alike; prints one JSON line per variant and size with the median
+ratio to torch's copy over the rounds and each round's value.
 
-    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2]
+    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--rounds 3]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
+# (backend, stages, tile-row group, image buffers)
+VARIANTS = [("tma", 3, 1, 2), ("tma", 3, 4, 2),
+            ("cp.async", 4, 1, 1), ("cp.async", 4, 4, 1), ("cp.async", 4, 4, 2), ("cp.async", 3, 4, 2)]
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     import torch
 
-    from tmakit.backend import Backend, choose_backend
-    import importlib
+    from tmakit.backend import Backend
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
-    from tmakit.ops._kernels import kernel
-
     cols = 32768
     rows = int(args.gib * (1 << 30)) // (4 * cols)
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
-    copy_ms = _time_ms(torch, lambda: dst.copy_(src), 3, 15)
-    results = []
-    variants = [(Backend.TMA, 3, group) for group in (1, 8)]
-    variants += [(Backend.CP_ASYNC, stages, group) for stages in (3, 4) for group in (1, 8)]
     plain_kernel = tr.kernel
-    for backend, stages, group in variants:
-        tr._STAGES[backend] = stages
-        tr.kernel = lambda *a, group=group, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=group, **d)
-        smem = (stages + tr._IMAGE_BUFFERS) * tr._TILE_BYTES + 1024
-        for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
-            s_x = src.view(dtype)
-            d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
-            d_x.view(torch.uint8).fill_(0xA5)
-            fn = lambda: tr.transpose(d_x, s_x, backend=backend.value)  # noqa: E731
-            fn()
-            torch.cuda.synchronize()
-            ok = torch.equal(d_x, s_x.t())
-            ms = _time_ms(torch, fn, 3, 15) if ok else float("nan")
-            k = kernel("transpose.cu", "tmakit_transpose", choose_backend(backend.value, device=0), 0,
-                          TMAKIT_TRANSPOSE_STAGES=stages)
-            row = {"backend": backend.value, "stages": stages, "group": group, "esize": s_x.element_size(),
-                   "resident_blocks": k.resident_blocks(tr._THREADS, smem), "ms": round(ms, 4),
-                   "vs_copy": round(copy_ms / ms, 3), "correct": ok}
-            results.append(row)
-            print(json.dumps(row), flush=True)
-    print(json.dumps({"copy_ms": copy_ms, "device": torch.cuda.get_device_name()}))
+    ratios: dict[tuple, list[float]] = {}
+    for _ in range(args.rounds):
+        for variant in VARIANTS:
+            backend, stages, group, buffers = variant
+            tr._STAGES[Backend(backend)] = stages
+            tr._IMAGE_BUFFERS = buffers
+            tr.kernel = lambda *a, g=group, b=buffers, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=g,
+                                                                          TMAKIT_TRANSPOSE_BUFFERS=b, **d)
+            copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
+            for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
+                s_x = src.view(dtype)
+                d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
+                d_x.view(torch.uint8).fill_(0xA5)
+                fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
+                fn()
+                torch.cuda.synchronize()
+                ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
+                ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
+    for (backend, stages, group, buffers, esize), values in ratios.items():
+        print(json.dumps({"backend": backend, "stages": stages, "group": group, "buffers": buffers, "esize": esize,
+                          "vs_copy": statistics.median(values), "rounds": values}))
+    print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0
 
 

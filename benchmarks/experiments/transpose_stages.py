@@ -20,9 +20,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# (backend, stages, tile-row group, image buffers)
-VARIANTS = [("tma", 3, 1, 2), ("tma", 3, 4, 2),
-            ("cp.async", 4, 1, 1), ("cp.async", 4, 4, 1), ("cp.async", 4, 4, 2), ("cp.async", 3, 4, 2)]
+# (backend, stages, tile-row group, image buffers, extra defines)
+VARIANTS = [("tma", 3, 4, 2, ()), ("cp.async", 4, 4, 1, ()),
+            ("cp.async", 4, 4, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 128),)),
+            ("cp.async", 4, 4, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 256),)),
+            ("cp.async", 4, 4, 1, (("TMAKIT_TRANSPOSE_STREAMING", 1),)),
+            ("cp.async", 4, 4, 1, (("TMAKIT_TRANSPOSE_STREAMING", 1), ("TMAKIT_CP_ASYNC_PREFETCH", 256))),
+            ("cp.async", 4, 16, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 256),))]
 
 
 def main() -> int:
@@ -44,11 +48,11 @@ def main() -> int:
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in VARIANTS:
-            backend, stages, group, buffers = variant
+            backend, stages, group, buffers, extra = variant
             tr._STAGES[Backend(backend)] = stages
             tr._IMAGE_BUFFERS = buffers
-            tr.kernel = lambda *a, g=group, b=buffers, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=g,
-                                                                          TMAKIT_TRANSPOSE_BUFFERS=b, **d)
+            tr.kernel = lambda *a, g=group, b=buffers, x=extra, **d: plain_kernel(
+                *a, TMAKIT_TRANSPOSE_GROUP=g, TMAKIT_TRANSPOSE_BUFFERS=b, **dict(x), **d)
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
                 s_x = src.view(dtype)
@@ -59,8 +63,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, stages, group, buffers, esize), values in ratios.items():
-        print(json.dumps({"backend": backend, "stages": stages, "group": group, "buffers": buffers, "esize": esize,
+    for (backend, stages, group, buffers, extra, esize), values in ratios.items():
+        print(json.dumps({"backend": backend, "stages": stages, "group": group, "buffers": buffers,
+                          "defines": dict(extra), "esize": esize,
                           "vs_copy": statistics.median(values), "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

@@ -19,9 +19,20 @@ __device__ __forceinline__ void cp_async_ca(void* smem, const void* gmem, uint32
 }
 
 // cp.async.cg.shared.global [dst], [src], 16, src_size: bypass L1 (streaming data); 16 bytes only.
+#ifndef TMAKIT_CP_ASYNC_PREFETCH
+#define TMAKIT_CP_ASYNC_PREFETCH 0
+#endif
 __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, uint32_t src_size = 16) {
+#if TMAKIT_CP_ASYNC_PREFETCH == 256
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
+               : "memory");
+#elif TMAKIT_CP_ASYNC_PREFETCH == 128
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
+               : "memory");
+#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
                : "memory");
+#endif
 }
 
 // cp.async.commit_group: close this thread's batch of cp.async issued since the last commit.

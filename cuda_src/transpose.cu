@@ -135,11 +135,7 @@ __device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint
     const uint32_t row = k / kChunksPerRow, j = k % kChunksPerRow;
     const uint4 v = *reinterpret_cast<const uint4*>(images + (j / 8u) * kImageBytes +
                                                     swizzle_offset(row * kSpan + (j % 8u) * 16u, kSwizzle128B));
-#if TMAKIT_TRANSPOSE_STREAMING
-    __stcs(reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u), v);
-#else
-    *reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u) = v;
-#endif
+    __stcs(reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u), v);  // st.global.cs: written once
   }
 }
 #endif

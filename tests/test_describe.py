@@ -46,10 +46,11 @@ def test_padded_rows_are_reported():
 def test_box_params_layout():
     import struct
 
-    tm = describe_tensor(shape=(10, 48), dtype="f16", box=(4, 16), oob_fill="nan", encode=False)
+    tm = describe_tensor(shape=(10, 48), dtype="f16", box=(4, 16), oob_fill="nan", l2_promotion="128B", encode=False)
     fields = struct.unpack("<Q5Q5Q5I5I6I2I", tm.box_params())
     assert fields[1:3] == (48, 10) and fields[6:8] == (2, 96)
     assert fields[11:13] == (16, 4) and fields[21:27] == (2, 2, int(tm.swizzle), 0, 1, 6)
+    assert fields[27:29] == (2, 0)  # L2 promotion 128B (the cp.async prefetch hint), then the reserved word
     assert tm.__kernel_param__(160) == tm.box_params()
     with pytest.raises(tmakit.LaunchError, match="no encoded descriptor"):
         tm.__kernel_param__(128)

@@ -1,7 +1,7 @@
 """Experiment: the transpose's ring depth, tile order and image buffers per backend, against torch's copy.
 
 Each variant patches ``tmakit.ops.transpose`` (``_STAGES``, ``_IMAGE_BUFFERS`` and the compile-time defines
-TMAKIT_TRANSPOSE_GROUP / TMAKIT_TRANSPOSE_BUFFERS) and transposes 2 GiB as 1/2/4/8-byte elements; every
+TMAKIT_TRANSPOSE_GROUP / TMAKIT_TRANSPOSE_BUFFERS, ``_L2_PROMOTION``) and transposes 2 GiB as 1/2/4/8-byte elements; every
 result is checked against torch before it is timed. Rounds are interleaved (variant order repeated) so that
 drift of the machine hits every variant alike; prints one JSON line per variant and size with the median
 ratio to torch's copy over the rounds and each round's value.
@@ -20,13 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# (backend, stages, tile-row group, image buffers, extra defines)
-VARIANTS = [("tma", 3, 4, 2, ()), ("cp.async", 4, 4, 1, ()),
-            ("cp.async", 4, 4, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 128),)),
-            ("cp.async", 4, 4, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 256),)),
-            ("cp.async", 4, 4, 1, (("TMAKIT_TRANSPOSE_STREAMING", 1),)),
-            ("cp.async", 4, 4, 1, (("TMAKIT_TRANSPOSE_STREAMING", 1), ("TMAKIT_CP_ASYNC_PREFETCH", 256))),
-            ("cp.async", 4, 16, 1, (("TMAKIT_CP_ASYNC_PREFETCH", 256),))]
+# (backend, stages, tile-row group, image buffers, L2 promotion of the source)
+VARIANTS = [("tma", 3, 4, 2, "none"), ("tma", 3, 4, 2, "128B"),
+            ("cp.async", 4, 4, 1, "none"), ("cp.async", 4, 4, 1, "128B"), ("cp.async", 4, 1, 1, "128B"),
+            ("cp.async", 4, 4, 2, "128B")]
 
 
 def main() -> int:
@@ -37,6 +34,7 @@ def main() -> int:
     import torch
 
     from tmakit.backend import Backend
+    from tmakit.tensormap.enums import L2Promotion
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
     cols = 32768
@@ -48,11 +46,12 @@ def main() -> int:
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in VARIANTS:
-            backend, stages, group, buffers, extra = variant
+            backend, stages, group, buffers, promotion = variant
+            tr._L2_PROMOTION = L2Promotion.parse(promotion)
             tr._STAGES[Backend(backend)] = stages
             tr._IMAGE_BUFFERS = buffers
-            tr.kernel = lambda *a, g=group, b=buffers, x=extra, **d: plain_kernel(
-                *a, TMAKIT_TRANSPOSE_GROUP=g, TMAKIT_TRANSPOSE_BUFFERS=b, **dict(x), **d)
+            tr.kernel = lambda *a, g=group, b=buffers, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=g,
+                                                                          TMAKIT_TRANSPOSE_BUFFERS=b, **d)
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
                 s_x = src.view(dtype)
@@ -63,9 +62,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, stages, group, buffers, extra, esize), values in ratios.items():
+    for (backend, stages, group, buffers, promotion, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "stages": stages, "group": group, "buffers": buffers,
-                          "defines": dict(extra), "esize": esize,
+                          "l2_promotion": promotion, "esize": esize,
                           "vs_copy": statistics.median(values), "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

@@ -66,7 +66,7 @@ __device__ __forceinline__ uint64_t load_bits(const void* src, uint32_t size) {
 __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChunk& ch, uint8_t* dst) {
   switch (chunk_kind(p, ch)) {
     case kChunkCopy16:
-      cp_async_cg_16(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)));
+      cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)), p.l2_promotion);
       return;
     case kChunkZero16:
       // src-size 0: cp.async reads nothing and writes 16 zero bytes (the tensor base is a valid address).
@@ -107,8 +107,8 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
   if (box_is_plain_2d(src, at)) {  // every chunk a whole in-bounds copy: no per-chunk geometry
     const Plain2dBox box(src, at);
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x)
-      cp_async_cg_16(base + swizzle_offset(box.image_offset(k), src.swizzle),
-                     reinterpret_cast<const void*>(box.address(k)));
+      cp_async_cg_16_promoted(base + swizzle_offset(box.image_offset(k), src.swizzle),
+                              reinterpret_cast<const void*>(box.address(k)), src.l2_promotion);
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);

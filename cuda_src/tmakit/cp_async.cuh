@@ -19,20 +19,27 @@ __device__ __forceinline__ void cp_async_ca(void* smem, const void* gmem, uint32
 }
 
 // cp.async.cg.shared.global [dst], [src], 16, src_size: bypass L1 (streaming data); 16 bytes only.
-#ifndef TMAKIT_CP_ASYNC_PREFETCH
-#define TMAKIT_CP_ASYNC_PREFETCH 0
-#endif
 __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, uint32_t src_size = 16) {
-#if TMAKIT_CP_ASYNC_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
-               : "memory");
-#elif TMAKIT_CP_ASYNC_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
-               : "memory");
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(smem)), "l"(gmem), "r"(src_size)
                : "memory");
-#endif
+}
+
+// The same with the .level::prefetch_size hint (PTX ISA, cp.async: .L2::64B/128B/256B): L2 fetches that
+// much around the source, the cp.async twin of a tensor map's L2 promotion. `promotion` is the
+// CUtensorMapL2promotion value (0 none, 1 64B, 2 128B, 3 256B); warp-uniform in practice, so the branch
+// costs nothing.
+__device__ __forceinline__ void cp_async_cg_16_promoted(void* smem, const void* gmem, uint32_t promotion,
+                                                        uint32_t src_size = 16) {
+  const uint32_t s = shared_addr(smem);
+#define TMAKIT_CP_ASYNC_CG_16_HINTED(HINT) \
+  asm volatile("cp.async.cg.shared.global" HINT " [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_size) : "memory")
+  switch (promotion) {
+    case 1: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::64B"); break;
+    case 2: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::128B"); break;
+    case 3: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::256B"); break;
+    default: cp_async_cg_16(smem, gmem, src_size);
+  }
+#undef TMAKIT_CP_ASYNC_CG_16_HINTED
 }
 
 // cp.async.commit_group: close this thread's batch of cp.async issued since the last commit.

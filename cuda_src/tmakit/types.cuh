@@ -36,7 +36,8 @@ struct BoxParams {
   unsigned int interleave;  // 0 none, 1 16B, 2 32B
   unsigned int oob_nan;
   unsigned int dtype;       // CUtensorMapDataType
-  unsigned int reserved[2];  // the listed fields total 152 bytes; the contract's block is 160 (zeros)
+  unsigned int l2_promotion;  // CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B (cp.async's L2 prefetch hint)
+  unsigned int reserved;      // the listed fields total 156 bytes; the contract's block is 160 (zero)
 };
 static_assert(sizeof(BoxParams) == 160, "BoxParams must match TensorMap.box_params() (160 bytes)");
 static_assert(alignof(BoxParams) == 8, "BoxParams alignment is 8");

@@ -28,7 +28,7 @@ class PackedBoxParams:
 
 
 def pack_box_params(address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int], elem_size: int,
-                    dtype: int, swizzle: int = 0, oob_nan: bool = False) -> PackedBoxParams:
+                    dtype: int, swizzle: int = 0, oob_nan: bool = False, l2_promotion: int = 0) -> PackedBoxParams:
     """dims/strides/box innermost first; strides[0] is the element size (bytes), like the driver's list + 1."""
     return PackedBoxParams(_pack(address, dims, strides, box, [1] * len(dims), elem_size, swizzle, 0,
-                                 int(bool(oob_nan)), dtype))
+                                 int(bool(oob_nan)), dtype, l2_promotion))

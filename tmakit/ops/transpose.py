@@ -16,6 +16,7 @@ from typing import Any
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
+from ..tensormap.enums import L2Promotion
 from . import _checks
 from ._boxparams import pack_box_params
 from ._kernels import kernel
@@ -30,6 +31,9 @@ _THREADS = 256
 # Source tiles in the ring per backend (TMAKIT_TRANSPOSE_STAGES); two destination image buffers (kImageBuffers).
 _STAGES = {Backend.TMA: 3, Backend.CP_ASYNC: 4}
 _IMAGE_BUFFERS = 2
+# A tile's source rows are 128-byte segments, one L2 line each: ask L2 for whole lines (the tensor map's
+# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback).
+_L2_PROMOTION = L2Promotion.L2_128B
 
 
 @dataclass(frozen=True)
@@ -83,12 +87,13 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if choice.backend is Backend.TMA:
         from ..tensormap import describe_tensor
 
-        source = describe_tensor(src, box=(_TILE_ROWS, width), swizzle="128B", oob_fill="zero")
+        source = describe_tensor(src, box=(_TILE_ROWS, width), swizzle="128B", oob_fill="zero",
+                                 l2_promotion=_L2_PROMOTION.short)
         target = describe_tensor(dst, box=(width, width), swizzle="128B")
     else:
         dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
         source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, _TILE_ROWS), esize, dtype,
-                                 swizzle=_SWIZZLE_128B)
+                                 swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
         target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
                                  swizzle=_SWIZZLE_128B)
     tiles = -(-rows // _TILE_ROWS) * -(-cols // width)

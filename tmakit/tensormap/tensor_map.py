@@ -12,19 +12,19 @@ from .spec import Im2colSpec, TiledSpec
 
 BOX_PARAMS_SIZE = 160
 DESCRIPTOR_SIZE = 128
-_BOX_PARAMS = struct.Struct("<Q5Q5Q5I5I6I8x")  # tmakit::BoxParams (cuda_src/tmakit/types.cuh), 2 reserved words
+_BOX_PARAMS = struct.Struct("<Q5Q5Q5I5I7I4x")  # tmakit::BoxParams (cuda_src/tmakit/types.cuh), 1 reserved word
 assert _BOX_PARAMS.size == BOX_PARAMS_SIZE
 
 
 def pack_box_params(address: int, dims: Any, strides: Any, box: Any, element_strides: Any, elem_size: int,
-                    swizzle: int, interleave: int, oob_nan: int, dtype: int) -> bytes:
+                    swizzle: int, interleave: int, oob_nan: int, dtype: int, l2_promotion: int = 0) -> bytes:
     """The 160-byte tmakit::BoxParams block; sequences innermost first, ``strides`` starting with the element
     size (the driver's globalStrides with dim 0 prepended). Unused ranks are padded as the device code expects."""
     rank = len(dims)
     pad = 5 - rank
     return _BOX_PARAMS.pack(int(address), *map(int, dims), *[1] * pad, *map(int, strides), *[0] * pad,
                             *map(int, box), *[1] * pad, *map(int, element_strides), *[1] * pad, rank, int(elem_size),
-                            int(swizzle), int(interleave), int(oob_nan), int(dtype))
+                            int(swizzle), int(interleave), int(oob_nan), int(dtype), int(l2_promotion))
 
 
 @dataclass(eq=False, slots=True, weakref_slot=True)  # slots: cheaper to build on describe's per-call path
@@ -147,7 +147,7 @@ class TensorMap:
             raise NotImplementedError("the cp.async fallback handles tiled tensor maps only")
         return pack_box_params(self.address, self.dims, (self.dtype.size,) + tuple(self.strides), self.box,
                                self.element_strides, self.dtype.size, int(self.swizzle), int(self.interleave),
-                               int(self.oob_fill), int(self.dtype))
+                               int(self.oob_fill), int(self.dtype), int(self.l2_promotion))
 
     def __kernel_param__(self, nbytes: int) -> bytes:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""

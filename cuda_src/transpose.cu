@@ -118,7 +118,11 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
       memcpy(in[m], &x, K::S);
     }
     uint4 out[K::R];
+#if TMAKIT_TRANSPOSE_SKIP_TURN  // experiment only: the memory traffic without the turn (wrong results)
+    for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(in[0][0], r, g, c);
+#else
     turn_slice<T>(in, out);
+#endif
 #pragma unroll
     for (uint32_t r = 0; r < K::R; ++r) sink(sub, c * K::V + p * K::R + r, g, out[r]);
   }

@@ -34,9 +34,13 @@ using namespace tmakit;
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
 constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_GROUP;  // tile rows per group of the tile order
-constexpr uint32_t kTileRows = 128;                  // source rows per tile
+#ifndef TMAKIT_TRANSPOSE_TILE_ROWS
+#define TMAKIT_TRANSPOSE_TILE_ROWS 128
+#endif
+constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile: 128 or 256
+static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
-constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 KiB, for every element size
+constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
 // Two destination image buffers, so a tile is turned while the one before is still being stored: by TMA,
 // until thread 0's wait_read<1> and the ring's barrier after it; by the cp.async path's plain stores, until
 // the next tile's box_store_begin barrier, which is why that path needs no ring barrier (ConsumerSyncs).
@@ -56,7 +60,8 @@ struct Turn {
   static constexpr uint32_t P = E >= 4 ? 1u : 4u / E;    // column slices per micro-block
   static constexpr uint32_t S = 16u / P;                 // bytes per slice row
   static constexpr uint32_t R = V / P;                   // transposed rows per slice
-  static constexpr uint32_t kItems = 64u * E * P;        // (micro-block, slice) pairs per tile
+  static constexpr uint32_t kImages = kTileRows / (8u * V);  // destination images: tile rows / W
+  static constexpr uint32_t kItems = 64u * kImages * P;  // (micro-block, slice) pairs per tile
 };
 
 // Turn one slice: `in` holds V rows of S bytes (as words), `out` gets its R transposed 16-byte rows. Whole
@@ -118,11 +123,7 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
       memcpy(in[m], &x, K::S);
     }
     uint4 out[K::R];
-#if TMAKIT_TRANSPOSE_SKIP_TURN  // experiment only: the memory traffic without the turn (wrong results)
-    for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(in[0][0], r, g, c);
-#else
     turn_slice<T>(in, out);
-#endif
 #pragma unroll
     for (uint32_t r = 0; r < K::R; ++r) sink(sub, c * K::V + p * K::R + r, g, out[r]);
   }
@@ -133,7 +134,7 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
 // thread copies 16-byte chunks, consecutive threads along a row, so every warp writes whole lines.
 template <typename T>
 __device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint8_t* images, uint64_t r0, uint64_t c0) {
-  constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan, kChunksPerRow = 8u * E;
+  constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan, kChunksPerRow = kTileRows * E / 16u;
   uint8_t* base = reinterpret_cast<uint8_t*>(dst.address) + c0 * dst.strides[1] + r0 * E;
   for (uint32_t k = threadIdx.x; k < W * kChunksPerRow; k += blockDim.x) {
     const uint32_t row = k / kChunksPerRow, j = k % kChunksPerRow;
@@ -183,7 +184,7 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
       return;
     }
 #endif
-    for (uint32_t sub = 0; sub < E; ++sub) {
+    for (uint32_t sub = 0; sub < Turn<T>::kImages; ++sub) {
       const Coords at = {{r0 + (int32_t)(sub * W), c0, 0, 0, 0}};
       box_store_issue(dst, buffer + sub * kImageBytes, at, 2, kImageBytes);
     }

@@ -23,9 +23,8 @@ from ._kernels import kernel
 
 log = logging.getLogger("tmakit")
 
-_TILE_ROWS = 128  # source rows per tile (cuda_src/transpose.cu kTileRows)
+_TILE_ROWS = 128  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
 _SPAN = 128  # bytes per image row = the 128B swizzle span
-_TILE_BYTES = _TILE_ROWS * _SPAN
 _SWIZZLE_128B = 3
 _THREADS = 256
 # Source tiles in the ring per backend (TMAKIT_TRANSPOSE_STAGES); two destination image buffers (kImageBuffers).
@@ -98,8 +97,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
                                  swizzle=_SWIZZLE_128B)
     tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
     stages = _STAGES[choice.backend]
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=stages)
-    smem = (stages + _IMAGE_BUFFERS) * _TILE_BYTES + 1024
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=stages,
+               TMAKIT_TRANSPOSE_TILE_ROWS=_TILE_ROWS)
+    smem = (stages + _IMAGE_BUFFERS) * _TILE_ROWS * _SPAN + 1024
     grid = max(1, min(tiles, k.resident_blocks(_THREADS, smem)))
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=smem, stream=stream)
     return TransposeResult(choice, reason)

@@ -1,53 +1,49 @@
 // tmakit_transpose: dst (cols x rows) = src (rows x cols)^T for 1/2/4/8-byte elements, both row-major.
 //
-// Each tile is 128 source rows by one 128-byte swizzle span of columns (W = 128/E elements of E bytes):
-//   load   one box [W, 128] (innermost first) through the one-source box load, 128B swizzle, a ring of stages;
-//   turn   the tile is cut into 8x8 micro-blocks per 16 KiB image of V x V elements (V = 16/E: one 16-byte
-//          chunk per row), and each micro-block into P = max(1, 4/E) column slices, so that every element
-//          size gives the block's 256 threads the same work: a thread reads V rows of one 4E-byte slice (16
-//          bytes for E >= 4), turns them in registers and writes the R = V/P transposed 16-byte rows into E
-//          destination images, each a 128B-swizzled box [W, W] of dst;
-//   store  the E boxes through the one-source box store: a TMA store on sm_90 (one bulk group per tile, two
-//          image buffers so the next tile is turned while this one drains, clipped at the edges by TMA), and
-//          on the cp.async path whole 16-byte rows of each box by consecutive threads, so every warp writes
-//          full 128-byte lines of dst.
+// Each tile is H = 256 source rows (TMAKIT_TRANSPOSE_TILE_ROWS) by one 128-byte swizzle span of columns
+// (W = 128/E elements of E bytes):
+//   load   one box [W, H] (innermost first) through the one-source box load, 128B swizzle, a ring of stages;
+//   turn   the tile is cut into H/W images of 8x8 micro-blocks of V x V elements (V = 16/E: one 16-byte chunk
+//          per row), and each micro-block into P = max(1, 4/E) column slices, so that every element size
+//          gives the block's threads the same work: a thread reads V rows of one 4E-byte slice (16 bytes for
+//          E >= 4), turns them in registers (PRMT for bytes and half-words) and writes the R = V/P transposed
+//          16-byte rows into H/W destination images, each a 128B-swizzled box [W, W] of dst;
+//   store  the images through the one-source box store: a TMA store on sm_90 (one bulk group per tile, two
+//          image buffers so the next tile is turned while this one drains, clipped at the edges by TMA); on
+//          the cp.async path, interior tiles as whole dst rows of H*E bytes by consecutive threads with
+//          streaming stores, edge tiles through box_store's clipping walk.
+// 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte
+// cp.async transpose from 0.78x to 0.83x of a plain copy (benchmarks/experiments/transpose_stages.py).
 // All shared-memory traffic is bank-conflict free: lane order (g fastest, then slice p, then q) puts 8
 // micro-blocks (g, (g + q) % 8) with 8 different chunks under the 128B swizzle (chunk ^= row % 8) in each
 // phase of a warp's loads and stores (tests/test_ops.py counts it with tmakit.layout).
-//
-// The host sets the ring depth with TMAKIT_TRANSPOSE_STAGES (tmakit/ops/transpose.py sizes shared memory
-// from the same number).
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
 #include "tmakit/swizzle.cuh"
 
 using namespace tmakit;
 
+// Compile-time parameters the host passes (tmakit/ops/transpose.py sizes shared memory from the same numbers).
 #ifndef TMAKIT_TRANSPOSE_STAGES
 #define TMAKIT_TRANSPOSE_STAGES 3
 #endif
-
-#ifndef TMAKIT_TRANSPOSE_GROUP
-#define TMAKIT_TRANSPOSE_GROUP 1
+#ifndef TMAKIT_TRANSPOSE_TILE_ROWS
+#define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
 
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
-constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_GROUP;  // tile rows per group of the tile order
-#ifndef TMAKIT_TRANSPOSE_TILE_ROWS
-#define TMAKIT_TRANSPOSE_TILE_ROWS 128
-#endif
-constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile: 128 or 256
-static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256");
+constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile
+static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
-// Two destination image buffers, so a tile is turned while the one before is still being stored: by TMA,
-// until thread 0's wait_read<1> and the ring's barrier after it; by the cp.async path's plain stores, until
-// the next tile's box_store_begin barrier, which is why that path needs no ring barrier (ConsumerSyncs).
-#ifndef TMAKIT_TRANSPOSE_BUFFERS
-#define TMAKIT_TRANSPOSE_BUFFERS 2
-#endif
-constexpr uint32_t kImageBuffers = TMAKIT_TRANSPOSE_BUFFERS;
+// Destination image buffers: TMA stores drain asynchronously, so that path alternates two (one is turned
+// into while the other is read by the bulk store); the cp.async path's plain stores are done before the
+// ring's barrier, so one suffices.
+constexpr uint32_t kImageBuffers = TMAKIT_USE_TMA ? 2u : 1u;
+// Tiles are ordered in groups of kGroupRows tile rows (see tile_origin). Measured on the H100
+// (benchmarks/experiments/transpose_stages.py): 4 beats 1 by a few percent for 1-byte elements.
+constexpr uint64_t kGroupRows = 4;
 
 template <uint32_t Bytes> struct Slice;  // a Bytes-wide piece of a 16-byte chunk, as registers
 template <> struct Slice<4> { typedef uint32_t type; };
@@ -130,7 +126,7 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink)
 }
 
 #if !TMAKIT_USE_TMA
-// cp.async path, a tile wholly inside dst: the E images hold dst rows c0 .. c0+W-1, columns r0 .. r0+127; each
+// cp.async path, a tile wholly inside dst: the images hold dst rows c0 .. c0+W-1, columns r0 .. r0+H-1; each
 // thread copies 16-byte chunks, consecutive threads along a row, so every warp writes whole lines.
 template <typename T>
 __device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint8_t* images, uint64_t r0, uint64_t c0) {
@@ -150,7 +146,7 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
                                               uint64_t cols, uint8_t* smem, uint64_t* bars) {
   constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan;
   uint8_t* ring = smem;                               // kStages source tiles
-  uint8_t* out = smem + kStages * kTileBytes;         // kImageBuffers x E destination images
+  uint8_t* out = smem + kStages * kTileBytes;         // kImageBuffers x H/W destination images
   const uint64_t tiles_c = (cols + W - 1) / W, tiles_r = (rows + kTileRows - 1) / kTileRows;
   const uint64_t tiles = tiles_c * tiles_r;
   // Tile t in groups of kGroupRows tile rows, column-major inside a group: the blocks in flight read
@@ -190,16 +186,16 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
     }
     box_store_commit_wait_read<1>();
   };
-  for_each_box_pipelined<kStages, !TMAKIT_USE_TMA && kImageBuffers == 2>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
+  for_each_box_pipelined<kStages>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
                                   turn_and_store);
   box_store_drain();
 }
 
 }  // namespace
 
-// src: box [128/E, 128], 128B swizzle (tensor map or BoxParams); dst: box [128/E, 128/E], 128B swizzle.
-// Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * 16 KiB + 1 KiB of
-// alignment slack.
+// src: box [128/E, H], 128B swizzle (tensor map or BoxParams); dst: box [128/E, 128/E], 128B swizzle.
+// Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes + 1 KiB
+// of alignment slack.
 extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE dst, uint64_t rows,
                                             uint64_t cols, uint32_t esize) {
   extern __shared__ __align__(16) uint8_t smem_raw[];

@@ -127,8 +127,9 @@ def test_transpose_shared_memory_is_bank_conflict_free(esize):
     from tmakit.layout import bank_conflicts
 
     slices = max(1, 4 // esize)
-    items = 64 * esize * slices
-    assert items >= 256
+    images = 256 * esize // 128  # a 256-row tile holds 256 / W images of W = 128/E rows
+    items = 64 * images * slices
+    assert items >= 2 * 256 and items % 256 == 0  # whole rounds of the block's 256 threads
     for warp in range(items // 32):
         for step in range(16 // esize):
             loads, stores, width = _transpose_warp_offsets(esize, warp, step, diagonal=True)
@@ -137,6 +138,20 @@ def test_transpose_shared_memory_is_bank_conflict_free(esize):
              for step in range(16 // esize)
              for loads, stores, width in [_transpose_warp_offsets(esize, warp, step, diagonal=False)]]
     assert max(naive) > 0
+
+
+def test_transpose_tile_plan_fits_the_device():
+    """256-row tiles where a block may take 129 KiB (sm_80, sm_90); 128-row tiles on sm_86/89 (99 KiB)."""
+    from tmakit.backend import Backend
+    from tmakit.ops.transpose import tile_plan
+
+    for backend in Backend:
+        big, small = tile_plan(backend, 227 * 1024), tile_plan(backend, 99 * 1024)
+        assert (big.rows, small.rows) == (256, 128)
+        assert big.shared_mem <= 163 * 1024 and small.shared_mem <= 99 * 1024
+    assert tile_plan(Backend.CP_ASYNC, 163 * 1024).rows == 256  # A100
+    with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
+        tile_plan(Backend.CP_ASYNC, 48 * 1024)
 
 
 def test_load_tiles_needs_a_box_for_arrays():
@@ -390,6 +405,28 @@ def test_transpose_exact(shape, dtype, backend):
         got = dst.to_host()
     assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), \
         f"seed {seed}: transpose {shape} {np.dtype(dtype).name} {backend} differs"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_transpose_exact_with_128_row_tiles(dtype, backend, monkeypatch):
+    """The plan sm_86/89 get (128-row tiles), forced here: the same bytes as numpy at edge shapes."""
+    import importlib
+
+    transpose_module = importlib.import_module("tmakit.ops.transpose")
+    from tmakit.backend import Backend
+
+    b = Backend(backend)
+    monkeypatch.setitem(transpose_module._PLANS, b, (transpose_module.TilePlan.of(b, 128, 4),))
+    rng, seed = _rng()
+    for shape in [(130, 272), (4097, 65 * 16), (1024, 2048)]:
+        host = _random_array(rng, shape, dtype)
+        with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
+            ops.transpose(dst, src, backend=backend)
+            _sync()
+            got = dst.to_host()
+        assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} {backend} differs"
 
 
 @pytest.mark.requires_gpu

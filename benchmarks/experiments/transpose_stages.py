@@ -1,12 +1,24 @@
-"""Experiment: the transpose's ring depth, tile order and image buffers per backend, against torch's copy.
+"""Experiment: the transpose's tile height and ring depth per backend, against torch's copy in the same run.
 
-Each variant patches ``tmakit.ops.transpose`` (``_STAGES``, ``_IMAGE_BUFFERS``, ``_TILE_ROWS``, ``_THREADS`` and the compile-time defines
-TMAKIT_TRANSPOSE_GROUP / TMAKIT_TRANSPOSE_BUFFERS, ``_L2_PROMOTION``) and transposes 2 GiB as 1/2/4/8-byte elements; every
-result is checked against torch before it is timed. Rounds are interleaved (variant order repeated) so that
-drift of the machine hits every variant alike; prints one JSON line per variant and size with the median
-ratio to torch's copy over the rounds and each round's value.
+Each variant replaces ``tmakit.ops.transpose._PLANS`` (source rows per tile, ring stages; the host compiles
+TMAKIT_TRANSPOSE_TILE_ROWS / TMAKIT_TRANSPOSE_STAGES and sizes shared memory from them) and transposes
+2 GiB as 1/2/4/8-byte elements; every result is checked against torch before it is timed. Rounds are
+interleaved (the variant order repeated), so drift of the machine hits every variant alike; prints one
+JSON line per variant and size: the median ratio to torch's copy over the rounds, and each round's value.
 
     PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--rounds 3]
+
+What earlier versions of this script measured on the H100 (2026-11-23, ratios to torch's copy; run-to-run
+spread about +-0.03), and what the kernel kept:
+- registers: one 16x16-byte micro-block per thread took 122 registers (2 blocks/SM) and left 6 of 8 warps
+  idle for 1-byte elements; slicing micro-blocks so every size has 256 items per 128 rows: 40-56 registers.
+- cp.async stores: straight from registers (8 rows x 64 B per warp) 0.43-0.82; per-image box_store 0.42-0.76;
+  whole dst rows of the tile from the staged images 0.74-0.83 (kept).
+- tile order grouped by 4 tile rows: +0.01-0.03 for 1-byte elements, neutral otherwise (kept).
+- two image buffers without the ring's barrier on the cp.async path, the cp.async .L2::128B hint, streaming
+  stores: within the spread; .L2::256B: -0.10. The transpose without its turn (timing only) ran as fast as
+  with it: the bound is the memory pattern, not the PRMT work.
+- 256-row tiles (dst runs of 256*E bytes): 1-byte cp.async 0.78 -> 0.83, TMA 0.81 -> 0.85 (kept).
 """
 from __future__ import annotations
 
@@ -20,10 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# (backend, stages, tile-row group, image buffers, source rows per tile, threads per block)
-VARIANTS = [("tma", 3, 4, 2, 128, 256), ("tma", 2, 4, 2, 256, 256), ("cp.async", 4, 4, 1, 128, 256),
-            ("cp.async", 2, 4, 1, 256, 256), ("cp.async", 3, 4, 1, 256, 256), ("cp.async", 3, 4, 1, 256, 512),
-            ("cp.async", 2, 2, 1, 256, 256)]
+# (backend, source rows per tile, ring stages)
+VARIANTS = [("tma", 256, 2), ("tma", 128, 3), ("cp.async", 256, 3), ("cp.async", 256, 2), ("cp.async", 128, 4)]
 
 
 def main() -> int:
@@ -41,16 +51,11 @@ def main() -> int:
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
-    plain_kernel = tr.kernel
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in VARIANTS:
-            backend, stages, group, buffers, tile_rows, threads = variant
-            tr._TILE_ROWS, tr._THREADS = tile_rows, threads
-            tr._STAGES[Backend(backend)] = stages
-            tr._IMAGE_BUFFERS = buffers
-            tr.kernel = lambda *a, g=group, b=buffers, **d: plain_kernel(*a, TMAKIT_TRANSPOSE_GROUP=g,
-                                                                          TMAKIT_TRANSPOSE_BUFFERS=b, **d)
+            backend, tile_rows, stages = variant
+            tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages),)
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
                 s_x = src.view(dtype)
@@ -61,9 +66,8 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, stages, group, buffers, tile_rows, threads, esize), values in ratios.items():
-        print(json.dumps({"backend": backend, "stages": stages, "group": group, "buffers": buffers,
-                          "tile_rows": tile_rows, "threads": threads, "esize": esize,
+    for (backend, tile_rows, stages, esize), values in ratios.items():
+        print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "esize": esize,
                           "vs_copy": statistics.median(values), "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

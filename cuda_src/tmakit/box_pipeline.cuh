@@ -12,10 +12,8 @@ namespace tmakit {
 //   bars:        Stages mbarriers in shared memory
 //   coords_of:   (uint64_t box) -> Coords
 //   consume:     (uint64_t box, const uint8_t* image) -> void, run by ALL threads
-//   ConsumerSyncs: consume itself runs a __syncthreads() after its last read of `image` (and needs no
-//                barrier at its end for its own buffers), so the ring skips its own barrier after it
 // ALL threads of the block call it.
-template <int Stages, bool ConsumerSyncs = false, class CoordsOf, class Consume>
+template <int Stages, class CoordsOf, class Consume>
 __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int rank, uint32_t box_bytes,
                                                        uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
                                                        uint64_t first, uint64_t step, uint64_t count,
@@ -33,7 +31,7 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
   for (uint64_t k = 0;; ++k) {
     const uint64_t box = first + k * step;
     if (box >= count) break;
-    // Refill the stage consumed in iteration k-1; the __syncthreads() after its reads freed the buffer.
+    // Refill the stage consumed in iteration k-1; the __syncthreads() that ended it freed the buffer.
     const uint64_t ahead = box + (uint64_t)(Stages - 1) * step;
     const int refill = (int)((k + Stages - 1) % Stages);
     if (ahead < count) box_load(src, smem + refill * stage_bytes, coords_of(ahead), rank, box_bytes, &bars[refill]);
@@ -43,7 +41,7 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
     box_wait<Stages - 1>(phase);  // boxes k+1 .. k+Stages-1 stay in flight
     parities ^= 1u << s;
     consume(box, smem + s * stage_bytes);
-    if (!ConsumerSyncs) __syncthreads();
+    __syncthreads();
   }
 }
 

@@ -1,6 +1,6 @@
 """``transpose(dst, src)``: dst (C x R) = src (R x C)^T for 1/2/4/8-byte elements (cuda_src/transpose.cu).
 
-The source is read in tiles of 128 rows by 128 bytes (128B swizzle) through the one-source box load, turned
+The source is read in tiles of 256 rows by 128 bytes (128B swizzle) through the one-source box load, turned
 with bank-conflict-free shared-memory accesses, and written as 128B-swizzled boxes through the one-source box
 store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA can describe an array only when its base is 16-byte aligned
 and its row pitch a multiple of 16 bytes, for src and for dst: otherwise ``backend="auto"`` uses the
@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _driver
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
@@ -23,15 +24,41 @@ from ._kernels import kernel
 
 log = logging.getLogger("tmakit")
 
-_TILE_ROWS = 128  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
 _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
-# Source tiles in the ring per backend (TMAKIT_TRANSPOSE_STAGES); two destination image buffers (kImageBuffers).
-_STAGES = {Backend.TMA: 3, Backend.CP_ASYNC: 4}
-_IMAGE_BUFFERS = 2
+_IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    rows: int  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
+    stages: int  # source tiles in the ring (TMAKIT_TRANSPOSE_STAGES)
+    shared_mem: int  # dynamic shared memory per block, bytes
+
+    @classmethod
+    def of(cls, backend: Backend, rows: int, stages: int) -> "TilePlan":
+        return cls(rows, stages, (stages + _IMAGE_BUFFERS[backend]) * rows * _SPAN + 1024)
+
+
+# Preferred first. 256-row tiles write dst in runs of 256*E bytes; measured on the H100 against 128 rows
+# (benchmarks/experiments/transpose_stages.py), the 1-byte cp.async transpose went from 0.78x to 0.83x of a
+# plain copy. They take 129 KiB (one block per SM), more than sm_86/sm_89 give a block (99 KiB): there the
+# 128-row plan (81 KiB) runs.
+_PLANS = {Backend.TMA: (TilePlan.of(Backend.TMA, 256, 2), TilePlan.of(Backend.TMA, 128, 3)),
+          Backend.CP_ASYNC: (TilePlan.of(Backend.CP_ASYNC, 256, 3), TilePlan.of(Backend.CP_ASYNC, 128, 4))}
+
+
+def tile_plan(backend: Backend, shared_mem_limit: int) -> TilePlan:
+    """The first plan of `backend` whose shared memory fits a block's opt-in limit (bytes)."""
+    for plan in _PLANS[backend]:
+        if plan.shared_mem <= shared_mem_limit:
+            return plan
+    smallest = _PLANS[backend][-1]
+    raise InvalidArgumentError("device", f"{shared_mem_limit} bytes of shared memory per block",
+                               f"the transpose needs at least {smallest.shared_mem}", "run it on an sm_80+ GPU")
 # A tile's source rows are 128-byte segments, one L2 line each: ask L2 for whole lines (the tensor map's
-# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback).
+# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback). Within noise on the H100.
 _L2_PROMOTION = L2Promotion.L2_128B
 
 
@@ -83,23 +110,24 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
     width = _SPAN // esize  # elements per image row
+    plan = tile_plan(choice.backend, _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                                                              s.device))
     if choice.backend is Backend.TMA:
         from ..tensormap import describe_tensor
 
-        source = describe_tensor(src, box=(_TILE_ROWS, width), swizzle="128B", oob_fill="zero",
+        source = describe_tensor(src, box=(plan.rows, width), swizzle="128B", oob_fill="zero",
                                  l2_promotion=_L2_PROMOTION.short)
         target = describe_tensor(dst, box=(width, width), swizzle="128B")
     else:
         dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
-        source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, _TILE_ROWS), esize, dtype,
+        source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, plan.rows), esize, dtype,
                                  swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
         target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
                                  swizzle=_SWIZZLE_128B)
-    tiles = -(-rows // _TILE_ROWS) * -(-cols // width)
-    stages = _STAGES[choice.backend]
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=_TILE_ROWS)
-    smem = (stages + _IMAGE_BUFFERS) * _TILE_ROWS * _SPAN + 1024
-    grid = max(1, min(tiles, k.resident_blocks(_THREADS, smem)))
-    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=smem, stream=stream)
+    tiles = -(-rows // plan.rows) * -(-cols // width)
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
+               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows)
+    grid = max(1, min(tiles, k.resident_blocks(_THREADS, plan.shared_mem)))
+    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=plan.shared_mem,
+      stream=stream)
     return TransposeResult(choice, reason)

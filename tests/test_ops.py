@@ -141,15 +141,16 @@ def test_transpose_shared_memory_is_bank_conflict_free(esize):
 
 
 def test_transpose_tile_plan_fits_the_device():
-    """256-row tiles where a block may take 129 KiB (sm_80, sm_90); 128-row tiles on sm_86/89 (99 KiB)."""
+    """256-row tiles where they fit a block's shared memory, else the 128-row plan."""
     from tmakit.backend import Backend
     from tmakit.ops.transpose import tile_plan
 
     for backend in Backend:
-        big, small = tile_plan(backend, 227 * 1024), tile_plan(backend, 99 * 1024)
+        big, small = tile_plan(backend, 227 * 1024), tile_plan(backend, 96 * 1024)  # sm_90; a smaller limit
         assert (big.rows, small.rows) == (256, 128)
-        assert big.shared_mem <= 163 * 1024 and small.shared_mem <= 99 * 1024
-    assert tile_plan(Backend.CP_ASYNC, 163 * 1024).rows == 256  # A100
+        assert big.shared_mem <= 163 * 1024 and small.shared_mem <= 96 * 1024
+    for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89 (cp.async only)
+        assert tile_plan(Backend.CP_ASYNC, limit).rows == 256
     with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
         tile_plan(Backend.CP_ASYNC, 48 * 1024)
 

@@ -2,10 +2,11 @@
 
 Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
 written, the median over CUDA-event-timed repetitions after warm-up, and each is also given as a ratio to
-torch's ``dst.copy_(src)`` measured in the same run (goal: >= 0.8x). Each variant's output is checked against
-torch before it is timed, so a fast wrong kernel cannot report a number.
+torch's ``dst.copy_(src)`` timed in the same round (goal: >= 0.8x); rounds over all variants are interleaved
+and the medians over rounds reported, with each round's ratio. Each variant's output is checked against torch
+before it is timed, so a fast wrong kernel cannot report a number.
 
-    PYTHONPATH=. python benchmarks/copy_bandwidth.py --out $OUT          # 2 GiB buffers
+    PYTHONPATH=. python benchmarks/copy_bandwidth.py --out $OUT          # 2 GiB buffers, 3 rounds
     PYTHONPATH=. python benchmarks/copy_bandwidth.py --quick             # 256 MiB, fewer repetitions
 
 Writes benchmarks/results/copy_bandwidth.md and .json (device, date, git commit, table); --out copies both.
@@ -76,6 +77,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also copy the results into this folder")
     parser.add_argument("--quick", action="store_true", help="256 MiB buffers and fewer repetitions")
     parser.add_argument("--gib", type=float, default=2.0, help="buffer size in GiB (default 2)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds over all variants; each ratio is taken against the torch copy of "
+                             "its own round and the median over rounds is reported (default 3)")
     args = parser.parse_args()
     try:
         import torch
@@ -115,37 +119,58 @@ def main() -> int:
                 lambda b=backend, s_x=s_x, d_x=d_x: ops.transpose(d_x, s_x, backend=b, stream=stream)
         cases.append((f"transpose {esize}B" if esize != 4 else "transpose", variants, s_x.t(), d_x))
 
-    rows_out = []
+    # Correctness first (poisoned output, compared with torch), then interleaved timing rounds: the machine's
+    # speed drifts by a few percent between minutes, so every ratio compares timings of the same round.
+    notes: dict[tuple[str, str], str] = {}
     for op, variants, want, out in cases:
-        baseline = None
         for name, fn in variants.items():
             out.view(torch.uint8).fill_(0xA5)  # poison
             try:
                 fn()
                 torch.cuda.synchronize()
-                ok = torch.equal(out, want)
-                ms = _time_ms(torch, fn, warmup, reps) if ok else float("nan")
-                note = "" if ok else "WRONG RESULT (not timed)"
+                notes[op, name] = "" if torch.equal(out, want) else "WRONG RESULT (not timed)"
             except Exception as exc:  # noqa: BLE001 - one failing variant must not hide the others
-                ms, note = float("nan"), f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+                notes[op, name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+    times: dict[tuple[str, str], list[float]] = {key: [] for key, note in notes.items() if not note}
+    for _ in range(args.rounds):
+        for op, variants, _want, _out in cases:
+            for name, fn in variants.items():
+                if (op, name) in times:
+                    times[op, name].append(_time_ms(torch, fn, warmup, reps))
+    copy_key = ("copy", "torch dst.copy_(src)")
+    rows_out = []
+    for op, variants, _want, _out in cases:
+        baseline_key = (op, next(iter(variants)))
+        for name in variants:
+            key = (op, name)
+            if key not in times:
+                ms, vs_copy, vs_same, note = float("nan"), float("nan"), float("nan"), notes[key]
+            else:
+                ms = statistics.median(times[key])
+                vs_copy = statistics.median(c / t for c, t in zip(times[copy_key], times[key]))
+                vs_same = statistics.median(b / t for b, t in zip(times[baseline_key], times[key]))
+                note = ""
             gbps = 2 * nbytes / (ms * 1e6) if ms == ms else float("nan")
-            if baseline is None:
-                baseline = gbps
-            rows_out.append({"op": op, "variant": name, "ms": ms, "GB/s": gbps,
-                             "vs torch copy": gbps / rows_out[0]["GB/s"] if rows_out else 1.0,
-                             "vs torch (same op)": gbps / baseline, "note": note})
-            print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s  {note}", flush=True)
+            per_round = [round(times[copy_key][r] / t, 3) for r, t in enumerate(times.get(key, []))]
+            rows_out.append({"op": op, "variant": name, "ms": ms, "GB/s": gbps, "vs torch copy": vs_copy,
+                             "vs torch (same op)": vs_same, "vs torch copy per round": per_round, "note": note})
+            print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s {vs_copy:5.2f}x {per_round} {note}", flush=True)
 
     meta = {"benchmark": NAME, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
-            "warmup": warmup, "repetitions": reps, "statistic": "median of CUDA-event times", "results": rows_out}
+            "warmup": warmup, "repetitions": reps, "rounds": args.rounds,
+            "statistic": "per round: median of CUDA-event times; reported: medians over rounds, ratios taken within a round",
+            "results": rows_out}
     lines = [f"# Copy / transpose bandwidth", "", f"- device: {meta['device']}", f"- date: {meta['date']}",
              f"- git commit: {meta['git_commit']}", f"- buffers: {nbytes / 2**30:.2f} GiB float32 {rows}x{cols} "
-             f"(GB/s counts bytes read + written; median of {reps} after {warmup} warm-up)", "",
-             "| op | variant | ms | GB/s | vs torch copy | vs torch (same op) | note |", "|---|---|---:|---:|---:|---:|---|"]
+             f"(GB/s counts bytes read + written; median of {reps} after {warmup} warm-up, in each of {args.rounds} "
+             "interleaved rounds; ratios are taken within a round, then the median over rounds)", "",
+             "| op | variant | ms | GB/s | vs torch copy | vs torch (same op) | vs torch copy, each round | note |",
+             "|---|---|---:|---:|---:|---:|---|---|"]
     for r in rows_out:
+        each = " ".join(f"{v:.2f}" for v in r["vs torch copy per round"])
         lines.append(f"| {r['op']} | {r['variant']} | {r['ms']:.3f} | {r['GB/s']:.1f} | {r['vs torch copy']:.2f}x | "
-                     f"{r['vs torch (same op)']:.2f}x | {r['note']} |")
+                     f"{r['vs torch (same op)']:.2f}x | {each} | {r['note']} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     md, js = RESULTS / f"{NAME}.md", RESULTS / f"{NAME}.json"
     md.write_text("\n".join(lines) + "\n")

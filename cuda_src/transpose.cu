@@ -173,9 +173,9 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
                                 swizzle_offset(image_row * kSpan + chunk * 16u, kSwizzle128B)) = v;
     });
     box_store_begin();
-#if !TMAKIT_USE_TMA  // interior tiles skip box_store's per-image geometry
-    if ((uint64_t)r0 + kTileRows <= rows && (uint64_t)c0 + W <= cols && (dst.address & 15u) == 0 &&
-        (dst.strides[1] & 15u) == 0) {
+#if !TMAKIT_USE_TMA  // a tile whose first and last image boxes are plain (so all are) is stored as whole rows
+    const Coords first = {{r0, c0, 0, 0, 0}}, last = {{r0 + (int32_t)((Turn<T>::kImages - 1) * W), c0, 0, 0, 0}};
+    if (box_is_plain_2d(dst, first) && box_is_plain_2d(dst, last)) {
       store_tile_rows<T>(dst, buffer, r0, c0);
       return;
     }

@@ -2,10 +2,10 @@
 
 The source is read in tiles of 256 rows by 128 bytes (128B swizzle) through the one-source box load, turned
 with bank-conflict-free shared-memory accesses, and written as 128B-swizzled boxes through the one-source box
-store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA can describe an array only when its base is 16-byte aligned
-and its row pitch a multiple of 16 bytes, for src and for dst: otherwise ``backend="auto"`` uses the
-cp.async path (which walks any pitch; logged and recorded on the result) and an explicit ``backend="tma"``
-refuses.
+store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA can describe an array only
+when its base is 16-byte aligned and its row pitch a multiple of 16 bytes, for src and for dst: otherwise
+``backend="auto"`` uses the cp.async path (which walks any pitch; logged and recorded on the result) and an
+explicit ``backend="tma"`` refuses.
 """
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
 _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
+# A tile's source rows are 128-byte segments, one L2 line each: ask L2 for whole lines (the tensor map's
+# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback). Within noise on the H100.
+_L2_PROMOTION = L2Promotion.L2_128B
 
 
 @dataclass(frozen=True)
@@ -57,9 +60,6 @@ def tile_plan(backend: Backend, shared_mem_limit: int) -> TilePlan:
     smallest = _PLANS[backend][-1]
     raise InvalidArgumentError("device", f"{shared_mem_limit} bytes of shared memory per block",
                                f"the transpose needs at least {smallest.shared_mem}", "run it on an sm_80+ GPU")
-# A tile's source rows are 128-byte segments, one L2 line each: ask L2 for whole lines (the tensor map's
-# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback). Within noise on the H100.
-_L2_PROMOTION = L2Promotion.L2_128B
 
 
 @dataclass(frozen=True)

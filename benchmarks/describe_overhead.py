@@ -30,9 +30,8 @@ def main(argv=None) -> int:  # noqa: C901
     iters, rounds = (2000, 7) if args.quick else (20000, 21)
     x = torch.empty((4096, 4096), dtype=torch.bfloat16, device="cuda")
     views = [x[i:i + 2048] for i in range(2048)]  # distinct (row-aligned) addresses, one shape class
-    from tmakit.tensormap.describe import _REQUESTS
+    from tmakit.tensormap.describe import clear_requests
 
-    clear_requests = _REQUESTS.clear
     box = (64, 64)
 
     def raw():
@@ -50,8 +49,13 @@ def main(argv=None) -> int:  # noqa: C901
         state["i"] = (state["i"] + 1) % len(views)
         describe_tensor(views[state["i"]], box=box, cache=False)
 
-    def cached():
+    def cached():  # the result is dropped at once: every call builds a new TensorMap
         describe_tensor(x, box=box)
+
+    held = {"tm": None}
+
+    def cached_held():  # tm = describe_tensor(x, box) in a loop: the previous result is alive during the call
+        held["tm"] = describe_tensor(x, box=box)
 
     from tmakit import _hotpath
     from tmakit.tensormap.describe import _describe_tensor
@@ -64,6 +68,7 @@ def main(argv=None) -> int:  # noqa: C901
              "describe_tensor, fresh tensor (shape verdict cached)": fresh,
              "describe_tensor, fresh tensor, all rules checked": fresh_unchecked_shape,
              "describe_tensor, repeated identical request (cache)": cached,
+             "describe_tensor, repeated identical request, previous result held": cached_held,
              "describe_tensor, repeated identical request, Python twins (no C extension)": cached_python,
              "clear": clear_requests}
     native_lookup = _hotpath.lookup_request

@@ -41,9 +41,14 @@ constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every 
 // into while the other is read by the bulk store); the cp.async path's plain stores are done before the
 // ring's barrier, so one suffices.
 constexpr uint32_t kImageBuffers = TMAKIT_USE_TMA ? 2u : 1u;
-// Tiles are ordered in groups of kGroupRows tile rows (see tile_origin). Measured on the H100
-// (benchmarks/experiments/transpose_stages.py): 4 beats 1 by a few percent for 1-byte elements.
-constexpr uint64_t kGroupRows = 4;
+// Tiles are ordered in groups of tile rows (see tile_origin), so that the blocks in flight write each dst row
+// in a run of TMAKIT_TRANSPOSE_RUN_BYTES (group rows = run bytes / (H * E), at least 1): a trade between
+// the dst run and the source run (128 B times the tile columns in flight, which shrink as groups grow).
+#ifndef TMAKIT_TRANSPOSE_RUN_BYTES
+#define TMAKIT_TRANSPOSE_RUN_BYTES 4096
+#endif
+template <uint32_t E>
+constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_RUN_BYTES / (kTileRows * E) > 1 ? TMAKIT_TRANSPOSE_RUN_BYTES / (kTileRows * E) : 1;
 
 template <uint32_t Bytes> struct Slice;  // a Bytes-wide piece of a 16-byte chunk, as registers
 template <> struct Slice<4> { typedef uint32_t type; };
@@ -149,12 +154,13 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
   uint8_t* out = smem + kStages * kTileBytes;         // kImageBuffers x H/W destination images
   const uint64_t tiles_c = (cols + W - 1) / W, tiles_r = (rows + kTileRows - 1) / kTileRows;
   const uint64_t tiles = tiles_c * tiles_r;
-  // Tile t in groups of kGroupRows tile rows, column-major inside a group: the blocks in flight read
-  // kGroupRows * 128 source rows and write dst rows in runs of kGroupRows * 128 * E bytes, not 128 * E.
+  // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
+  // and write dst rows in runs of G * H * E bytes, not H * E.
+  constexpr uint64_t G = kGroupRows<E>;
   auto tile_origin = [&](uint64_t t, int32_t& c0, int32_t& r0) {
-    const uint64_t group = t / (kGroupRows * tiles_c), first = group * kGroupRows;
-    const uint64_t height = tiles_r - first < kGroupRows ? tiles_r - first : kGroupRows;
-    const uint64_t in_group = t - group * kGroupRows * tiles_c;
+    const uint64_t group = t / (G * tiles_c), first = group * G;
+    const uint64_t height = tiles_r - first < G ? tiles_r - first : G;
+    const uint64_t in_group = t - group * G * tiles_c;
     c0 = (int32_t)((in_group / height) * W);
     r0 = (int32_t)((first + in_group % height) * kTileRows);
   };

@@ -396,6 +396,68 @@ def test_describe_front_answers_positional_and_keyword_box_alike(lookup_implemen
         front(x, bx=(32, 64))
 
 
+def test_describe_front_recent_table_is_exact_and_keeps_nothing_alive():
+    """The C front's table of recent requests answers only what the requests dict would: the same live
+    array at the same pointer and layout with an equal box; a held previous result comes back as itself;
+    colliding slots, forget(), a dead array's reused id, and a failing metadata read all stay correct."""
+    import gc
+    import weakref
+
+    from tmakit import _hotpath
+    from tmakit.tensormap import describe as d
+
+    if _hotpath.IMPLEMENTATION != "native":
+        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
+    d.clear_requests()
+    defaults = tuple(d._describe_tensor.__kwdefaults__[k] for k in d._OPTIONS[:-1]) + (False,)
+    front = _hotpath.describe_front(d._describe_tensor, d._torch_request, d._TORCH_LIKE, d._REQUESTS, defaults)
+    x = _TorchLike((128, 256))
+    reference = d._describe_tensor(x, (32, 64), encode=False)  # registers the type; the Python path
+    held = front(x, (32, 64))  # a miss: built, stored, remembered in the table
+    assert front(x, (32, 64)) is held and front(x, box=(32, 64)) is held  # the previous result, while alive
+    assert front(x, tuple([32, 64])) is held  # an equal box, another tuple object
+    assert held.spec == reference.spec and held.owner is x
+    del held
+    fresh = front(x, (32, 64))  # the previous one died: a new TensorMap of the same request
+    assert fresh.spec == reference.spec and fresh.owner is x
+    assert front(x, (64, 64)).box_shape == (64, 64) and front(x, (32, 64)).box_shape == (32, 64)
+    x._ptr += 4096  # moved: never the stale entry
+    assert front(x, (32, 64)).address == x._ptr
+    x.shape, x._strides = (256, 128), (128, 1)  # resized
+    assert front(x, (32, 64)).shape == (256, 128)
+    arrays = [_TorchLike((128, 256), ptr=(1 << 24) + i * 65536) for i in range(20)]  # more than the slots
+    for _ in range(3):
+        for a in arrays:
+            got = front(a, (32, 64))
+            assert got.owner is a and got.address == a._ptr
+    front.forget()
+    assert front(arrays[3], (32, 64)).address == arrays[3]._ptr  # from the dict, then the table again
+    assert front(arrays[3], [32, 64]).address == arrays[3]._ptr  # a list box: through the dict
+    probe = weakref.ref(arrays[5])
+    del arrays, got
+    gc.collect()
+    assert probe() is None  # neither the table nor the dict keeps an array alive
+    for i in range(50):  # dead arrays whose ids are reused by new ones at other addresses
+        y = _TorchLike((128, 256), ptr=(1 << 28) + i * 4096)
+        assert front(y, (32, 64)).address == y._ptr
+        del y
+
+    class Broken(_TorchLike):
+        fail = False
+
+        def data_ptr(self):
+            if self.fail:
+                raise RuntimeError("data_ptr failed")
+            return super().data_ptr()
+
+    b = Broken((128, 256))
+    d._describe_tensor(b, (32, 64), encode=False)  # registers Broken
+    front(b, (32, 64))
+    b.fail = True
+    with pytest.raises(RuntimeError, match="data_ptr failed"):
+        front(b, (32, 64))
+
+
 @pytest.mark.requires_sm90
 def test_describe_front_on_torch_equals_a_full_encode():
     torch = pytest.importorskip("torch")

@@ -24,7 +24,10 @@ device, descriptor, swizzle_reason))``.
 ``describe_front(impl, rest, torch_like, requests, defaults)``: the public ``describe_tensor``. In C, the calls
 ``describe_tensor(x, box)`` and ``describe_tensor(x, box=box)`` for an ``x`` whose type is in ``torch_like``
 run ``lookup_request`` with the default options and return a hit; a miss goes to ``rest(x, box, defaults,
-found)``; every other call to ``impl``. The Python twin is ``impl`` itself.
+found)``; every other call to ``impl``. In front of the dict, a table of recent plain requests indexed by the
+array's address answers a repeat with the same checks (live array, equal box, equal ``data_ptr()``, shape and
+``stride()``) and no key tuple or dict probe; while the TensorMap it returned last is alive, it returns that same
+(immutable) object. ``forget()`` empties the table. The Python twin is ``impl`` itself.
 
 ``repoint(stored, address)``: ``stored = (CUtensorMap, its address, cuTensorMapReplaceAddress's address)``;
 re-points the descriptor at ``address`` and returns its 128 bytes, or None when the driver refuses.

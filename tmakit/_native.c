@@ -269,11 +269,25 @@ static int referent_is(PyObject *ref, PyObject *obj) {
 #endif
 }
 
+/* The object a weak reference points at, as a new reference; NULL (no error) once it died. */
+static PyObject *weak_target(PyObject *ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject *target = NULL;
+  if (PyWeakref_GetRef(ref, &target) < 0) PyErr_Clear();
+  return target;
+#else
+  PyObject *target = PyWeakref_GetObject(ref);
+  return target != NULL && target != Py_None ? Py_NewRef(target) : (PyErr_Clear(), NULL);
+#endif
+}
+
 /* lookup_request(requests, array, box, swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype,
  *                arch, encode) -> TensorMap (a hit) | (request, ptr, layout) (a miss) | None (not cacheable)
  * See tmakit/_hotpath.py:lookup_request for the contract. */
 /* options: swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode */
-static PyObject *lookup(PyObject *requests, PyObject *array, PyObject *box_given, PyObject *const *options) {
+/* On a hit, *hit_entry (when given) receives a new reference to the entry that answered. */
+static PyObject *lookup(PyObject *requests, PyObject *array, PyObject *box_given, PyObject *const *options,
+                        PyObject **hit_entry) {
   if (tensor_map_type == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "lookup_request: bind_tensor_map was not called");
     return NULL;
@@ -318,6 +332,7 @@ static PyObject *lookup(PyObject *requests, PyObject *array, PyObject *box_given
     if (same < 0) goto done;
     if (same == 1) {
       result = new_tensor_map(PyTuple_GET_ITEM(entry, 3), array, layout);
+      if (result != NULL && hit_entry != NULL) *hit_entry = Py_NewRef(entry);
       goto done;
     }
   }
@@ -355,7 +370,7 @@ static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t
     PyErr_SetString(PyExc_TypeError, "lookup_request takes (dict, array, box, 8 options)");
     return NULL;
   }
-  return lookup(args[0], args[1], args[2], args + 3);
+  return lookup(args[0], args[1], args[2], args + 3, NULL);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -364,14 +379,103 @@ static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t
  * describe_tensor(x, box) and describe_tensor(x, box=box) for a known torch-like type run lookup() with the
  * default options and hand a miss to rest(array, box, defaults, found) (describe._torch_request); every other
  * call goes to impl, the Python describe_tensor. It carries a __dict__ so functools.update_wrapper can give
- * it impl's name, docstring and signature. */
+ * it impl's name, docstring and signature.
+ *
+ * In front of the requests dict sits a small table of recent plain requests, indexed by the array's address:
+ * (entry of the dict, box as given, weakref to the TensorMap last returned). A hit there needs no key tuple,
+ * hash or dict probe: the entry's weakref must still name this array, the box must be the same exact tuple of
+ * ints, and the array's data_ptr(), shape and stride() must equal the entry's, exactly the test lookup() makes.
+ * While the TensorMap returned last time is alive (tm = describe_tensor(x, box) in a loop holds it across the
+ * next call), that same object is returned: it is immutable and describes this very request. forget() empties
+ * the table (describe.clear_requests). */
+#define RECENT_SLOTS 8
+
+typedef struct {
+  PyObject *entry;  /* (weakref to the array, ptr, layout, fields), as stored in requests */
+  PyObject *box;    /* the box as given: an exact tuple of exact ints */
+  PyObject *last;   /* weakref to the TensorMap last returned for it, or NULL */
+} Recent;
+
 typedef struct {
   PyObject_HEAD
   PyObject *impl, *rest, *torch_like, *requests, *defaults, *dict;
   vectorcallfunc vectorcall;
+  PyTypeObject *known_type;  /* last type found in torch_like (a set that only grows), borrowed: compared only */
+  Recent recent[RECENT_SLOTS];
 } DescribeFront;
 
 static PyObject *str_box;
+
+static void recent_clear(Recent *slot) {
+  Py_CLEAR(slot->entry);
+  Py_CLEAR(slot->box);
+  Py_CLEAR(slot->last);
+}
+
+/* Remember `result` weakly as the slot's last TensorMap (only an optimisation: a failure is forgotten). */
+static void recent_remember(Recent *slot, PyObject *result) {
+  Py_CLEAR(slot->last);
+  if (Py_TYPE(result) != tensor_map_type) return;
+  slot->last = PyWeakref_NewRef(result, NULL);
+  if (slot->last == NULL) PyErr_Clear();
+}
+
+static Recent *recent_slot(DescribeFront *self, PyObject *array) {
+  return &self->recent[((uintptr_t)array >> 4) % RECENT_SLOTS];
+}
+
+static int is_int_tuple(PyObject *box) {
+  if (!PyTuple_CheckExact(box)) return 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(box); ++i)
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(box, i))) return 0;
+  return 1;
+}
+
+/* The TensorMap for `array` from its recent slot; NULL with no error on a miss, NULL with an error set when
+ * reading the array's metadata failed. */
+static PyObject *recent_hit(DescribeFront *self, PyObject *array, PyObject *box) {
+  Recent *slot = recent_slot(self, array);
+  if (slot->entry == NULL || !referent_is(PyTuple_GET_ITEM(slot->entry, 0), array)) return NULL;
+  if (slot->box != box && (!is_int_tuple(box) || same_value(box, slot->box) != 1)) return NULL;
+  PyObject *entry = Py_NewRef(slot->entry);  /* the reads below run the array's code, which may refill the slot */
+  PyObject *layout = PyTuple_GET_ITEM(entry, 2);
+  PyObject *result = NULL;
+  PyObject *ptr = PyObject_CallMethodNoArgs(array, str_data_ptr);
+  PyObject *shape = ptr ? PyObject_GetAttr(array, str_shape) : NULL;
+  PyObject *stride = shape ? PyObject_CallMethodNoArgs(array, str_stride) : NULL;
+  int same = stride ? PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), ptr, Py_EQ) : -1;
+  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(layout, 0), shape, Py_EQ);
+  if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(layout, 1), stride, Py_EQ);
+  if (same == 1) {
+    slot = recent_slot(self, array);
+    int current = slot->entry == entry;
+    if (current && slot->last != NULL) result = weak_target(slot->last);
+    if (result == NULL) {
+      result = new_tensor_map(PyTuple_GET_ITEM(entry, 3), array, layout);
+      if (result != NULL && current) recent_remember(slot, result);
+    }
+  }
+  Py_XDECREF(ptr);
+  Py_XDECREF(shape);
+  Py_XDECREF(stride);
+  Py_DECREF(entry);
+  return result;
+}
+
+/* Point the array's slot at `entry` of the requests dict (a hit there, or what rest() just stored), with
+ * `result` the TensorMap returned for it. */
+static void recent_fill(DescribeFront *self, PyObject *array, PyObject *box, PyObject *entry, PyObject *result) {
+  if (!is_int_tuple(box)) return;  /* a list box still works through the dict, just not from here */
+  if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 2)) ||
+      PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 2)) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) ||
+      PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) != 5 || !referent_is(PyTuple_GET_ITEM(entry, 0), array))
+    return;
+  Recent *slot = recent_slot(self, array);
+  recent_clear(slot);
+  slot->entry = Py_NewRef(entry);
+  slot->box = Py_NewRef(box);
+  recent_remember(slot, result);
+}
 
 static PyObject *front_vectorcall(DescribeFront *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -379,17 +483,41 @@ static PyObject *front_vectorcall(DescribeFront *self, PyObject *const *args, si
   int plain = (nargs == 2 && nkw == 0) ||
               (nargs == 1 && nkw == 1 && (PyTuple_GET_ITEM(kwnames, 0) == str_box ||
                                           PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_box) == 0));
-  if (plain) {
+  if (plain && Py_TYPE(args[0]) != self->known_type) {
     int known = PySet_Contains(self->torch_like, (PyObject *)Py_TYPE(args[0]));
     if (known < 0) return NULL;
+    if (known) self->known_type = Py_TYPE(args[0]);
     plain = known;
   }
   if (!plain) return PyObject_Vectorcall(self->impl, args, nargsf, kwnames);
-  PyObject *found = lookup(self->requests, args[0], args[1], ((PyTupleObject *)self->defaults)->ob_item);
-  if (found == NULL || (found != Py_None && !PyTuple_CheckExact(found))) return found;  /* a hit, or an error */
-  PyObject *result = PyObject_CallFunctionObjArgs(self->rest, args[0], args[1], self->defaults, found, NULL);
+  PyObject *array = args[0], *box = args[1];
+  PyObject *result = recent_hit(self, array, box);
+  if (result != NULL || PyErr_Occurred()) return result;
+  PyObject *entry = NULL;
+  PyObject *found = lookup(self->requests, array, box, ((PyTupleObject *)self->defaults)->ob_item, &entry);
+  if (found == NULL) return NULL;
+  if (found != Py_None && !PyTuple_CheckExact(found)) {  /* a hit in the dict */
+    recent_fill(self, array, box, entry, found);
+    Py_DECREF(entry);
+    return found;
+  }
+  result = PyObject_CallFunctionObjArgs(self->rest, array, box, self->defaults, found, NULL);
+  if (result != NULL && found != Py_None) {  /* a miss that rest() has built and stored */
+    entry = PyDict_GetItemWithError(self->requests, PyTuple_GET_ITEM(found, 0));  /* borrowed */
+    if (entry != NULL) recent_fill(self, array, box, entry, result);
+    else if (PyErr_Occurred()) Py_CLEAR(result);
+  }
   Py_DECREF(found);
   return result;
+}
+
+static void recent_forget(DescribeFront *self) {
+  for (int i = 0; i < RECENT_SLOTS; ++i) recent_clear(&self->recent[i]);
+}
+
+static PyObject *front_forget(DescribeFront *self, PyObject *unused) {
+  recent_forget(self);
+  Py_RETURN_NONE;
 }
 
 static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
@@ -420,6 +548,11 @@ static int front_traverse(DescribeFront *self, visitproc visit, void *arg) {
   Py_VISIT(self->requests);
   Py_VISIT(self->defaults);
   Py_VISIT(self->dict);
+  for (int i = 0; i < RECENT_SLOTS; ++i) {
+    Py_VISIT(self->recent[i].entry);
+    Py_VISIT(self->recent[i].box);
+    Py_VISIT(self->recent[i].last);
+  }
   return 0;
 }
 
@@ -430,6 +563,7 @@ static int front_clear(DescribeFront *self) {
   Py_CLEAR(self->requests);
   Py_CLEAR(self->defaults);
   Py_CLEAR(self->dict);
+  recent_forget(self);
   return 0;
 }
 
@@ -452,6 +586,11 @@ static PyMemberDef front_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyMethodDef front_methods[] = {
+    {"forget", (PyCFunction)front_forget, METH_NOARGS, "empty the table of recent requests"},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyGetSetDef front_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -459,6 +598,7 @@ static PyGetSetDef front_getset[] = {
 
 static PyType_Slot front_slots[] = {
     {Py_tp_getset, front_getset},
+    {Py_tp_methods, front_methods},
     {Py_tp_doc, "The C front of describe_tensor (see tmakit/_native.c)."},
     {Py_tp_new, front_new},
     {Py_tp_call, front_call},

@@ -14,7 +14,7 @@ def main() -> int:
 
     from tmakit import describe_tensor
     from tmakit.build import load_module
-    from tmakit.tensormap.describe import _REQUESTS
+    from tmakit.tensormap.describe import clear_requests
 
     x = torch.empty((4096, 4096), dtype=torch.bfloat16, device="cuda")
     views = [x[i:i + 2048] for i in range(2048)]
@@ -23,7 +23,7 @@ def main() -> int:
 
     def fresh():
         for v in views * 3:
-            _REQUESTS.clear()
+            clear_requests()
             describe_tensor(v, box=(64, 64))
 
     import launch_overhead as lo

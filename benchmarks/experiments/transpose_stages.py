@@ -6,7 +6,7 @@ TMAKIT_TRANSPOSE_TILE_ROWS / TMAKIT_TRANSPOSE_STAGES and sizes shared memory fro
 interleaved (the variant order repeated), so drift of the machine hits every variant alike; prints one
 JSON line per variant and size: the median ratio to torch's copy over the rounds, and each round's value.
 
-    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--rounds 3]
+    PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--rounds 3] [--cols 32768]
 
 What earlier versions of this script measured on the H100 (2026-11-23, ratios to torch's copy; run-to-run
 spread about +-0.03), and what the kernel kept:
@@ -32,30 +32,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# (backend, source rows per tile, ring stages)
-VARIANTS = [("tma", 256, 2), ("tma", 128, 3), ("cp.async", 256, 3), ("cp.async", 256, 2), ("cp.async", 128, 4)]
+# (backend, source rows per tile, ring stages, dst run bytes per tile group)
+VARIANTS = [(backend, 256, 2, run) for backend in ("tma", "cp.async") for run in (1024, 2048, 4096, 8192, 16384)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cols", type=int, default=32768, help="source columns (of 4-byte elements)")
     args = parser.parse_args()
     import torch
 
     from tmakit.backend import Backend
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
-    cols = 32768
-    rows = int(args.gib * (1 << 30)) // (4 * cols)
+    cols = args.cols
+    rows = int(args.gib * (1 << 30)) // (4 * cols) // 16 * 16  # dst pitches stay 16-byte multiples (TMA)
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in VARIANTS:
-            backend, tile_rows, stages = variant
-            tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages),)
+            backend, tile_rows, stages, run_bytes = variant
+            tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
                 s_x = src.view(dtype)
@@ -66,9 +67,10 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, tile_rows, stages, esize), values in ratios.items():
-        print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "esize": esize,
-                          "vs_copy": statistics.median(values), "rounds": values}))
+    for (backend, tile_rows, stages, run_bytes, esize), values in ratios.items():
+        print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
+                          "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
+                          "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0
 

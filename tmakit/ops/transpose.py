@@ -38,10 +38,11 @@ class TilePlan:
     rows: int  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
     stages: int  # source tiles in the ring (TMAKIT_TRANSPOSE_STAGES)
     shared_mem: int  # dynamic shared memory per block, bytes
+    run_bytes: int = 4096  # dst bytes per row written by a group of tiles (TMAKIT_TRANSPOSE_RUN_BYTES)
 
     @classmethod
-    def of(cls, backend: Backend, rows: int, stages: int) -> "TilePlan":
-        return cls(rows, stages, (stages + _IMAGE_BUFFERS[backend]) * rows * _SPAN + 1024)
+    def of(cls, backend: Backend, rows: int, stages: int, run_bytes: int = 4096) -> "TilePlan":
+        return cls(rows, stages, (stages + _IMAGE_BUFFERS[backend]) * rows * _SPAN + 1024, run_bytes)
 
 
 # Preferred first. 256-row tiles write dst in runs of 256*E bytes; measured on the H100 against 128 rows
@@ -126,7 +127,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
                                  swizzle=_SWIZZLE_128B)
     tiles = -(-rows // plan.rows) * -(-cols // width)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows)
+               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
     grid = max(1, min(tiles, k.resident_blocks(_THREADS, plan.shared_mem)))
     k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=plan.shared_mem,
       stream=stream)

@@ -23,7 +23,8 @@ from .tensor_map import DESCRIPTOR_SIZE, TensorMap
 
 # Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
 # request for the same live array (held weakly, so the cache never keeps an array alive) with the encoded
-# descriptor; every call still returns a new TensorMap that holds the array. _TEMPLATES keeps, per shape class
+# descriptor, in a TensorMap that holds the array (the C front returns the previous one while it is alive:
+# tmakit/_hotpath.py). _TEMPLATES keeps, per shape class
 # (everything but the address), the checked spec and the driver-typed encode arguments, so a new tensor of a
 # known shape costs an alignment test and one driver call.
 _REQUESTS: dict[tuple, tuple] = {}
@@ -64,8 +65,16 @@ class _Template:
         return _string_at(local.stored[1], DESCRIPTOR_SIZE)
 
 
-def clear_cache() -> None:
+def clear_requests() -> None:
+    """Forget every remembered request (the shape templates stay): the dict and the C front's recent table."""
     _REQUESTS.clear()
+    forget = getattr(describe_tensor, "forget", None)  # only the C front has one
+    if forget is not None:
+        forget()
+
+
+def clear_cache() -> None:
+    clear_requests()
     _TEMPLATES.clear()
 
 

@@ -32,8 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# (backend, source rows per tile, ring stages, dst run bytes per tile group)
-VARIANTS = [(backend, 256, 2, run) for backend in ("tma", "cp.async") for run in (1024, 2048, 4096, 8192, 16384)]
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion
+VARIANTS = ",".join(f"{backend}:256:2:{run}:128B" for backend in ("tma", "cp.async")
+                    for run in (1024, 2048, 4096, 8192, 16384))
 
 
 def main() -> int:
@@ -41,22 +42,27 @@ def main() -> int:
     parser.add_argument("--gib", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cols", type=int, default=32768, help="source columns (of 4-byte elements)")
+    parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
+    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2")
     args = parser.parse_args()
+    variants = [(b, int(r), int(s), int(run), l2) for b, r, s, run, l2 in (v.split(":") for v in args.variants.split(","))]
     import torch
 
     from tmakit.backend import Backend
+    from tmakit.tensormap.enums import L2Promotion
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
     cols = args.cols
-    rows = int(args.gib * (1 << 30)) // (4 * cols) // 16 * 16  # dst pitches stay 16-byte multiples (TMA)
+    rows = args.rows or int(args.gib * (1 << 30)) // (4 * cols) // 16 * 16  # dst pitches stay 16-byte multiples
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
-        for variant in VARIANTS:
-            backend, tile_rows, stages, run_bytes = variant
+        for variant in variants:
+            backend, tile_rows, stages, run_bytes, l2 = variant
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
+            tr._L2_PROMOTION = L2Promotion.parse(l2)
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
                 s_x = src.view(dtype)
@@ -67,9 +73,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, tile_rows, stages, run_bytes, esize), values in ratios.items():
+    for (backend, tile_rows, stages, run_bytes, l2, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
-                          "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
+                          "l2": l2, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

@@ -8,8 +8,12 @@ before it is timed, so a fast wrong kernel cannot report a number.
 
     PYTHONPATH=. python benchmarks/copy_bandwidth.py --out $OUT          # 2 GiB buffers, 3 rounds
     PYTHONPATH=. python benchmarks/copy_bandwidth.py --quick             # 256 MiB, fewer repetitions
+    PYTHONPATH=. python benchmarks/copy_bandwidth.py --shape 16336,32848 # any float32 shape (rows, cols)
 
-Writes benchmarks/results/copy_bandwidth.md and .json (device, date, git commit, table); --out copies both.
+Writes benchmarks/results/copy_bandwidth.md and .json (device, date, git commit, table), or
+copy_bandwidth_<rows>x<cols>.* for a --shape; --out copies both. Other shapes matter: rows that are not a
+whole number of transpose tiles, or row pitches that are not multiples of 128 bytes, change the memory
+pattern (the README's performance section gives the figures).
 """
 from __future__ import annotations
 
@@ -77,6 +81,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="also copy the results into this folder")
     parser.add_argument("--quick", action="store_true", help="256 MiB buffers and fewer repetitions")
     parser.add_argument("--gib", type=float, default=2.0, help="buffer size in GiB (default 2)")
+    parser.add_argument("--shape", default=None,
+                        help="rows,cols of float32 (default: --gib's worth of rows of 32768); rows a multiple of 16 "
+                             "keeps every byte view TMA-describable")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds over all variants; each ratio is taken against the torch copy of "
                              "its own round and the median over rounds is reported (default 3)")
@@ -93,9 +100,13 @@ def main() -> int:
 
     nbytes = (256 << 20) if args.quick else int(args.gib * (1 << 30))
     warmup, reps = (2, 5) if args.quick else (3, 15)
-    cols = 32768  # float32 elements per row: rows of 128 KiB
-    rows = nbytes // (4 * cols)
+    if args.shape:
+        rows, cols = (int(v) for v in args.shape.split(","))
+    else:
+        cols = 32768  # float32 elements per row: rows of 128 KiB
+        rows = nbytes // (4 * cols)
     nbytes = rows * cols * 4
+    name = NAME if not args.shape else f"{NAME}_{rows}x{cols}"
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
@@ -156,7 +167,7 @@ def main() -> int:
                              "vs torch (same op)": vs_same, "vs torch copy per round": per_round, "note": note})
             print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s {vs_copy:5.2f}x {per_round} {note}", flush=True)
 
-    meta = {"benchmark": NAME, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    meta = {"benchmark": name, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
             "warmup": warmup, "repetitions": reps, "rounds": args.rounds,
             "statistic": "per round: median of CUDA-event times; reported: medians over rounds, ratios taken within a round",
@@ -172,7 +183,7 @@ def main() -> int:
         lines.append(f"| {r['op']} | {r['variant']} | {r['ms']:.3f} | {r['GB/s']:.1f} | {r['vs torch copy']:.2f}x | "
                      f"{r['vs torch (same op)']:.2f}x | {each} | {r['note']} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    md, js = RESULTS / f"{NAME}.md", RESULTS / f"{NAME}.json"
+    md, js = RESULTS / f"{name}.md", RESULTS / f"{name}.json"
     md.write_text("\n".join(lines) + "\n")
     js.write_text(json.dumps(meta, indent=2) + "\n")
     if args.out:

@@ -125,17 +125,25 @@ TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
   return kChunkElements;
 }
 
-// A rank-2 box wholly inside the tensor, with no interleave, unit element strides and 16-byte aligned rows
-// (the tiles of copy and transpose): every chunk is then a whole 16-byte copy at plain row-major offsets, the
-// same bytes box_chunk/chunk_kind would give, without their per-chunk division over a runtime rank.
-TMAKIT_HD bool box_is_plain_2d(const BoxParams& p, const Coords& at) {
-  return p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 && at.c[0] >= 0 &&
-         at.c[1] >= 0 && (uint64_t)at.c[0] + p.box[0] <= p.dims[0] && (uint64_t)at.c[1] + p.box[1] <= p.dims[1] &&
-         ((p.address + (uint64_t)at.c[0] * p.elem_size) & 15u) == 0 && (p.strides[1] & 15u) == 0 &&
-         (p.box[0] * p.elem_size) % 16u == 0;
+// A rank-2 box with no interleave, unit element strides, 16-byte aligned rows and dim 0 inside the tensor
+// (the tiles of copy and transpose): its rows that lie inside the tensor (0 .. box[1]; fewer at the end of
+// dim 1, the bottom edge tiles), each chunk of which is a whole 16-byte copy at plain row-major offsets, the
+// same bytes box_chunk/chunk_kind would give without their per-chunk division over a runtime rank; the rows
+// after them are wholly out of bounds. -1 when the box is not of this kind.
+TMAKIT_HD int32_t plain_2d_rows(const BoxParams& p, const Coords& at) {
+  if (!(p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 && at.c[0] >= 0 &&
+        at.c[1] >= 0 && (uint64_t)at.c[0] + p.box[0] <= p.dims[0] &&
+        ((p.address + (uint64_t)at.c[0] * p.elem_size) & 15u) == 0 && (p.strides[1] & 15u) == 0 &&
+        (p.box[0] * p.elem_size) % 16u == 0))
+    return -1;
+  const uint64_t left = (uint64_t)at.c[1] < p.dims[1] ? p.dims[1] - (uint64_t)at.c[1] : 0;
+  return (int32_t)(left < p.box[1] ? left : p.box[1]);
 }
 
-// Chunk k of a plain 2-D box (box_is_plain_2d): its offset in the unswizzled image and its global address.
+// The box is wholly inside and plain (plain_2d_rows covers all of it).
+TMAKIT_HD bool box_is_plain_2d(const BoxParams& p, const Coords& at) { return plain_2d_rows(p, at) == (int32_t)p.box[1]; }
+
+// Chunk k of a plain 2-D box (plain_2d_rows >= 0, k inside its rows): its offset in the unswizzled image and its global address.
 struct Plain2dBox {
   uint32_t per_row, pitch;  // chunks per row; image bytes per row
   uint64_t origin, stride;  // global address of the box's first element; bytes per tensor row

@@ -104,11 +104,16 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
   if ((int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
   const uint32_t chunks = bytes / 16u;
   uint8_t* base = static_cast<uint8_t*>(smem);
-  if (box_is_plain_2d(src, at)) {  // every chunk a whole in-bounds copy: no per-chunk geometry
+  const int32_t rows_in = plain_2d_rows(src, at);
+  if (rows_in >= 0 && (rows_in == (int32_t)src.box[1] || oob_fill_bits(src) == 0)) {
+    // whole in-bounds copies for the rows inside, zero-filled chunks after them: no per-chunk geometry
     const Plain2dBox box(src, at);
-    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x)
-      cp_async_cg_16_promoted(base + swizzle_offset(box.image_offset(k), src.swizzle),
-                              reinterpret_cast<const void*>(box.address(k)), src.l2_promotion);
+    const uint32_t chunks_in = (uint32_t)rows_in * box.per_row;
+    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
+      uint8_t* dst = base + swizzle_offset(box.image_offset(k), src.swizzle);
+      if (k < chunks_in) cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(k)), src.l2_promotion);
+      else cp_async_cg_16(dst, reinterpret_cast<const void*>(src.address), 0);  // src-size 0: 16 zero bytes
+    }
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);

@@ -28,9 +28,11 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
 _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
-# A tile's source rows are 128-byte segments, one L2 line each: ask L2 for whole lines (the tensor map's
-# L2 promotion on TMA, the cp.async .L2::128B prefetch hint on the fallback). Within noise on the H100.
-_L2_PROMOTION = L2Promotion.L2_128B
+# No L2 promotion (tensor map) or cp.async .L2:: prefetch hint. A tile's source rows are 128-byte segments,
+# whole L2 lines only when the source pitch is a multiple of 128; measured on the H100 (transpose_stages.py,
+# 2026-11-23), promoting to 128 B cost 0.06-0.09 of copy speed when it is not (pitch = 64 mod 128), and
+# gained nothing when it is.
+_L2_PROMOTION = L2Promotion.NONE
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,20 @@ spread about +-0.03), and what the kernel kept:
   stores: within the spread; .L2::256B: -0.10. The transpose without its turn (timing only) ran as fast as
   with it: the bound is the memory pattern, not the PRMT work.
 - 256-row tiles (dst runs of 256*E bytes): 1-byte cp.async 0.78 -> 0.83, TMA 0.81 -> 0.85 (kept).
+
+Later (2026-11-23, fifth session; --variants, --rows, --cols):
+- tile groups sized by dst run bytes (TMAKIT_TRANSPOSE_RUN_BYTES; 16384x32768): 1024 B 0.79-0.85, 2048-8192
+  B 0.82-0.86, 16384 B 0.80-0.85; 4096 kept (16/E tile rows per group for 256-row tiles).
+- other shapes (rows x cols of 4-byte elements) changed the picture; the default shape had hidden it:
+  * 16256x33024 (pitches multiples of 128 B, rows not a whole number of 256-row tiles): TMA 0.80-0.85,
+    cp.async 0.69-0.75. 16128x33280 (whole tiles): cp.async 0.80-0.85. The bottom edge tiles took the
+    general per-chunk walk; the plain 2-D path now covers boxes clipped in dim 1: cp.async 0.77-0.79.
+  * a source pitch of 64 mod 128 B (x32848): TMA with 128B L2 promotion 0.73, without 0.79-0.80; cp.async
+    .L2::128B 0.63-0.65, none or 64B 0.70-0.74. Promotion is now off.
+  * a 1-byte dst pitch of 16 mod 32 B (16336 rows): 0.56-0.61 on both paths, every other size 0.73-0.83.
+    Every run of 256 bytes written to an odd dst row then starts and ends inside a 32-byte sector.
+- tile plans (tma 256x2, 128x2/3/4; cp.async 128x2, 256x2) at 16384x32768 and 16128x33280: all within
+  0.79-0.86 with a round-to-round spread of +-0.03; none better than the kept 256x2.
 """
 from __future__ import annotations
 

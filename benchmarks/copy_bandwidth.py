@@ -106,7 +106,7 @@ def main() -> int:
         cols = 32768  # float32 elements per row: rows of 128 KiB
         rows = nbytes // (4 * cols)
     nbytes = rows * cols * 4
-    name = NAME if not args.shape else f"{NAME}_{rows}x{cols}"
+    result_name = NAME if not args.shape else f"{NAME}_{rows}x{cols}"
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
@@ -167,7 +167,7 @@ def main() -> int:
                              "vs torch (same op)": vs_same, "vs torch copy per round": per_round, "note": note})
             print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s {vs_copy:5.2f}x {per_round} {note}", flush=True)
 
-    meta = {"benchmark": name, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    meta = {"benchmark": result_name, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
             "warmup": warmup, "repetitions": reps, "rounds": args.rounds,
             "statistic": "per round: median of CUDA-event times; reported: medians over rounds, ratios taken within a round",
@@ -183,7 +183,7 @@ def main() -> int:
         lines.append(f"| {r['op']} | {r['variant']} | {r['ms']:.3f} | {r['GB/s']:.1f} | {r['vs torch copy']:.2f}x | "
                      f"{r['vs torch (same op)']:.2f}x | {each} | {r['note']} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    md, js = RESULTS / f"{name}.md", RESULTS / f"{name}.json"
+    md, js = RESULTS / f"{result_name}.md", RESULTS / f"{result_name}.json"
     md.write_text("\n".join(lines) + "\n")
     js.write_text(json.dumps(meta, indent=2) + "\n")
     if args.out:

@@ -458,6 +458,53 @@ def test_describe_front_recent_table_is_exact_and_keeps_nothing_alive():
         front(b, (32, 64))
 
 
+def test_describe_front_recent_table_survives_reentry_from_the_collector():
+    """Allocations in the front can run a garbage collection, and with it Python code that calls the front
+    for another array sharing a slot; every answer must still belong to the array asked about."""
+    import gc
+
+    from tmakit import _hotpath
+    from tmakit.tensormap import describe as d
+
+    if _hotpath.IMPLEMENTATION != "native":
+        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
+    d.clear_requests()
+    defaults = tuple(d._describe_tensor.__kwdefaults__[k] for k in d._OPTIONS[:-1]) + (False,)
+    front = _hotpath.describe_front(d._describe_tensor, d._torch_request, d._TORCH_LIKE, d._REQUESTS, defaults)
+    xs = [_TorchLike((128, 256), ptr=(1 << 24) + i * 65536) for i in range(9)]  # 9 arrays, 8 slots: some share
+    d._describe_tensor(xs[0], (32, 64), encode=False)  # registers the type
+    state = {"other": None, "calls": 0}
+
+    def meddle(phase, info):  # once per armed call: describe another array in the middle of the front's work
+        other, state["other"] = state["other"], None
+        if phase == "start" and other is not None:
+            state["calls"] += 1
+            assert front(other, (32, 64)).owner is other
+
+    threshold = gc.get_threshold()
+    gc.callbacks.append(meddle)
+    try:
+        for x in xs:
+            for y in xs:
+                if y is x:
+                    continue
+                front.forget()
+                tm_y = front(y, (32, 64))
+                front(x, (32, 64))  # x's entry in the table; its TensorMap dropped
+                state["other"] = y
+                gc.set_threshold(1)  # the next allocation collects, and the collector describes y
+                tm_x = front(x, (32, 64))
+                gc.set_threshold(*threshold)
+                assert tm_x.owner is x
+                again = front(y, (32, 64))  # never x's TensorMap from a slot that y refilled meanwhile
+                assert again.owner is y and again.address == y._ptr
+                del tm_y, tm_x, again
+    finally:
+        gc.callbacks.remove(meddle)
+        gc.set_threshold(*threshold)
+    assert state["calls"] > 0
+
+
 @pytest.mark.requires_sm90
 def test_describe_front_on_torch_equals_a_full_encode():
     torch = pytest.importorskip("torch")

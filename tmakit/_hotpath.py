@@ -27,7 +27,7 @@ run ``lookup_request`` with the default options and return a hit; a miss goes to
 found)``; every other call to ``impl``. In front of the dict, a table of recent plain requests indexed by the
 array's address answers a repeat with the same checks (live array, equal box, equal ``data_ptr()``, shape and
 ``stride()``) and no key tuple or dict probe; while the TensorMap it returned last is alive, it returns that same
-(immutable) object. ``forget()`` empties the table. The Python twin is ``impl`` itself.
+object (tmakit never changes a TensorMap it has returned). ``forget()`` empties the table. The Python twin is ``impl`` itself.
 
 ``repoint(stored, address)``: ``stored = (CUtensorMap, its address, cuTensorMapReplaceAddress's address)``;
 re-points the descriptor at ``address`` and returns its 128 bytes, or None when the driver refuses.

@@ -386,7 +386,8 @@ static PyObject *lookup_request(PyObject *mod, PyObject *const *args, Py_ssize_t
  * hash or dict probe: the entry's weakref must still name this array, the box must be the same exact tuple of
  * ints, and the array's data_ptr(), shape and stride() must equal the entry's, exactly the test lookup() makes.
  * While the TensorMap returned last time is alive (tm = describe_tensor(x, box) in a loop holds it across the
- * next call), that same object is returned: it is immutable and describes this very request. forget() empties
+ * next call), that same object is returned: it describes this very request, and tmakit never changes a
+ * TensorMap it has returned. forget() empties
  * the table (describe.clear_requests). */
 #define RECENT_SLOTS 8
 
@@ -406,18 +407,27 @@ typedef struct {
 
 static PyObject *str_box;
 
-static void recent_clear(Recent *slot) {
-  Py_CLEAR(slot->entry);
-  Py_CLEAR(slot->box);
-  Py_CLEAR(slot->last);
+/* Every change of a slot sets its three fields together and releases the old values only afterwards:
+ * allocating or releasing objects can run a garbage collection and with it any Python code, which may call
+ * describe_tensor and refill this very slot. The slot's `last` always belongs to its `entry`. */
+static void recent_set(Recent *slot, PyObject *entry, PyObject *box, PyObject *last) {  /* steals all three */
+  PyObject *old_entry = slot->entry, *old_box = slot->box, *old_last = slot->last;
+  slot->entry = entry;
+  slot->box = box;
+  slot->last = last;
+  Py_XDECREF(old_entry);
+  Py_XDECREF(old_box);
+  Py_XDECREF(old_last);
 }
 
-/* Remember `result` weakly as the slot's last TensorMap (only an optimisation: a failure is forgotten). */
-static void recent_remember(Recent *slot, PyObject *result) {
-  Py_CLEAR(slot->last);
-  if (Py_TYPE(result) != tensor_map_type) return;
-  slot->last = PyWeakref_NewRef(result, NULL);
-  if (slot->last == NULL) PyErr_Clear();
+static void recent_clear(Recent *slot) { recent_set(slot, NULL, NULL, NULL); }
+
+/* A weak reference to the TensorMap `result`, or NULL (no error: remembering it is only an optimisation). */
+static PyObject *weak_tensor_map(PyObject *result) {
+  if (Py_TYPE(result) != tensor_map_type) return NULL;
+  PyObject *ref = PyWeakref_NewRef(result, NULL);
+  if (ref == NULL) PyErr_Clear();
+  return ref;
 }
 
 static Recent *recent_slot(DescribeFront *self, PyObject *array) {
@@ -448,11 +458,13 @@ static PyObject *recent_hit(DescribeFront *self, PyObject *array, PyObject *box)
   if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(layout, 1), stride, Py_EQ);
   if (same == 1) {
     slot = recent_slot(self, array);
-    int current = slot->entry == entry;
-    if (current && slot->last != NULL) result = weak_target(slot->last);
+    if (slot->entry == entry && slot->last != NULL) result = weak_target(slot->last);
     if (result == NULL) {
       result = new_tensor_map(PyTuple_GET_ITEM(entry, 3), array, layout);
-      if (result != NULL && current) recent_remember(slot, result);
+      PyObject *last = result != NULL ? weak_tensor_map(result) : NULL;
+      slot = recent_slot(self, array);  /* both allocations above may have run code that refilled the slot */
+      if (last != NULL && slot->entry == entry) recent_set(slot, Py_NewRef(entry), Py_NewRef(slot->box), last);
+      else Py_XDECREF(last);
     }
   }
   Py_XDECREF(ptr);
@@ -470,11 +482,9 @@ static void recent_fill(DescribeFront *self, PyObject *array, PyObject *box, PyO
       PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 2)) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) ||
       PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) != 5 || !referent_is(PyTuple_GET_ITEM(entry, 0), array))
     return;
-  Recent *slot = recent_slot(self, array);
-  recent_clear(slot);
-  slot->entry = Py_NewRef(entry);
-  slot->box = Py_NewRef(box);
-  recent_remember(slot, result);
+  Py_INCREF(entry);  /* borrowed from the dict, which the weakref's allocation below may change */
+  Py_INCREF(box);
+  recent_set(recent_slot(self, array), entry, box, weak_tensor_map(result));
 }
 
 static PyObject *front_vectorcall(DescribeFront *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {

@@ -244,6 +244,14 @@ static PyObject *new_tensor_map(PyObject *fields, PyObject *owner, PyObject *lay
   return tm;
 }
 
+/* Whether `obj` is an exact tuple of exact ints. */
+static int is_int_tuple(PyObject *obj) {
+  if (!PyTuple_CheckExact(obj)) return 0;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i)
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(obj, i))) return 0;
+  return 1;
+}
+
 /* A tuple of exact ints (a list is converted), or NULL with no error set when the sequence is anything else. */
 static PyObject *int_tuple(PyObject *seq) {
   PyObject *t;
@@ -251,8 +259,7 @@ static PyObject *int_tuple(PyObject *seq) {
   else if (PyList_CheckExact(seq)) t = PyList_AsTuple(seq);
   else return NULL;
   if (t == NULL) { PyErr_Clear(); return NULL; }
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i)
-    if (!PyLong_CheckExact(PyTuple_GET_ITEM(t, i))) { Py_DECREF(t); return NULL; }
+  if (!is_int_tuple(t)) { Py_DECREF(t); return NULL; }
   return t;
 }
 
@@ -279,6 +286,26 @@ static PyObject *weak_target(PyObject *ref) {
   PyObject *target = PyWeakref_GetObject(ref);
   return target != NULL && target != Py_None ? Py_NewRef(target) : (PyErr_Clear(), NULL);
 #endif
+}
+
+/* Whether `entry` of the requests dict is well formed and belongs to the live `array`:
+ * (weakref to the array, ptr, layout = (shape, stride), (spec, arch, device, descriptor, swizzle_reason)). */
+static int is_entry_for(PyObject *entry, PyObject *array) {
+  return PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4 && PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 2)) &&
+         PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 2)) == 2 && PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) &&
+         PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) == 5 && referent_is(PyTuple_GET_ITEM(entry, 0), array);
+}
+
+/* The array's data_ptr(), shape and stride(), as new references; -1 with an error set (and all three NULL)
+ * when one of them fails. They run the array's own code. */
+static int read_layout(PyObject *array, PyObject **ptr, PyObject **shape, PyObject **stride) {
+  *ptr = PyObject_CallMethodNoArgs(array, str_data_ptr);
+  *shape = *ptr ? PyObject_GetAttr(array, str_shape) : NULL;
+  *stride = *shape ? PyObject_CallMethodNoArgs(array, str_stride) : NULL;
+  if (*stride != NULL) return 0;
+  Py_CLEAR(*ptr);
+  Py_CLEAR(*shape);
+  return -1;
 }
 
 /* lookup_request(requests, array, box, swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype,
@@ -315,18 +342,13 @@ static PyObject *lookup(PyObject *requests, PyObject *array, PyObject *box_given
     Py_RETURN_NONE;
   }
   Py_XINCREF(entry);  /* reading the array's metadata runs its code, which could change the dict */
-  PyObject *ptr = PyObject_CallMethodNoArgs(array, str_data_ptr);
-  PyObject *shape = ptr ? PyObject_GetAttr(array, str_shape) : NULL;
-  PyObject *stride = shape ? PyObject_CallMethodNoArgs(array, str_stride) : NULL;
-  PyObject *layout = stride ? PyTuple_Pack(2, shape, stride) : NULL;
+  PyObject *ptr, *shape, *stride;
+  PyObject *layout = read_layout(array, &ptr, &shape, &stride) == 0 ? PyTuple_Pack(2, shape, stride) : NULL;
   Py_XDECREF(shape);
   Py_XDECREF(stride);
   PyObject *result = NULL;
   if (layout == NULL) goto done;
-  /* entry = (weakref to the array, ptr, layout, (spec, arch, device, descriptor, swizzle_reason)) */
-  if (entry != NULL && PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4 &&
-      PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) && PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) == 5 &&
-      referent_is(PyTuple_GET_ITEM(entry, 0), array)) {
+  if (entry != NULL && is_entry_for(entry, array)) {
     int same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), ptr, Py_EQ);
     if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 2), layout, Py_EQ);
     if (same < 0) goto done;
@@ -434,13 +456,6 @@ static Recent *recent_slot(DescribeFront *self, PyObject *array) {
   return &self->recent[((uintptr_t)array >> 4) % RECENT_SLOTS];
 }
 
-static int is_int_tuple(PyObject *box) {
-  if (!PyTuple_CheckExact(box)) return 0;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(box); ++i)
-    if (!PyLong_CheckExact(PyTuple_GET_ITEM(box, i))) return 0;
-  return 1;
-}
-
 /* The TensorMap for `array` from its recent slot; NULL with no error on a miss, NULL with an error set when
  * reading the array's metadata failed. */
 static PyObject *recent_hit(DescribeFront *self, PyObject *array, PyObject *box) {
@@ -450,10 +465,9 @@ static PyObject *recent_hit(DescribeFront *self, PyObject *array, PyObject *box)
   PyObject *entry = Py_NewRef(slot->entry);  /* the reads below run the array's code, which may refill the slot */
   PyObject *layout = PyTuple_GET_ITEM(entry, 2);
   PyObject *result = NULL;
-  PyObject *ptr = PyObject_CallMethodNoArgs(array, str_data_ptr);
-  PyObject *shape = ptr ? PyObject_GetAttr(array, str_shape) : NULL;
-  PyObject *stride = shape ? PyObject_CallMethodNoArgs(array, str_stride) : NULL;
-  int same = stride ? PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), ptr, Py_EQ) : -1;
+  PyObject *ptr, *shape, *stride;
+  int same = read_layout(array, &ptr, &shape, &stride);
+  if (same == 0) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(entry, 1), ptr, Py_EQ);
   if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(layout, 0), shape, Py_EQ);
   if (same == 1) same = PyObject_RichCompareBool(PyTuple_GET_ITEM(layout, 1), stride, Py_EQ);
   if (same == 1) {
@@ -477,11 +491,8 @@ static PyObject *recent_hit(DescribeFront *self, PyObject *array, PyObject *box)
 /* Point the array's slot at `entry` of the requests dict (a hit there, or what rest() just stored), with
  * `result` the TensorMap returned for it. */
 static void recent_fill(DescribeFront *self, PyObject *array, PyObject *box, PyObject *entry, PyObject *result) {
-  if (!is_int_tuple(box)) return;  /* a list box still works through the dict, just not from here */
-  if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 4 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 2)) ||
-      PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 2)) != 2 || !PyTuple_CheckExact(PyTuple_GET_ITEM(entry, 3)) ||
-      PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, 3)) != 5 || !referent_is(PyTuple_GET_ITEM(entry, 0), array))
-    return;
+  /* a list box still works through the dict, just not from here */
+  if (!is_int_tuple(box) || !is_entry_for(entry, array)) return;
   Py_INCREF(entry);  /* borrowed from the dict, which the weakref's allocation below may change */
   Py_INCREF(box);
   recent_set(recent_slot(self, array), entry, box, weak_tensor_map(result));

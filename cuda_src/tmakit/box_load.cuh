@@ -62,6 +62,12 @@ __device__ __forceinline__ uint64_t load_bits(const void* src, uint32_t size) {
   }
 }
 
+// 16 zero bytes into shared memory through cp.async (src-size 0 reads nothing; the tensor base is a valid
+// address), so that they land with the box's other copies.
+__device__ __forceinline__ void cp_async_zero_16(const BoxParams& p, uint8_t* dst) {
+  cp_async_cg_16(dst, reinterpret_cast<const void*>(p.address), 0);
+}
+
 // The cp.async path's copy of one 16-byte data chunk into shared memory at `dst` (the plan is chunk_kind).
 __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChunk& ch, uint8_t* dst) {
   switch (chunk_kind(p, ch)) {
@@ -69,8 +75,7 @@ __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChun
       cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)), p.l2_promotion);
       return;
     case kChunkZero16:
-      // src-size 0: cp.async reads nothing and writes 16 zero bytes (the tensor base is a valid address).
-      cp_async_cg_16(dst, reinterpret_cast<const void*>(p.address), 0);
+      cp_async_zero_16(p, dst);
       return;
     default:
       break;
@@ -112,7 +117,7 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
       uint8_t* dst = base + swizzle_offset(box.image_offset(k), src.swizzle);
       if (k < chunks_in) cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(k)), src.l2_promotion);
-      else cp_async_cg_16(dst, reinterpret_cast<const void*>(src.address), 0);  // src-size 0: 16 zero bytes
+      else cp_async_zero_16(src, dst);
     }
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {

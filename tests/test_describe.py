@@ -416,6 +416,9 @@ def test_describe_front_recent_table_is_exact_and_keeps_nothing_alive():
     held = front(x, (32, 64))  # a miss: built, stored, remembered in the table
     assert front(x, (32, 64)) is held and front(x, box=(32, 64)) is held  # the previous result, while alive
     assert front(x, tuple([32, 64])) is held  # an equal box, another tuple object
+    for bad in ((32.0, 64), (True, 64), (np.int64(32), 64.5)):  # an equal-looking bad box is never a hit
+        with pytest.raises(InvalidArgumentError, match=r"^box\[\d\]"):
+            front(x, bad)
     assert held.spec == reference.spec and held.owner is x
     del held
     fresh = front(x, (32, 64))  # the previous one died: a new TensorMap of the same request

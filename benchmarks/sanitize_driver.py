@@ -57,7 +57,9 @@ def main() -> int:
             want = np.stack([tma_model.tma_load_image(tm, host, list(c[::-1]), poison=0xA5) for c in coords])
             check(f"load_tiles {backend} interleave 16B", np.array_equal(got, want))
         # copy, transpose, pipeline, hand-written PTX
-        for shape, dtype in (((37, 1333), np.uint8), ((65, 33), np.float64), ((132, 260), np.float32)):
+        # (132, 260) float32 and (272, 96) uint8: dst pitch 16 mod 32, so the odd rows are shifted (prefix loads)
+        for shape, dtype in (((37, 1333), np.uint8), ((65, 33), np.float64), ((132, 260), np.float32),
+                             ((272, 96), np.uint8)):
             host = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(shape)
             with DeviceArray.from_host(host) as src, DeviceArray.empty(shape, dtype) as dst, \
                     DeviceArray.empty(shape[::-1], dtype) as dst_t:
@@ -75,6 +77,16 @@ def main() -> int:
                     ops.ptx_tile_copy(dst, src, backend=backend)
                     _driver.call("cuCtxSynchronize")
                     check(f"ptx_tile_copy {backend} {shape} {np.dtype(dtype).name}", dst.to_host().tobytes() == host.tobytes())
+        # a dst 16 bytes into a sector: every row shifted, and 256 rows need one more tile row
+        shape = (256, 48)
+        host = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16)
+        with DeviceArray.from_host(host) as src, DeviceArray.zeros(256 * 48 + 16, np.uint16) as buffer:
+            ops.transpose(buffer[8:8 + 256 * 48].reshape(48, 256), src, backend=backend)
+            _driver.call("cuCtxSynchronize")
+            got = buffer.to_host()
+            check(f"transpose {backend} {shape} uint16 at dst offset 16",
+                  got[8:8 + 256 * 48].tobytes() == np.ascontiguousarray(host.T).tobytes() and not got[:8].any()
+                  and not got[8 + 256 * 48:].any())
     return 1 if failures else 0
 
 

@@ -10,13 +10,23 @@
 //          16-byte rows into H/W destination images, each a 128B-swizzled box [W, W] of dst;
 //   store  the images through the one-source box store: a TMA store on sm_90 (one bulk group per tile, two
 //          image buffers so the next tile is turned while this one drains, clipped at the edges by TMA); on
-//          the cp.async path, interior tiles as whole dst rows of H*E bytes by consecutive threads with
-//          streaming stores, edge tiles through box_store's clipping walk.
+//          the cp.async path, whole dst rows of H*E bytes by consecutive threads with streaming stores,
+//          clipped at the edges in whole 16-byte chunks (Plain2dBox).
 // 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte
 // cp.async transpose from 0.78x to 0.83x of a plain copy (benchmarks/experiments/transpose_stages.py).
-// All shared-memory traffic is bank-conflict free: lane order (g fastest, then slice p, then q) puts 8
-// micro-blocks (g, (g + q) % 8) with 8 different chunks under the 128B swizzle (chunk ^= row % 8) in each
-// phase of a warp's loads and stores (tests/test_ops.py counts it with tmakit.layout).
+//
+// Sector-aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes
+// puts every other row there) would begin and end each tile's run with half a sector, the other half written
+// by another block at another time; measured on the H100 that costs 40% of the bandwidth
+// (benchmarks/experiments/sector_probe.py: straddling runs 0.59x of aligned ones, the same runs shifted 0.98x).
+// So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
+// row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
+// rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
+// [r0 - V, r0 + H - V): every run starts and ends on a sector boundary.
+//
+// All shared-memory traffic of the tile's own items is bank-conflict free: lane order (g fastest, then slice
+// p, then q) puts 8 micro-blocks (g, c(g, q)) with 8 different chunks under the 128B swizzle (chunk ^= row % 8)
+// in each phase of a warp's loads and stores (tests/test_ops.py counts it with tmakit.layout).
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
 #include "tmakit/swizzle.cuh"
@@ -37,6 +47,9 @@ constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per t
 static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
+// Room for the prefix (at most 16 rows: 1-byte elements) after the tile in each stage, when classes are
+// shifted; a whole 2 KiB for every size keeps each stage 1024-byte aligned for the 128B swizzle.
+constexpr uint32_t kPrefixBytes = 16u * kSpan;
 // Destination image buffers: TMA stores drain asynchronously, so that path alternates two (one is turned
 // into while the other is read by the bulk store); the cp.async path's plain stores are done before the
 // ring's barrier, so one suffices.
@@ -58,12 +71,30 @@ template <> struct Slice<16> { typedef uint4 type; };
 template <typename T>
 struct Turn {
   static constexpr uint32_t E = sizeof(T), V = 16u / E;  // elements per 16-byte chunk = rows per micro-block
+  static constexpr uint32_t W = kSpan / E;               // elements per image row = dst rows per tile
   static constexpr uint32_t P = E >= 4 ? 1u : 4u / E;    // column slices per micro-block
   static constexpr uint32_t S = 16u / P;                 // bytes per slice row
   static constexpr uint32_t R = V / P;                   // transposed rows per slice
   static constexpr uint32_t kImages = kTileRows / (8u * V);  // destination images: tile rows / W
   static constexpr uint32_t kItems = 64u * kImages * P;  // (micro-block, slice) pairs per tile
+  static constexpr uint32_t kPrefixItems = 8u * P;       // those of the prefix: one row of 8 micro-blocks
+  static constexpr uint32_t kChunksPerRun = kTileRows / V;  // 16-byte chunks in a tile's run of one dst row
 };
+
+// The column chunk c of item (g, q), g the micro-block row in its group of 8 (fastest across lanes): the
+// diagonal (g + q) % 8 makes the 8 lanes of every load and store phase touch 8 different chunks under the
+// swizzle. For 8-byte elements in two row classes no (g + q)-like order does that for both a shifted and an
+// unshifted class (a search over all lane orders found none); XOR with the permutation {0,4,3,7,2,6,1,5}
+// keeps the loads and the unshifted class's stores conflict free and the shifted class's stores 2-way.
+template <typename T, uint32_t Classes>
+__device__ __forceinline__ uint32_t column_chunk(uint32_t g, uint32_t q) {
+  if constexpr (sizeof(T) == 8 && Classes == 2) {
+    constexpr uint32_t kOrder = 0u | 4u << 3 | 3u << 6 | 7u << 9 | 2u << 12 | 6u << 15 | 1u << 18 | 5u << 21;
+    return ((kOrder >> (3u * g)) & 7u) ^ q;
+  } else {
+    return (g + q) % 8u;
+  }
+}
 
 // Turn one slice: `in` holds V rows of S bytes (as words), `out` gets its R transposed 16-byte rows. Whole
 // words (E >= 4) are only renamed; bytes and half-words are gathered with PRMT: 8 per 4x4-byte block, one
@@ -105,54 +136,90 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
   for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(words[r][0], words[r][1], words[r][2], words[r][3]);
 }
 
-// Every (micro-block, slice) of a tile: sink(sub, image_row, chunk, value) for each transposed 16-byte row,
-// `sub` the destination image (source rows sub*W ..), `image_row` its row (source column), `chunk` its
-// 16-byte chunk (source rows chunk*V ..).
-template <typename T, class Sink>
-__device__ __forceinline__ void transpose_tile(const uint8_t* source, Sink sink) {
+// Every (micro-block, slice) of a tile, then with `prefix` those of the V source rows before it (stored
+// after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row, `m` the
+// micro-block row (source rows r0 + m*V ..; -1 for the prefix), `d` the dst row in the tile (source column
+// c0 + d).
+template <typename T, uint32_t Classes, class Sink>
+__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, Sink sink) {
   typedef Turn<T> K;
   typedef typename Slice<K::S>::type SliceBits;
-  for (uint32_t b = threadIdx.x; b < K::kItems; b += blockDim.x) {
-    const uint32_t g = b % 8u, p = (b / 8u) % K::P, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P);
-    const uint32_t c = (g + q) % 8u;
+  const uint32_t items = K::kItems + (prefix ? K::kPrefixItems : 0u);
+  for (uint32_t b = threadIdx.x; b < items; b += blockDim.x) {
+    int32_t m;
+    uint32_t c, p;
+    if (b < K::kItems) {
+      const uint32_t g = b % 8u, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P);
+      p = (b / 8u) % K::P;
+      c = column_chunk<T, Classes>(g, q);
+      m = (int32_t)(sub * 8u + g);
+    } else {
+      c = (b - K::kItems) % 8u;
+      p = (b - K::kItems) / 8u;
+      m = -1;
+    }
+    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows;
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
-    for (uint32_t m = 0; m < K::V; ++m) {
-      const uint32_t row = sub * 8u * K::V + g * K::V + m;
+    for (uint32_t j = 0; j < K::V; ++j) {
       const SliceBits x = *reinterpret_cast<const SliceBits*>(
-          source + swizzle_offset(row * kSpan + c * 16u, kSwizzle128B) + p * K::S);
-      memcpy(in[m], &x, K::S);
+          source + swizzle_offset((first_row + j) * kSpan + c * 16u, kSwizzle128B) + p * K::S);
+      memcpy(in[j], &x, K::S);
     }
     uint4 out[K::R];
     turn_slice<T>(in, out);
 #pragma unroll
-    for (uint32_t r = 0; r < K::R; ++r) sink(sub, c * K::V + p * K::R + r, g, out[r]);
+    for (uint32_t r = 0; r < K::R; ++r) sink(m, c * K::V + p * K::R + r, out[r]);
   }
 }
 
+// The images of one tile: class k's rows of sub-image `sub` (dst elements r0 + sub*W .. of its run) form one
+// 128B-swizzled box [W, W / Classes] of that class's tensor map, image row i = dst row c0 + i*Classes + k.
+template <typename T, uint32_t Classes>
+struct TileImages {
+  static constexpr uint32_t kClassRows = Turn<T>::W / Classes;
+  static constexpr uint32_t kBytes = kClassRows * kSpan;  // one image
+  __device__ static uint32_t offset(uint32_t sub, uint32_t k) { return (sub * Classes + k) * kBytes; }
+};
+
 #if !TMAKIT_USE_TMA
-// cp.async path, a tile wholly inside dst: the images hold dst rows c0 .. c0+W-1, columns r0 .. r0+H-1; each
-// thread copies 16-byte chunks, consecutive threads along a row, so every warp writes whole lines.
-template <typename T>
-__device__ __forceinline__ void store_tile_rows(const BoxParams& dst, const uint8_t* images, uint64_t r0, uint64_t c0) {
-  constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan, kChunksPerRow = kTileRows * E / 16u;
-  uint8_t* base = reinterpret_cast<uint8_t*>(dst.address) + c0 * dst.strides[1] + r0 * E;
-  for (uint32_t k = threadIdx.x; k < W * kChunksPerRow; k += blockDim.x) {
-    const uint32_t row = k / kChunksPerRow, j = k % kChunksPerRow;
-    const uint4 v = *reinterpret_cast<const uint4*>(images + (j / 8u) * kImageBytes +
-                                                    swizzle_offset(row * kSpan + (j % 8u) * 16u, kSwizzle128B));
-    __stcs(reinterpret_cast<uint4*>(base + row * dst.strides[1] + j * 16u), v);  // st.global.cs: written once
+// cp.async path: class k's whole run of the tile, `run` = box [H, W / Classes] of its dst rows at the run's
+// start (clipped in whole chunks at the edges); consecutive threads along a row, so every warp writes whole
+// lines, from the staged images.
+template <typename T, uint32_t Classes>
+__device__ __forceinline__ void store_tile_rows(const Plain2dBox& run, const uint8_t* images, uint32_t k) {
+  typedef TileImages<T, Classes> I;
+  for (uint32_t n = threadIdx.x; n < I::kClassRows * run.per_row; n += blockDim.x) {
+    const uint32_t i = run.row_of(n), j = n - i * run.per_row;
+    if (!run.inside(i, j)) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(images + I::offset(j / 8u, k) +
+                                                    swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B));
+    __stcs(reinterpret_cast<uint4*>(run.address(i, j)), v);  // st.global.cs: written once
   }
 }
 #endif
 
-template <typename T>
-__device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSource& dst, uint64_t rows,
-                                              uint64_t cols, uint8_t* smem, uint64_t* bars) {
-  constexpr uint32_t E = sizeof(T), W = kSpan / E, kImageBytes = W * kSpan;
-  uint8_t* ring = smem;                               // kStages source tiles
-  uint8_t* out = smem + kStages * kTileBytes;         // kImageBuffers x H/W destination images
-  const uint64_t tiles_c = (cols + W - 1) / W, tiles_r = (rows + kTileRows - 1) / kTileRows;
+struct Operands {
+  const BoxSource& src;         // box [W, H]
+  const BoxSource& src_prefix;  // box [W, V]: the V source rows before a tile
+  const BoxSource& dst_even;    // class 0: every dst row (one class) or the even ones, box [W, W / classes]
+  const BoxSource& dst_odd;     // class 1: the odd dst rows (two classes)
+  uint64_t rows, cols;
+  uint32_t shifted;             // bit k: class k's rows start 16 bytes into a sector
+};
+
+template <typename T, uint32_t Classes>
+__device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem, uint64_t* bars) {
+  typedef Turn<T> K;
+  typedef TileImages<T, Classes> I;
+  constexpr uint32_t E = K::E, W = K::W, V = K::V;
+  const bool prefix = op.shifted != 0;
+  const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
+  uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
+  uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x H/W destination images
+  const uint64_t tiles_c = (op.cols + W - 1) / W;
+  // A shifted class's run ends V rows before the tile's: one more tile row where that leaves rows over.
+  const uint64_t tiles_r = (op.rows + (prefix ? V : 0u) + kTileRows - 1) / kTileRows;
   const uint64_t tiles = tiles_c * tiles_r;
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
   // and write dst rows in runs of G * H * E bytes, not H * E.
@@ -164,54 +231,73 @@ __device__ __forceinline__ void transpose_all(const BoxSource& src, const BoxSou
     c0 = (int32_t)((in_group / height) * W);
     r0 = (int32_t)((first + in_group % height) * kTileRows);
   };
-  auto coords_of = [&](uint64_t t) {
-    Coords at = {{0, 0, 0, 0, 0}};
-    tile_origin(t, at.c[0], at.c[1]);
-    return at;
+  auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
+    int32_t c0, r0;
+    tile_origin(t, c0, r0);
+    box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
+    box_load_part(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
+    if (prefix) box_load_part(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
+    box_load_commit();
   };
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
-    transpose_tile<T>(image, [&](uint32_t sub, uint32_t image_row, uint32_t chunk, const uint4& v) {
-      *reinterpret_cast<uint4*>(buffer + sub * kImageBytes +
-                                swizzle_offset(image_row * kSpan + chunk * 16u, kSwizzle128B)) = v;
+    transpose_tile<T, Classes>(image, prefix, [&](int32_t m, uint32_t d, const uint4& v) {
+      const uint32_t k = d % Classes;
+      const int32_t position = m + (int32_t)((op.shifted >> k) & 1u);  // chunk of the class's run
+      if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run
+      *reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)position / 8u, k) +
+                                swizzle_offset((d / Classes) * kSpan + ((uint32_t)position % 8u) * 16u, kSwizzle128B)) = v;
     });
     box_store_begin();
-#if !TMAKIT_USE_TMA  // a tile whose first and last image boxes are plain (so all are) is stored as whole rows
-    const Coords first = {{r0, c0, 0, 0, 0}}, last = {{r0 + (int32_t)((Turn<T>::kImages - 1) * W), c0, 0, 0, 0}};
-    if (box_is_plain_2d(dst, first) && box_is_plain_2d(dst, last)) {
-      store_tile_rows<T>(dst, buffer, r0, c0);
-      return;
-    }
+#pragma unroll
+    for (uint32_t k = 0; k < Classes; ++k) {
+      const BoxSource& dst = k == 0 ? op.dst_even : op.dst_odd;
+      const int32_t start = r0 - (int32_t)(((op.shifted >> k) & 1u) * V), row = c0 / (int32_t)Classes;
+#if !TMAKIT_USE_TMA  // whole rows of the run where dst allows (any 16-byte aligned pitch), else per image
+      const Plain2dBox run(dst, Coords{{start, row, 0, 0, 0}}, kTileRows, I::kClassRows);
+      if (run.plain) {
+        store_tile_rows<T, Classes>(run, buffer, k);
+        continue;
+      }
 #endif
-    for (uint32_t sub = 0; sub < Turn<T>::kImages; ++sub) {
-      const Coords at = {{r0 + (int32_t)(sub * W), c0, 0, 0, 0}};
-      box_store_issue(dst, buffer + sub * kImageBytes, at, 2, kImageBytes);
+      for (uint32_t sub = 0; sub < K::kImages; ++sub)
+        box_store_issue(dst, buffer + I::offset(sub, k), Coords{{start + (int32_t)(sub * W), row, 0, 0, 0}}, 2, I::kBytes);
     }
     box_store_commit_wait_read<1>();
   };
-  for_each_box_pipelined<kStages>(src, 2, kTileBytes, ring, kTileBytes, bars, blockIdx.x, gridDim.x, tiles, coords_of,
-                                  turn_and_store);
+  for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, tiles, load_stage, turn_and_store);
   box_store_drain();
+}
+
+template <uint32_t Classes>
+__device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t esize, uint8_t* smem, uint64_t* bars) {
+  switch (esize) {
+    case 1: transpose_all<uint8_t, Classes>(op, smem, bars); break;
+    case 2: transpose_all<uint16_t, Classes>(op, smem, bars); break;
+    case 4: transpose_all<uint32_t, Classes>(op, smem, bars); break;
+    case 8: transpose_all<uint64_t, Classes>(op, smem, bars); break;
+    default: asm volatile("trap;");  // the host allows only these sizes
+  }
 }
 
 }  // namespace
 
-// src: box [128/E, H], 128B swizzle (tensor map or BoxParams); dst: box [128/E, 128/E], 128B swizzle.
-// Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes + 1 KiB
-// of alignment slack.
-extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE dst, uint64_t rows,
-                                            uint64_t cols, uint32_t esize) {
+// src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E]; dst_even / dst_odd:
+// dst's rows of class 0 / 1 (row_classes 1: dst itself, twice; 2: its even / odd rows, stride 2 * pitch),
+// box [128/E, 128/E / row_classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
+// shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
+// Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes, plus
+// 2 KiB per stage when `shifted`, plus 1 KiB of alignment slack.
+extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
+                                            TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint64_t rows,
+                                            uint64_t cols, uint32_t esize, uint32_t row_classes, uint32_t shifted) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bars[kStages];
   uint8_t* smem = align_shared(smem_raw, 1024);
-  switch (esize) {
-    case 1: transpose_all<uint8_t>(src, dst, rows, cols, smem, bars); break;
-    case 2: transpose_all<uint16_t>(src, dst, rows, cols, smem, bars); break;
-    case 4: transpose_all<uint32_t>(src, dst, rows, cols, smem, bars); break;
-    case 8: transpose_all<uint64_t>(src, dst, rows, cols, smem, bars); break;
-    default: asm volatile("trap;");  // the host allows only these sizes
-  }
+  const Operands op{src, src_prefix, dst_even, dst_odd, rows, cols, shifted};
+  if (row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
+  else transpose_by_size<1>(op, esize, smem, bars);
 }

@@ -101,43 +101,87 @@ def test_transpose_rejects_bad_shapes():
         ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
 
 
-def _transpose_warp_offsets(esize: int, warp: int, step: int, diagonal: bool) -> tuple[list[int], list[int], int]:
-    """Shared-memory offsets one warp of cuda_src/transpose.cu touches at `step`: the source image load of
-    row `step` of its (micro-block, slice) items, the destination image store of transposed row `step`, and
-    the load width (128B swizzle, 128-byte image rows; `diagonal=False` is the plain order c = q)."""
+_E8_TWO_CLASS_ORDER = (0, 4, 3, 7, 2, 6, 1, 5)  # transpose.cu's column_chunk for 8-byte elements in two classes
+
+
+def _transpose_warp_offsets(esize: int, warp: int, step: int, classes: int = 1, shifted: int = 0,
+                            diagonal: bool = True) -> tuple[list[int], list[int | None], int]:
+    """Shared-memory offsets one warp of cuda_src/transpose.cu touches at `step`: the stage load of row `step`
+    of its (micro-block, slice) items and the destination image store of transposed row `step` (None where
+    the row belongs to another tile's run), 128B swizzle; and the load width. `classes`/`shifted` are the
+    kernel's row classes and shifted-class mask; warps past the tile's items are the prefix's (the V rows
+    before the tile); `diagonal=False` is the plain order c = q."""
     from tmakit.layout import swizzle_offset
 
     v, slices = 16 // esize, max(1, 4 // esize)
     width, rows_out = 16 // slices, v // slices
+    items, class_rows = 64 * (256 * esize // 128) * slices, 128 // esize // classes
     loads, stores = [], []
     for lane in range(32):
         b = warp * 32 + lane
-        g, p, q, sub = b % 8, (b // 8) % slices, (b // (8 * slices)) % 8, b // (64 * slices)
-        c = (g + q) % 8 if diagonal else q
-        image = sub * 8 * v * 128
-        loads.append(image + int(swizzle_offset((g * v + step % v) * 128 + c * 16, "128B")) + p * width)
-        stores.append(image + int(swizzle_offset((c * v + p * rows_out + step % rows_out) * 128 + g * 16, "128B")))
+        if b < items:
+            g, p, q, sub = b % 8, (b // 8) % slices, (b // (8 * slices)) % 8, b // (64 * slices)
+            c = ((_E8_TWO_CLASS_ORDER[g] ^ q if esize == 8 and classes == 2 else (g + q) % 8) if diagonal else q)
+            m, first_row = sub * 8 + g, (sub * 8 + g) * v
+        else:  # the prefix: 8 micro-blocks x slices, stored after the tile's 256 rows
+            c, p, m, first_row = (b - items) % 8, (b - items) // 8, -1, 256
+        loads.append(int(swizzle_offset((first_row + step % v) * 128 + c * 16, "128B")) + p * width)
+        d = c * v + p * rows_out + step % rows_out
+        k, position = d % classes, m + ((shifted >> (d % classes)) & 1)
+        image = (position // 8 * classes + k) * class_rows * 128
+        stores.append(image + int(swizzle_offset(d // classes * 128 + position % 8 * 16, "128B"))
+                      if 0 <= position < 256 // v else None)
     return loads, stores, width
 
 
-@pytest.mark.parametrize("esize", [1, 2, 4, 8])
-def test_transpose_shared_memory_is_bank_conflict_free(esize):
-    """The item order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side, where
-    the plain order would conflict; and every element size gives the 256 threads the same number of items."""
+def _count_conflicts(esize, classes, shifted, warps, diagonal=True):
+    """{(warp, step): (load conflicts, store conflicts)} over the given warps."""
     from tmakit.layout import bank_conflicts
 
-    slices = max(1, 4 // esize)
-    images = 256 * esize // 128  # a 256-row tile holds 256 / W images of W = 128/E rows
-    items = 64 * images * slices
-    assert items >= 2 * 256 and items % 256 == 0  # whole rounds of the block's 256 threads
-    for warp in range(items // 32):
+    out = {}
+    for warp in warps:
         for step in range(16 // esize):
-            loads, stores, width = _transpose_warp_offsets(esize, warp, step, diagonal=True)
-            assert bank_conflicts(loads, width) == 0 and bank_conflicts(stores, 16) == 0, (esize, warp, step)
-    naive = [max(bank_conflicts(loads, width), bank_conflicts(stores, 16)) for warp in range(items // 32)
-             for step in range(16 // esize)
-             for loads, stores, width in [_transpose_warp_offsets(esize, warp, step, diagonal=False)]]
-    assert max(naive) > 0
+            loads, stores, width = _transpose_warp_offsets(esize, warp, step, classes, shifted, diagonal)
+            out[warp, step] = (bank_conflicts(loads, width),
+                               bank_conflicts(stores, 16) if any(a is not None for a in stores) else 0)
+    return out
+
+
+@pytest.mark.parametrize("esize", [1, 2, 4, 8])
+@pytest.mark.parametrize("classes, shifted", [(1, 0), (1, 1), (2, 1), (2, 2)])
+def test_transpose_shared_memory_is_bank_conflict_free(esize, classes, shifted):
+    """The item order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side, for
+    every row-class plan (sector-aligned runs), where the plain order would conflict; every element size
+    gives the 256 threads the same number of items. Known exceptions, bounded here: 8-byte elements in two
+    classes store the shifted class 2-way (no lane order avoids it, transpose.cu says why); the prefix's few
+    items (8 micro-blocks) store one image column."""
+    slices = max(1, 4 // esize)
+    items = 64 * (256 * esize // 128) * slices
+    assert items >= 2 * 256 and items % 256 == 0  # whole rounds of the block's 256 threads
+    tile = _count_conflicts(esize, classes, shifted, range(items // 32))
+    assert all(load == 0 for load, _ in tile.values())
+    for (warp, step), (_, store) in tile.items():
+        two_way = esize == 8 and classes == 2 and (shifted >> step) & 1  # 8-byte rows: step = class
+        assert store == (4 if two_way else 0), (esize, classes, shifted, warp, step)  # 4 phases, one extra each
+    if shifted:  # the prefix: one warp or less, at most 8 wavefronts a phase
+        prefix = _count_conflicts(esize, classes, shifted, [items // 32])
+        assert all(load == 0 for load, _ in prefix.values()) and max(s for _, s in prefix.values()) <= 7 * 4
+    if classes == 1 and not shifted:
+        naive = _count_conflicts(esize, classes, shifted, range(items // 32), diagonal=False)
+        assert max(max(pair) for pair in naive.values()) > 0
+
+
+def test_sector_plan_aligns_runs_to_32_byte_sectors():
+    """Which dst rows start 16 bytes into a sector, and so are written V elements earlier."""
+    from tmakit.ops.transpose import SectorPlan, sector_plan
+
+    assert sector_plan(0x1000, 256, 10) == SectorPlan(1, 0)      # every row on a sector boundary
+    assert sector_plan(0x1010, 256, 10) == SectorPlan(1, 1)      # every row 16 bytes in
+    assert sector_plan(0x1000, 16336, 10) == SectorPlan(2, 2)    # pitch 16 mod 32: the odd rows
+    assert sector_plan(0x1010, 16336, 10) == SectorPlan(2, 1)    # ... or the even ones
+    assert sector_plan(0x1010, 16336, 1) == SectorPlan(1, 1)     # one row: one class
+    assert sector_plan(0x1008, 16336, 10) == SectorPlan(1, 0)    # not 16-byte aligned: the any-pitch walk
+    assert sector_plan(0x1000, 100, 10) == SectorPlan(1, 0)
 
 
 def test_transpose_tile_plan_fits_the_device():
@@ -146,11 +190,14 @@ def test_transpose_tile_plan_fits_the_device():
     from tmakit.ops.transpose import tile_plan
 
     for backend in Backend:
-        big, small = tile_plan(backend, 227 * 1024), tile_plan(backend, 96 * 1024)  # sm_90; a smaller limit
-        assert (big.rows, small.rows) == (256, 128)
-        assert big.shared_mem <= 163 * 1024 and small.shared_mem <= 96 * 1024
+        for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
+            big, small = tile_plan(backend, 227 * 1024, prefix), tile_plan(backend, 96 * 1024, prefix)
+            assert (big.rows, small.rows) == (256, 128)
+            assert big.shared_mem_for(prefix) <= 163 * 1024 and small.shared_mem_for(prefix) <= 96 * 1024
+            assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
     for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89 (cp.async only)
         assert tile_plan(Backend.CP_ASYNC, limit).rows == 256
+    assert tile_plan(Backend.CP_ASYNC, 99 * 1024, prefix=True).rows == 128  # 101 KiB does not fit sm_86/89
     with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
         tile_plan(Backend.CP_ASYNC, 48 * 1024)
 
@@ -408,6 +455,47 @@ def test_transpose_exact(shape, dtype, backend):
         f"seed {seed}: transpose {shape} {np.dtype(dtype).name} {backend} differs"
 
 
+def _sector_cases(esize: int, backend: str) -> list[tuple[tuple[int, int], int]]:
+    """(src shape, dst byte offset) cases of the sector plans: dst pitch 16 mod 32 (two row classes, the odd
+    or, at offset 16, the even rows shifted) and 0 mod 32 at offset 16 (every row shifted), at one tile or
+    less, a partial last tile, an exact number of tiles (a shifted run then needs one more tile row), odd
+    and narrow column counts. TMA needs a source pitch of whole 16 bytes (columns a multiple of V); the
+    cp.async path takes any, and odd counts give the two classes unequal row counts."""
+    v = 16 // esize
+    cols = (lambda n: -(-n // v) * v) if backend == "tma" else (lambda n: n)
+    two_classes = [(3 * v, cols(7)), (256 - v, cols(129)), (512 + v, cols(2 * 128 // esize + 3)), (1024 + 9 * v, 1)]
+    one_class = [(256, cols(131)), (512 + 2 * v, cols(40)), (2 * v, cols(2))]
+    return [(s, off) for s in two_classes for off in (0, 16)] + [(s, 16) for s in one_class]
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_transpose_sector_aligned_runs_are_exact(dtype, backend):
+    """Where dst rows start 16 bytes into a 32-byte sector, their runs move V elements earlier and each tile
+    loads the V source rows before it: the same bytes as numpy, nothing written outside dst (poison around
+    it), and the plan on the result."""
+    from tmakit.ops.transpose import sector_plan
+
+    rng, seed = _rng()
+    esize = np.dtype(dtype).itemsize
+    for (rows, cols), offset in _sector_cases(esize, backend):
+        host = _random_array(rng, (rows, cols), dtype)
+        pad = 32 // esize
+        with _device(host) as src, _poisoned((rows * cols + pad,), dtype) as buffer:
+            dst = buffer[offset // esize: offset // esize + rows * cols].reshape(cols, rows)
+            result = ops.transpose(dst, src, backend=backend)
+            _sync()
+            got = buffer.to_host()
+            plan = sector_plan(dst.ptr, rows * esize, cols)
+        assert result.backend.name == backend and result.sectors == plan, (rows, cols, offset, plan)
+        assert plan.shifted or cols == 1  # one dst row at offset 0 starts on a sector boundary
+        want = np.full(rows * cols + pad, 0, dtype)
+        want.view(np.uint8)[:] = POISON
+        want[offset // esize: offset // esize + rows * cols] = np.ascontiguousarray(host.T).ravel()
+        assert got.tobytes() == want.tobytes(), f"seed {seed}: {(rows, cols)} dst offset {offset} {backend} differs"
+
+
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -421,7 +509,8 @@ def test_transpose_exact_with_128_row_tiles(dtype, backend, monkeypatch):
     b = Backend(backend)
     monkeypatch.setitem(transpose_module._PLANS, b, (transpose_module.TilePlan.of(b, 128, 4),))
     rng, seed = _rng()
-    for shape in [(144, 80), (4112, 1040), (1024, 2048)]:  # TMA-describable pitches, partial tiles
+    # TMA-describable pitches, partial tiles; 144 1-byte rows: a pitch of 16 mod 32 (shifted odd rows)
+    for shape in [(144, 80), (4112, 1040), (1024, 2048), (16 * 8 + 16 // np.dtype(dtype).itemsize, 272)]:
         host = _random_array(rng, shape, dtype)
         with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
             ops.transpose(dst, src, backend=backend)

@@ -7,6 +7,7 @@ interleaved (the variant order repeated), so drift of the machine hits every var
 JSON line per variant and size: the median ratio to torch's copy over the rounds, and each round's value.
 
     PYTHONPATH=. python benchmarks/experiments/transpose_stages.py [--gib 2] [--rounds 3] [--cols 32768]
+        [--rows R] [--dtypes uint8,int16] [--variants tma:256:2:4096:none:off,...]
 
 What earlier versions of this script measured on the H100 (2026-11-23, ratios to torch's copy; run-to-run
 spread about +-0.03), and what the kernel kept:
@@ -46,9 +47,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion
-VARIANTS = ",".join(f"{backend}:256:2:{run}:128B" for backend in ("tma", "cp.async")
-                    for run in (1024, 2048, 4096, 8192, 16384))
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
+VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
 def main() -> int:
@@ -57,9 +57,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--cols", type=int, default=32768, help="source columns (of 4-byte elements)")
     parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
-    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2")
+    parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
+    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
     args = parser.parse_args()
-    variants = [(b, int(r), int(s), int(run), l2) for b, r, s, run, l2 in (v.split(":") for v in args.variants.split(","))]
+    variants = [(b, int(r), int(s), int(run), l2, (rest or ["on"])[0])
+                for b, r, s, run, l2, *rest in (v.split(":") for v in args.variants.split(","))]
     import torch
 
     from tmakit.backend import Backend
@@ -74,11 +76,12 @@ def main() -> int:
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in variants:
-            backend, tile_rows, stages, run_bytes, l2 = variant
+            backend, tile_rows, stages, run_bytes, l2, sectors = variant
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             tr._L2_PROMOTION = L2Promotion.parse(l2)
+            tr._ALIGN_SECTORS = sectors != "off"
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
-            for dtype in (torch.uint8, torch.int16, torch.float32, torch.int64):
+            for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
                 d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
                 d_x.view(torch.uint8).fill_(0xA5)
@@ -87,9 +90,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, tile_rows, stages, run_bytes, l2, esize), values in ratios.items():
+    for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
-                          "l2": l2, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
+                          "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

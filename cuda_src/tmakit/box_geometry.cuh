@@ -125,40 +125,58 @@ TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
   return kChunkElements;
 }
 
-// A rank-2 box with no interleave, unit element strides, 16-byte aligned rows and dim 0 inside the tensor
-// (the tiles of copy and transpose): its rows that lie inside the tensor (0 .. box[1]; fewer at the end of
-// dim 1, the bottom edge tiles), each chunk of which is a whole 16-byte copy at plain row-major offsets, the
-// same bytes box_chunk/chunk_kind would give without their per-chunk division over a runtime rank; the rows
-// after them are wholly out of bounds. -1 when the box is not of this kind.
-TMAKIT_HD int32_t plain_2d_rows(const BoxParams& p, const Coords& at) {
-  if (!(p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 && at.c[0] >= 0 &&
-        at.c[1] >= 0 && (uint64_t)at.c[0] + p.box[0] <= p.dims[0] &&
-        ((p.address + (uint64_t)at.c[0] * p.elem_size) & 15u) == 0 && (p.strides[1] & 15u) == 0 &&
-        (p.box[0] * p.elem_size) % 16u == 0))
-    return -1;
-  const uint64_t left = (uint64_t)at.c[1] < p.dims[1] ? p.dims[1] - (uint64_t)at.c[1] : 0;
-  return (int32_t)(left < p.box[1] ? left : p.box[1]);
-}
-
-// The box is wholly inside and plain (plain_2d_rows covers all of it).
-TMAKIT_HD bool box_is_plain_2d(const BoxParams& p, const Coords& at) { return plain_2d_rows(p, at) == (int32_t)p.box[1]; }
-
-// Chunk k of a plain 2-D box (plain_2d_rows >= 0, k inside its rows): its offset in the unswizzled image and its global address.
+// A plain 2-D box: rank 2, no interleave, unit element strides, 16-byte aligned tensor rows, and every
+// 16-byte chunk of the box wholly inside or wholly outside the tensor (the tiles of copy and transpose, the
+// edge tiles of a row-major array included: clipped at either end of either dimension). Its chunks are
+// whole 16-byte copies at plain row-major offsets inside one rectangle of rows x chunks, the same bytes
+// box_chunk/chunk_kind give without their per-chunk division over a runtime rank. `plain` is false for any
+// other box (the general walk then applies). The box extent may be given apart from BoxParams.box, for a
+// kernel that stores several images as one wider box (the transpose's whole tile rows).
 struct Plain2dBox {
-  uint32_t per_row, pitch;  // chunks per row; image bytes per row
-  uint64_t origin, stride;  // global address of the box's first element; bytes per tensor row
+  bool plain;
+  uint32_t per_row, pitch;            // chunks per box row; image bytes per row
+  uint32_t rows_begin, rows_end;      // box rows inside the tensor
+  uint32_t chunks_begin, chunks_end;  // chunks of a row inside the tensor
+  uint64_t origin, stride;            // global address of the box's first element (if it were inside); row pitch
 
-  TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at)
-      : per_row(p.box[0] * p.elem_size / 16u), pitch(box_row_pitch(p)),
-        origin(p.address + (uint64_t)at.c[1] * p.strides[1] + (uint64_t)at.c[0] * p.elem_size), stride(p.strides[1]) {}
-  TMAKIT_HD uint32_t image_offset(uint32_t k) const {
-    const uint32_t row = k / per_row;
-    return row * pitch + (k - row * per_row) * 16u;
+  TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at) : Plain2dBox(p, at, p.box[0], p.box[1]) {}
+  TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at, uint32_t box0, uint32_t box1)
+      : plain(false), per_row(box0 * p.elem_size / 16u), pitch(box_row_pitch(p)), rows_begin(0), rows_end(0),
+        chunks_begin(0), chunks_end(0), stride(p.strides[1]) {
+    const int64_t c0 = at.c[0], c1 = at.c[1], dim0 = (int64_t)p.dims[0], dim1 = (int64_t)p.dims[1];
+    const int64_t e = p.elem_size;
+    origin = p.address + (uint64_t)c1 * p.strides[1] + (uint64_t)c0 * (uint64_t)e;  // wraps like two's complement
+    if (!(p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 &&
+          (box0 * e) % 16 == 0 && (p.strides[1] & 15u) == 0 && (origin & 15u) == 0))
+      return;
+    // Dim 0 clipped (either end): the tensor's own chunk grid must be the box's, so no chunk straddles an end
+    // (with the origin aligned, a whole-chunk start also means an aligned tensor base).
+    const bool inside0 = c0 >= 0 && c0 + (int64_t)box0 <= dim0;
+    if (!inside0 && (((c0 * e) & 15) != 0 || ((dim0 * e) & 15) != 0)) return;
+    plain = true;
+    const int64_t v = 16 / e;  // elements per chunk
+    const int64_t lo0 = c0 < 0 ? -c0 : 0, hi0 = dim0 - c0 < (int64_t)box0 ? dim0 - c0 : (int64_t)box0;
+    const int64_t lo1 = c1 < 0 ? -c1 : 0, hi1 = dim1 - c1 < (int64_t)box1 ? dim1 - c1 : (int64_t)box1;
+    if (hi0 > lo0 && hi1 > lo1) {  // otherwise nothing is inside: empty ranges
+      chunks_begin = (uint32_t)(lo0 / v);
+      chunks_end = (uint32_t)(hi0 / v);
+      rows_begin = (uint32_t)lo1;
+      rows_end = (uint32_t)hi1;
+    }
   }
-  TMAKIT_HD uint64_t address(uint32_t k) const {
-    const uint32_t row = k / per_row;
-    return origin + row * stride + (k - row * per_row) * 16u;
+  TMAKIT_HD uint32_t row_of(uint32_t k) const { return k / per_row; }
+  TMAKIT_HD bool inside(uint32_t row, uint32_t chunk) const {
+    return row >= rows_begin && row < rows_end && chunk >= chunks_begin && chunk < chunks_end;
   }
+  TMAKIT_HD uint32_t image_offset(uint32_t row, uint32_t chunk) const { return row * pitch + chunk * 16u; }
+  TMAKIT_HD uint64_t address(uint32_t row, uint32_t chunk) const { return origin + row * stride + chunk * 16u; }
 };
+
+// oob_fill_bits repeated over 8 bytes: half of a whole chunk outside the tensor.
+TMAKIT_HD uint64_t oob_fill_8_bytes(const BoxParams& p) {
+  uint64_t bits = oob_fill_bits(p);
+  for (uint32_t width = p.elem_size * 8u; width < 64u; width *= 2u) bits |= bits << width;
+  return bits;
+}
 
 }  // namespace tmakit

@@ -94,30 +94,42 @@ __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChun
   }
 }
 
-// Load the box at `at` into `smem` (aligned to the swizzle's alignment). ALL threads of the block call it
-// with the same arguments, after every thread has finished reading the previous contents of `smem`.
-// `rank` and `bytes` (TensorMap.rank / .box_bytes) drive the TMA path; the cp.async path reads them from
-// BoxParams and traps if the host passed numbers that disagree (a host bug, better loud than wrong).
-__device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const Coords& at, int rank,
-                                         uint32_t bytes, uint64_t* bar) {
+// A stage of several boxes that complete together on one barrier phase (a box and a few rows beside it):
+//   box_load_expect(bar, total bytes);  box_load_part(...) per box;  box_load_commit();
+// box_load() below is that with one box. ALL threads call each step with the same arguments, after every
+// thread has finished reading the previous contents of the boxes' shared memory.
+//
+// TMA: thread 0 arms the barrier with every box's bytes before it issues the copies. cp.async: nothing to arm.
+__device__ __forceinline__ void box_load_expect(uint64_t* bar, uint32_t bytes) {
 #if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) {
-    mbarrier_arrive_expect_tx(bar, bytes);
-    cp_async_bulk_tensor_g2s(rank, smem, &src, at, bar);
-  }
+  if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, bytes);
+#endif
+}
+
+// One box of the stage into `smem` (aligned to the swizzle's alignment). `rank` and `bytes`
+// (TensorMap.rank / .box_bytes) drive the TMA path; the cp.async path reads them from BoxParams and traps if
+// the host passed numbers that disagree (a host bug, better loud than wrong).
+__device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, const Coords& at, int rank,
+                                              uint32_t bytes, uint64_t* bar) {
+#if TMAKIT_USE_TMA
+  if (threadIdx.x == 0) cp_async_bulk_tensor_g2s(rank, smem, &src, at, bar);
 #else
+  (void)bar;
   if ((int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
   const uint32_t chunks = bytes / 16u;
   uint8_t* base = static_cast<uint8_t*>(smem);
-  const int32_t rows_in = plain_2d_rows(src, at);
-  if (rows_in >= 0 && (rows_in == (int32_t)src.box[1] || oob_fill_bits(src) == 0)) {
-    // whole in-bounds copies for the rows inside, zero-filled chunks after them: no per-chunk geometry
-    const Plain2dBox box(src, at);
-    const uint32_t chunks_in = (uint32_t)rows_in * box.per_row;
+  const Plain2dBox box(src, at);
+  if (box.plain) {  // whole copies inside, whole fill chunks outside: no per-chunk geometry
+    const uint64_t fill = oob_fill_8_bytes(src);
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-      uint8_t* dst = base + swizzle_offset(box.image_offset(k), src.swizzle);
-      if (k < chunks_in) cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(k)), src.l2_promotion);
-      else cp_async_zero_16(src, dst);
+      const uint32_t row = box.row_of(k), chunk = k - row * box.per_row;
+      uint8_t* dst = base + swizzle_offset(box.image_offset(row, chunk), src.swizzle);
+      if (box.inside(row, chunk))
+        cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(row, chunk)), src.l2_promotion);
+      else if (fill == 0)
+        cp_async_zero_16(src, dst);
+      else
+        *reinterpret_cast<uint4*>(dst) = make_uint4((uint32_t)fill, (uint32_t)(fill >> 32), (uint32_t)fill, (uint32_t)(fill >> 32));
     }
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
@@ -125,11 +137,25 @@ __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const
       box_load_chunk(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
     }
   }
-  // No arrival here: box_wait() waits for this thread's cp.async, then arrives once and waits. One arrival
-  // per thread per phase, always followed by a wait, is the pattern compute-sanitizer synccheck accepts
-  // (arriving twice - cp.async.mbarrier.arrive plus mbarrier.arrive - was reported as "missing wait").
+#endif
+}
+
+// cp.async: closes the stage as one cp.async group. No arrival here: box_wait() waits for this thread's
+// cp.async, then arrives once and waits. One arrival per thread per phase, always followed by a wait, is the
+// pattern compute-sanitizer synccheck accepts (arriving twice - cp.async.mbarrier.arrive plus mbarrier.arrive
+// - was reported as "missing wait").
+__device__ __forceinline__ void box_load_commit() {
+#if !TMAKIT_USE_TMA
   cp_async_commit_group();
 #endif
+}
+
+// Load the box at `at` into `smem`: the one-box stage.
+__device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const Coords& at, int rank,
+                                         uint32_t bytes, uint64_t* bar) {
+  box_load_expect(bar, bytes);
+  box_load_part(src, smem, at, rank, bytes, bar);
+  box_load_commit();
 }
 
 // A box load that loads nothing. A ring calls it where it has no box left to load, so that on the cp.async

@@ -7,9 +7,45 @@
 
 namespace tmakit {
 
-// for_each_box_pipelined<Stages>(...) walks this block's boxes first, first+step, ... < count.
+// for_each_stage_pipelined<Stages>(...) walks this block's stages first, first+step, ... < count.
 //   smem:        Stages * stage_bytes of shared memory, aligned for the swizzle; stage_bytes a multiple of it
 //   bars:        Stages mbarriers in shared memory
+//   load_stage:  (uint64_t stage, uint8_t* buffer, uint64_t* bar) -> void, run by ALL threads: exactly one
+//                box_load, or box_load_expect + box_load_part per box + box_load_commit
+//   consume:     (uint64_t stage, const uint8_t* buffer) -> void, run by ALL threads
+// ALL threads of the block call it.
+template <int Stages, class LoadStage, class Consume>
+__device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
+                                                         uint64_t first, uint64_t step, uint64_t count,
+                                                         LoadStage load_stage, Consume consume) {
+  static_assert(Stages >= 2 && Stages <= 8, "a ring needs 2..8 stages");
+  for (int s = 0; s < Stages; ++s) box_barrier_init(&bars[s]);
+  uint32_t parities = 0;  // bit s: the phase parity stage s waits for next (a bit mask, not an array indexed
+                          // at run time, which would live in local memory)
+  // Prologue: fill all but one stage.
+  for (int s = 0; s < Stages - 1; ++s) {
+    const uint64_t stage = first + (uint64_t)s * step;
+    if (stage < count) load_stage(stage, smem + s * stage_bytes, &bars[s]);
+    else box_load_none();
+  }
+  for (uint64_t k = 0;; ++k) {
+    const uint64_t stage = first + k * step;
+    if (stage >= count) break;
+    // Refill the stage consumed in iteration k-1; the __syncthreads() that ended it freed the buffer.
+    const uint64_t ahead = stage + (uint64_t)(Stages - 1) * step;
+    const int refill = (int)((k + Stages - 1) % Stages);
+    if (ahead < count) load_stage(ahead, smem + refill * stage_bytes, &bars[refill]);
+    else box_load_none();
+    const int s = (int)(k % Stages);
+    MbarrierPhase phase{&bars[s], (parities >> s) & 1u};
+    box_wait<Stages - 1>(phase);  // stages k+1 .. k+Stages-1 stay in flight
+    parities ^= 1u << s;
+    consume(stage, smem + s * stage_bytes);
+    __syncthreads();
+  }
+}
+
+// for_each_box_pipelined<Stages>(...): the ring of one box per stage.
 //   coords_of:   (uint64_t box) -> Coords
 //   consume:     (uint64_t box, const uint8_t* image) -> void, run by ALL threads
 // ALL threads of the block call it.
@@ -18,31 +54,10 @@ __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int
                                                        uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
                                                        uint64_t first, uint64_t step, uint64_t count,
                                                        CoordsOf coords_of, Consume consume) {
-  static_assert(Stages >= 2 && Stages <= 8, "a ring needs 2..8 stages");
-  for (int s = 0; s < Stages; ++s) box_barrier_init(&bars[s]);
-  uint32_t parities = 0;  // bit s: the phase parity stage s waits for next (a bit mask, not an array indexed
-                          // at run time, which would live in local memory)
-  // Prologue: fill all but one stage.
-  for (int s = 0; s < Stages - 1; ++s) {
-    const uint64_t box = first + (uint64_t)s * step;
-    if (box < count) box_load(src, smem + s * stage_bytes, coords_of(box), rank, box_bytes, &bars[s]);
-    else box_load_none();
-  }
-  for (uint64_t k = 0;; ++k) {
-    const uint64_t box = first + k * step;
-    if (box >= count) break;
-    // Refill the stage consumed in iteration k-1; the __syncthreads() that ended it freed the buffer.
-    const uint64_t ahead = box + (uint64_t)(Stages - 1) * step;
-    const int refill = (int)((k + Stages - 1) % Stages);
-    if (ahead < count) box_load(src, smem + refill * stage_bytes, coords_of(ahead), rank, box_bytes, &bars[refill]);
-    else box_load_none();
-    const int s = (int)(k % Stages);
-    MbarrierPhase phase{&bars[s], (parities >> s) & 1u};
-    box_wait<Stages - 1>(phase);  // boxes k+1 .. k+Stages-1 stay in flight
-    parities ^= 1u << s;
-    consume(box, smem + s * stage_bytes);
-    __syncthreads();
-  }
+  for_each_stage_pipelined<Stages>(
+      smem, stage_bytes, bars, first, step, count,
+      [&](uint64_t box, uint8_t* buffer, uint64_t* bar) { box_load(src, buffer, coords_of(box), rank, box_bytes, bar); },
+      consume);
 }
 
 }  // namespace tmakit

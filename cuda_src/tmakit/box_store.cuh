@@ -31,12 +31,14 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
 #else
   if (dst.interleave != 0 || (int)dst.rank != rank || box_image_bytes(dst) != bytes) asm volatile("trap;");
   const uint8_t* base = static_cast<const uint8_t*>(smem);
-  const int32_t rows_in = plain_2d_rows(dst, at);
-  if (rows_in >= 0) {  // whole in-bounds stores for the rows inside, nothing after them: no per-chunk geometry
-    const Plain2dBox box(dst, at);
-    for (uint32_t k = threadIdx.x; k < (uint32_t)rows_in * box.per_row; k += blockDim.x)
-      *reinterpret_cast<uint4*>(box.address(k)) =
-          *reinterpret_cast<const uint4*>(base + swizzle_offset(box.image_offset(k), dst.swizzle));
+  const Plain2dBox box(dst, at);
+  if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry
+    for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
+      const uint32_t row = box.row_of(k), chunk = k - row * box.per_row;
+      if (box.inside(row, chunk))
+        *reinterpret_cast<uint4*>(box.address(row, chunk)) =
+            *reinterpret_cast<const uint4*>(base + swizzle_offset(box.image_offset(row, chunk), dst.swizzle));
+    }
     return;
   }
   for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {

@@ -3,35 +3,37 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from ..errors import InvalidArgumentError
 
 BANKS = 32
 BANK_BYTES = 4
 
 
-def bank_conflicts(byte_offsets: Sequence[int], access_bytes: int = 4) -> int:
+def bank_conflicts(byte_offsets: Sequence[int | None], access_bytes: int = 4) -> int:
     """Extra shared-memory wavefronts a warp's access takes beyond the ideal.
 
-    ``byte_offsets``: the address each thread of a warp accesses (up to 32 entries), ``access_bytes`` the width
-    of each access (1, 2, 4, 8 or 16). The hardware splits wide accesses into phases of 128 bytes (8 threads
-    for 16-byte, 16 threads for 8-byte accesses); within a phase, distinct 4-byte words in the same bank
-    serialise while identical words broadcast. Returns (wavefronts - ideal wavefronts); 0 = conflict free.
+    ``byte_offsets``: the address each thread of a warp accesses (up to 32 entries, in lane order; None for a
+    lane that does not take part), ``access_bytes`` the width of each access (1, 2, 4, 8 or 16). The hardware
+    splits wide accesses into phases of 128 bytes (8 threads for 16-byte, 16 threads for 8-byte accesses);
+    within a phase, distinct 4-byte words in the same bank serialise while identical words broadcast.
+    Returns (wavefronts - ideal wavefronts); 0 = conflict free.
     """
     if access_bytes not in (1, 2, 4, 8, 16):
         raise InvalidArgumentError("access_bytes", access_bytes, "must be 1, 2, 4, 8 or 16", "use a native width")
-    offsets = np.asarray(list(byte_offsets), dtype=np.int64)
-    if offsets.size == 0 or offsets.size > 32:
-        raise InvalidArgumentError("byte_offsets", offsets.size, "must hold 1..32 addresses (one warp)", "pass one warp")
-    if (offsets % access_bytes).any():
-        raise InvalidArgumentError("byte_offsets", offsets.tolist(), f"must be {access_bytes}-byte aligned",
+    lanes = list(byte_offsets)
+    if not lanes or len(lanes) > 32:
+        raise InvalidArgumentError("byte_offsets", len(lanes), "must hold 1..32 addresses (one warp)", "pass one warp")
+    active = [int(a) for a in lanes if a is not None]
+    if any(a % access_bytes for a in active):
+        raise InvalidArgumentError("byte_offsets", lanes, f"must be {access_bytes}-byte aligned",
                                    "align each access to its width")
     per_phase = max(1, 128 // max(access_bytes, 4))
     total, ideal = 0, 0
-    for start in range(0, offsets.size, per_phase):
-        phase = offsets[start:start + per_phase]
-        words = {int(a) // BANK_BYTES + k for a in phase for k in range(max(1, access_bytes // BANK_BYTES))}
+    for start in range(0, len(lanes), per_phase):
+        phase = [int(a) for a in lanes[start:start + per_phase] if a is not None]
+        if not phase:
+            continue
+        words = {a // BANK_BYTES + k for a in phase for k in range(max(1, access_bytes // BANK_BYTES))}
         by_bank: dict[int, int] = {}
         for w in words:
             by_bank[w % BANKS] = by_bank.get(w % BANKS, 0) + 1

@@ -6,6 +6,11 @@ store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA 
 when its base is 16-byte aligned and its row pitch a multiple of 16 bytes, for src and for dst: otherwise
 ``backend="auto"`` uses the cp.async path (which walks any pitch; logged and recorded on the result) and an
 explicit ``backend="tma"`` refuses.
+
+Every tile writes each dst row in a run that starts and ends on a 32-byte sector boundary (``sector_plan``):
+where dst rows start 16 bytes into a sector (a pitch of 16 mod 32 bytes, or a base of 16 mod 32), those rows'
+runs move V = 16/E elements earlier, each tile loading the V source rows before it. Measured on the H100,
+runs that straddle sectors cost 40% of the bandwidth (benchmarks/experiments/sector_probe.py).
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _driver
+from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
@@ -28,6 +34,9 @@ _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
 _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
+_PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
+# Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
+_ALIGN_SECTORS = True
 # No L2 promotion (tensor map) or cp.async .L2:: prefetch hint. A tile's source rows are 128-byte segments,
 # whole L2 lines only when the source pitch is a multiple of 128; measured on the H100 (transpose_stages.py,
 # 2026-11-23), promoting to 128 B cost 0.06-0.09 of copy speed when it is not (pitch = 64 mod 128), and
@@ -46,6 +55,10 @@ class TilePlan:
     def of(cls, backend: Backend, rows: int, stages: int, run_bytes: int = 4096) -> "TilePlan":
         return cls(rows, stages, (stages + _IMAGE_BUFFERS[backend]) * rows * _SPAN + 1024, run_bytes)
 
+    def shared_mem_for(self, prefix: bool) -> int:
+        """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without."""
+        return self.shared_mem + (self.stages * _PREFIX_BYTES if prefix else 0)
+
 
 # Preferred first. 256-row tiles write dst in runs of 256*E bytes; measured on the H100 against 128 rows
 # (benchmarks/experiments/transpose_stages.py), the 1-byte cp.async transpose went from 0.76-0.78x to
@@ -55,20 +68,49 @@ _PLANS = {Backend.TMA: (TilePlan.of(Backend.TMA, 256, 2), TilePlan.of(Backend.TM
           Backend.CP_ASYNC: (TilePlan.of(Backend.CP_ASYNC, 256, 2), TilePlan.of(Backend.CP_ASYNC, 128, 4))}
 
 
-def tile_plan(backend: Backend, shared_mem_limit: int) -> TilePlan:
-    """The first plan of `backend` whose shared memory fits a block's opt-in limit (bytes)."""
+def tile_plan(backend: Backend, shared_mem_limit: int, prefix: bool = False) -> TilePlan:
+    """The first plan of `backend` whose shared memory (with prefixes, for shifted rows) fits a block's
+    opt-in limit (bytes)."""
     for plan in _PLANS[backend]:
-        if plan.shared_mem <= shared_mem_limit:
+        if plan.shared_mem_for(prefix) <= shared_mem_limit:
             return plan
     smallest = _PLANS[backend][-1]
     raise InvalidArgumentError("device", f"{shared_mem_limit} bytes of shared memory per block",
-                               f"the transpose needs at least {smallest.shared_mem}", "run it on an sm_80+ GPU")
+                               f"the transpose needs at least {smallest.shared_mem_for(prefix)}", "run it on an sm_80+ GPU")
+
+
+@dataclass(frozen=True)
+class SectorPlan:
+    """How dst rows meet 32-byte sectors: ``classes`` 1 (every row alike) or 2 (even and odd rows, when the
+    pitch is 16 mod 32 bytes); bit k of ``shifted``: class k's rows start 16 bytes into a sector, so its runs
+    move 16 bytes (V elements) earlier."""
+
+    classes: int
+    shifted: int
+
+
+def sector_plan(address: int, pitch: int, rows: int) -> SectorPlan:
+    """The sector plan of a dst whose first row is at ``address`` with ``rows`` rows of ``pitch`` bytes. A dst
+    that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to."""
+    if not _ALIGN_SECTORS or address % 16 or pitch % 16:
+        return SectorPlan(1, 0)
+    if pitch % 32 == 0 or rows < 2:
+        return SectorPlan(1, int(address % 32 == 16))
+    return SectorPlan(2, 1 if address % 32 == 16 else 2)
+
+
+def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
+    """dst's rows k, k + classes, ...: a strided view (one tensor map or BoxParams per class)."""
+    rows, pitch = d.shape[0], d.shape[1] * d.itemsize
+    return ArrayView(d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]), (classes * pitch, d.itemsize),
+                     d.dtype_name, d.itemsize, d.device, d.owner)
 
 
 @dataclass(frozen=True)
 class TransposeResult:
     backend: BackendChoice
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
+    sectors: "SectorPlan | None" = None  # how dst rows were aligned to sectors (None: nothing to transpose)
 
 
 def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
@@ -112,25 +154,40 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         choice = choose_backend("cp.async", device=s.device)
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
-    width = _SPAN // esize  # elements per image row
+    width, v = _SPAN // esize, 16 // esize  # elements per image row; per 16-byte chunk
+    sectors = sector_plan(d.ptr, rows * esize, cols)
+    prefix = sectors.shifted != 0
     plan = tile_plan(choice.backend, _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-                                                              s.device))
+                                                              s.device), prefix)
+    classes = [_class_rows(d, k, sectors.classes) for k in range(sectors.classes)]
     if choice.backend is Backend.TMA:
         from ..tensormap import describe_tensor
 
-        source = describe_tensor(src, box=(plan.rows, width), swizzle="128B", oob_fill="zero",
-                                 l2_promotion=_L2_PROMOTION.short)
-        target = describe_tensor(dst, box=(width, width), swizzle="128B")
+        def src_box(box_rows: int) -> Any:
+            return describe_tensor(src, box=(box_rows, width), swizzle="128B", oob_fill="zero",
+                                   l2_promotion=_L2_PROMOTION.short)
+
+        # one class: dst itself (a torch tensor takes describe_tensor's fast path); two: strided views of it
+        targets = [describe_tensor(c, box=(width // sectors.classes, width), swizzle="128B")
+                   for c in ([dst] if sectors.classes == 1 else classes)]
     else:
         dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
-        source = pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, plan.rows), esize, dtype,
-                                 swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
-        target = pack_box_params(d.ptr, (rows, cols), (esize, rows * esize), (width, width), esize, dtype,
-                                 swizzle=_SWIZZLE_128B)
-    tiles = -(-rows // plan.rows) * -(-cols // width)
+
+        def src_box(box_rows: int) -> Any:
+            return pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, box_rows), esize, dtype,
+                                   swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
+
+        targets = [pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (width, width // sectors.classes),
+                                   esize, dtype, swizzle=_SWIZZLE_128B) for c in classes]
+    source = src_box(plan.rows)
+    source_prefix = src_box(v) if prefix else source
+    if sectors.classes == 1:
+        targets.append(targets[0])
+    tiles = -(-(rows + (v if prefix else 0)) // plan.rows) * -(-cols // width)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
-    grid = max(1, min(tiles, k.resident_blocks(_THREADS, plan.shared_mem)))
-    k(source, target, rows, cols, esize, grid=(grid, 1, 1), block=(_THREADS, 1, 1), shared_mem=plan.shared_mem,
-      stream=stream)
-    return TransposeResult(choice, reason)
+    shared_mem = plan.shared_mem_for(prefix)
+    grid = max(1, min(tiles, k.resident_blocks(_THREADS, shared_mem)))
+    k(source, source_prefix, *targets, rows, cols, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
+      block=(_THREADS, 1, 1), shared_mem=shared_mem, stream=stream)
+    return TransposeResult(choice, reason, sectors)

@@ -244,9 +244,13 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     int32_t c0, r0;
     tile_origin(t, c0, r0);
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
+    // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
+    // at a negative coordinate stops the kernel (illegal instruction, measured on the H100). Its runs then
+    // end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
+    const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
     transpose_tile<T, Classes>(image, prefix, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
-      const int32_t position = m + (int32_t)((op.shifted >> k) & 1u);  // chunk of the class's run
+      const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run
       *reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)position / 8u, k) +
                                 swizzle_offset((d / Classes) * kSpan + ((uint32_t)position % 8u) * 16u, kSwizzle128B)) = v;
@@ -255,7 +259,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 #pragma unroll
     for (uint32_t k = 0; k < Classes; ++k) {
       const BoxSource& dst = k == 0 ? op.dst_even : op.dst_odd;
-      const int32_t start = r0 - (int32_t)(((op.shifted >> k) & 1u) * V), row = c0 / (int32_t)Classes;
+      const int32_t start = r0 - (int32_t)(((shifted >> k) & 1u) * V), row = c0 / (int32_t)Classes;
 #if !TMAKIT_USE_TMA  // whole rows of the run where dst allows (any 16-byte aligned pitch), else per image
       const Plain2dBox run(dst, Coords{{start, row, 0, 0, 0}}, kTileRows, I::kClassRows);
       if (run.plain) {

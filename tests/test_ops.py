@@ -463,7 +463,7 @@ def _sector_cases(esize: int, backend: str) -> list[tuple[tuple[int, int], int]]
     cp.async path takes any, and odd counts give the two classes unequal row counts."""
     v = 16 // esize
     cols = (lambda n: -(-n // v) * v) if backend == "tma" else (lambda n: n)
-    two_classes = [(3 * v, cols(7)), (256 - v, cols(129)), (512 + v, cols(2 * 128 // esize + 3)), (1024 + 9 * v, 1)]
+    two_classes = [(3 * v, cols(7)), (256 - v, cols(129)), (512 + v, cols(2 * 128 // esize + 3)), (1024 + 9 * v, cols(1))]
     one_class = [(256, cols(131)), (512 + 2 * v, cols(40)), (2 * v, cols(2))]
     return [(s, off) for s in two_classes for off in (0, 16)] + [(s, 16) for s in one_class]
 

@@ -47,10 +47,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off
-# [:threads with a prefix]]
-VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async")
-                    for sectors in ("on:256", "on:288", "off"))
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
+VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
 def main() -> int:
@@ -62,7 +60,7 @@ def main() -> int:
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
     parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
     args = parser.parse_args()
-    variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0], int((rest[1:] + ["288"])[0]))
+    variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0])
                 for b, r, s, run, l2, *rest in (v.split(":") for v in args.variants.split(","))]
     import torch
 
@@ -78,11 +76,10 @@ def main() -> int:
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in variants:
-            backend, tile_rows, stages, run_bytes, l2, sectors, prefix_threads = variant
+            backend, tile_rows, stages, run_bytes, l2, sectors = variant
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             tr._L2_PROMOTION = L2Promotion.parse(l2)
             tr._ALIGN_SECTORS = sectors != "off"
-            tr._PREFIX_THREADS = prefix_threads
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
@@ -93,9 +90,9 @@ def main() -> int:
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, tile_rows, stages, run_bytes, l2, sectors, prefix_threads, esize), values in ratios.items():
+    for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
-                          "l2": l2, "sectors": sectors, "prefix_threads": prefix_threads, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
+                          "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

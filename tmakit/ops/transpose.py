@@ -33,9 +33,6 @@ log = logging.getLogger("tmakit")
 _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
-# With shifted rows a tile also turns its prefix (8 micro-blocks more): a ninth warp takes those items, so no
-# thread turns a third one on the block's critical path (256 threads would leave 32 items to warp 0).
-_PREFIX_THREADS = 288
 _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
 # Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
@@ -189,8 +186,8 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     tiles = -(-(rows + (v if prefix else 0)) // plan.rows) * -(-cols // width)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
-    shared_mem, threads = plan.shared_mem_for(prefix), _PREFIX_THREADS if prefix else _THREADS
-    grid = max(1, min(tiles, k.resident_blocks(threads, shared_mem)))
+    shared_mem = plan.shared_mem_for(prefix)
+    grid = max(1, min(tiles, k.resident_blocks(_THREADS, shared_mem)))
     k(source, source_prefix, *targets, rows, cols, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
-      block=(threads, 1, 1), shared_mem=shared_mem, stream=stream)
+      block=(_THREADS, 1, 1), shared_mem=shared_mem, stream=stream)
     return TransposeResult(choice, reason, sectors)

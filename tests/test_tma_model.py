@@ -176,5 +176,23 @@ def test_bank_conflicts_of_swizzled_columns():
     assert bank_conflicts([swizzle_offset(a, "128B") for a in plain], 16) == 0
     assert bank_conflicts([4 * i for i in range(32)], 4) == 0
     assert bank_conflicts([0] * 32, 4) == 0  # broadcast
+    assert bank_conflicts([0, None, 128, None], 4) == 1  # inactive lanes take no part; 0 and 128 share a bank
+    assert bank_conflicts([None] * 8, 16) == 0
     with pytest.raises(ValueError, match="access_bytes"):
         bank_conflicts([0], 3)
+
+
+def test_store_refuses_a_negative_start():
+    """Measured on the H100 (tma_store_probe): a store box starting at a negative coordinate faults; past
+    the far edges it is clipped."""
+    from tmakit import describe_tensor
+    from tmakit.errors import InvalidArgumentError
+
+    spec = describe_tensor(shape=(64, 128), dtype="f32", box=(8, 32), swizzle="128B")
+    memory = np.zeros(64 * 128 * 4, np.uint8)
+    image = np.arange(8 * 128, dtype=np.uint32).astype(np.uint8)
+    for coords in ([-4, 0], [0, -4], [-8, -8]):
+        with pytest.raises(InvalidArgumentError, match=r"coords\[\d\]=-\d: is negative: a TMA store box cannot start"):
+            tma_store(spec, memory, coords, image)
+    tma_store(spec, memory, [120, 60], image)  # clipped at the far edges
+    assert memory.reshape(64, 512)[60:, 480:].any() and not memory.reshape(64, 512)[:60].any()

@@ -1,7 +1,7 @@
 """CPU model of TMA: what a box load writes to shared memory, the swizzle, bank conflicts, pictures."""
 from .banks import bank_conflicts
 from .swizzle import swizzle_offset, swizzle_pattern
-from .tma_model import BoxGeometry, box_geometry, check_box_start, tma_load_image, tma_store
+from .tma_model import BoxGeometry, box_geometry, check_box_start, check_store_start, tma_load_image, tma_store
 
-__all__ = ["tma_load_image", "tma_store", "box_geometry", "BoxGeometry", "check_box_start", "swizzle_offset",
-           "swizzle_pattern", "bank_conflicts"]
+__all__ = ["tma_load_image", "tma_store", "box_geometry", "BoxGeometry", "check_box_start", "check_store_start",
+           "swizzle_offset", "swizzle_pattern", "bank_conflicts"]

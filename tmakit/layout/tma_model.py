@@ -205,8 +205,26 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
     return image
 
 
+def check_store_start(coords: Sequence[int]) -> None:
+    """A tile store's box must not start at a negative coordinate, in any dimension.
+
+    Measured on an H100 (benchmarks/experiments/tma_store_probe.py, results in
+    benchmarks/results/tma_store_probe_h100.jsonl): a store at (row, column) -4 or -8 in either dimension,
+    16-byte aligned or not, stops the kernel with CUDA_ERROR_ILLEGAL_INSTRUCTION, while boxes that stick out
+    past the far edges are clipped. The CUDA programming guide says as much ("the top left corner cannot have
+    any negative indices"). A load may start anywhere (it fills).
+    """
+    negative = [i for i, c in enumerate(coords) if int(c) < 0]
+    if negative:
+        raise InvalidArgumentError(f"coords[{negative[0]}]", int(coords[negative[0]]),
+                                   "is negative: a TMA store box cannot start before the tensor (illegal instruction)",
+                                   "start the box at 0 and leave its first elements to another store")
+
+
 def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:
-    """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements are dropped)."""
+    """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements past the far
+    edges are dropped; a negative start is refused, as the hardware faults there: ``check_store_start``)."""
+    check_store_start(coords)
     if not (isinstance(memory, np.ndarray) and memory.flags.c_contiguous and memory.flags.writeable):
         raise InvalidArgumentError("memory", type(memory).__name__, "must be a writable C-contiguous numpy array "
                                    "(the store writes into it in place)", "pass numpy.ascontiguousarray(...) and use the result")

@@ -245,8 +245,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     tile_origin(t, c0, r0);
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
-    // at a negative coordinate stops the kernel (illegal instruction, measured on the H100). Its runs then
-    // end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
+    // at a negative coordinate stops the kernel (illegal instruction on the H100: tma_store_probe.py). Its
+    // runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
     transpose_tile<T, Classes>(image, prefix, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;

@@ -34,6 +34,14 @@ Later (2026-11-23, fifth session; --variants, --rows, --cols):
     Every run of 256 bytes written to an odd dst row then starts and ends inside a 32-byte sector.
 - tile plans (tma 256x2, 128x2/3/4; cp.async 128x2, 256x2) at 16384x32768 and 16128x33280: all within
   0.79-0.86 with a round-to-round spread of +-0.03; none better than the kept 256x2.
+
+Sixth session (2026-11-23; the sixth field, sector-aligned runs on/off; --dtypes; device_runs.md 59-60,
+benchmarks/results/transpose_sectors_h100.jsonl). Rows 16336/16328/16332/16330 give a dst pitch of 16 mod 32
+bytes for 1/2/4/8-byte elements:
+- on / off, TMA: 1B 0.71-0.73 / 0.57-0.58, 2B 0.73-0.76 / 0.66, 4B 0.78-0.79 / 0.75, 8B 0.80-0.82 / 0.79-0.80;
+  cp.async: 1B 0.69-0.74 / 0.58-0.60, 2B 0.70-0.71 / 0.68, 4B 0.74 / 0.75, 8B 0.75 / 0.74-0.77. Kept on.
+- 288 threads when a tile turns its prefix (so warp 0 never turns a third item): TMA +0.00-0.02, cp.async
+  -0.05 to +0.01. Not kept: the extra turn round is not what the shifted tiles lose.
 """
 from __future__ import annotations
 

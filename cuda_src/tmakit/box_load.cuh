@@ -1,10 +1,11 @@
-// The one-source box load: a kernel calls box_load() once per box and box_wait() before reading it.
+// The one-source box load: a kernel calls box_load() once per box (or box_load_expect / box_load_part per
+// box / box_load_commit for a stage of several boxes on one barrier) and box_wait() before reading it.
 //
 //   TMAKIT_USE_TMA == 1 (sm_90, not forced): the parameter is the 128-byte TensorMapDesc; thread 0 arms the
 //     mbarrier with the box's byte count and issues one cp.async.bulk.tensor load.
 //   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the parameter is BoxParams; the whole block
-//     loads the box with cp.async (16-byte chunks where aligned and in bounds, cp.async zero-fill for whole
-//     out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would write: same traversal,
+//     loads the box with cp.async (16-byte chunks where aligned and in bounds, cp.async zero-fill or a
+//     16-byte fill store for whole out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would write: same traversal,
 //     element strides, OOB zero/NaN fill and swizzle permutation. In box_wait() each thread waits for its
 //     own cp.async group, then arrives on the mbarrier once and waits for the phase.
 // Either way completion is the same mbarrier phase, so box_wait() is one call for both.

@@ -1,7 +1,8 @@
 // A ring of box buffers: load box k+Stages-1 while the block works on box k (the async-copy pattern done
 // right: one barrier per stage, phases tracked per stage, a buffer refilled only after every thread is done
-// with it). Works on both box_load paths: every iteration issues exactly one load (box_load_none past the
-// end), so on the cp.async path the wait for box k leaves the Stages-1 later loads in flight.
+// with it). Works on both box_load paths: every iteration issues exactly one stage load, one cp.async group
+// (box_load_none past the end), so on the cp.async path the wait for stage k leaves the Stages-1 later
+// loads in flight. A stage may hold several boxes on its one barrier (for_each_stage_pipelined).
 #pragma once
 #include "tmakit/box_load.cuh"
 

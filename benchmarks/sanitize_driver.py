@@ -77,16 +77,17 @@ def main() -> int:
                     ops.ptx_tile_copy(dst, src, backend=backend)
                     _driver.call("cuCtxSynchronize")
                     check(f"ptx_tile_copy {backend} {shape} {np.dtype(dtype).name}", dst.to_host().tobytes() == host.tobytes())
-        # a dst 16 bytes into a sector: every row shifted, and 256 rows need one more tile row
-        shape = (256, 48)
+        # a dst 16 bytes into a sector: every row shifted, and 512 rows (two whole tile rows) need a third
+        shape = (512, 48)
         host = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16)
-        with DeviceArray.from_host(host) as src, DeviceArray.zeros(256 * 48 + 16, np.uint16) as buffer:
-            ops.transpose(buffer[8:8 + 256 * 48].reshape(48, 256), src, backend=backend)
+        n = shape[0] * shape[1]
+        with DeviceArray.from_host(host) as src, DeviceArray.zeros(n + 16, np.uint16) as buffer:
+            ops.transpose(buffer[8:8 + n].reshape(shape[::-1]), src, backend=backend)
             _driver.call("cuCtxSynchronize")
             got = buffer.to_host()
             check(f"transpose {backend} {shape} uint16 at dst offset 16",
-                  got[8:8 + 256 * 48].tobytes() == np.ascontiguousarray(host.T).tobytes() and not got[:8].any()
-                  and not got[8 + 256 * 48:].any())
+                  got[8:8 + n].tobytes() == np.ascontiguousarray(host.T).tobytes() and not got[:8].any()
+                  and not got[8 + n:].any())
     return 1 if failures else 0
 
 

@@ -22,11 +22,14 @@
 // So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
 // row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
 // rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
-// [r0 - V, r0 + H - V): every run starts and ends on a sector boundary.
+// [r0 - V, r0 + H - V): every run starts and ends on a sector boundary, but for the first tile row, whose
+// runs stay unshifted (see turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
 //
-// All shared-memory traffic of the tile's own items is bank-conflict free: lane order (g fastest, then slice
-// p, then q) puts 8 micro-blocks (g, c(g, q)) with 8 different chunks under the 128B swizzle (chunk ^= row % 8)
-// in each phase of a warp's loads and stores (tests/test_ops.py counts it with tmakit.layout).
+// Shared memory: the tile's own items are bank-conflict free: lane order (g fastest, then slice p, then q)
+// puts 8 micro-blocks (g, c(g, q)) with 8 different chunks under the 128B swizzle (chunk ^= row % 8) in each
+// phase of a warp's loads and stores; the exceptions are 8-byte elements in two classes (the shifted class's
+// stores 2-way, column_chunk says why) and the prefix's 8P items, whose stores all land in image column 0
+// (up to 8-way, on one warp). tests/test_ops.py counts all of it with tmakit.layout.
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
 #include "tmakit/swizzle.cuh"
@@ -218,8 +221,9 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
   uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x H/W destination images
   const uint64_t tiles_c = (op.cols + W - 1) / W;
-  // A shifted class's run ends V rows before the tile's: one more tile row where that leaves rows over.
-  const uint64_t tiles_r = (op.rows + (prefix ? V : 0u) + kTileRows - 1) / kTileRows;
+  // A shifted class's run ends V rows before the tile's: one more tile row where that leaves rows over
+  // (never when one tile row holds them all: the first tile row is unshifted).
+  const uint64_t tiles_r = (op.rows + (prefix && op.rows > kTileRows ? V : 0u) + kTileRows - 1) / kTileRows;
   const uint64_t tiles = tiles_c * tiles_r;
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
   // and write dst rows in runs of G * H * E bytes, not H * E.
@@ -248,7 +252,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     // at a negative coordinate stops the kernel (illegal instruction on the H100: tma_store_probe.py). Its
     // runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
-    transpose_tile<T, Classes>(image, prefix, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, shifted != 0, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run

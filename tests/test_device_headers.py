@@ -198,6 +198,15 @@ int main(int argc, char** argv) {
     // The plain 2-D shortcut must agree with the general walk chunk by chunk (whole copies inside, wholly
     // out-of-bounds chunks outside), and the image it makes is the one compared with the model.
     const Plain2dBox plain_box(p, at);
+    // The extent given apart from BoxParams.box (a wider box stored from several images) is the box of a
+    // BoxParams with that extent: every field agrees.
+    BoxParams wider = p;
+    wider.box[0] = 2 * p.box[0];
+    const Plain2dBox given(p, at, wider.box[0], p.box[1]), made(wider, at);
+    if (given.plain != made.plain || given.per_row != made.per_row || given.pitch != made.pitch ||
+        given.rows_begin != made.rows_begin || given.rows_end != made.rows_end || given.origin != made.origin ||
+        given.chunks_begin != made.chunks_begin || given.chunks_end != made.chunks_end)
+      return 5;
     unsigned inside_chunks = 0;
     for (unsigned k = 0; k < box_image_bytes(p) / 16u; ++k) {
       const BoxChunk ch = box_chunk(p, at, k);
@@ -346,7 +355,9 @@ def test_cp_async_plan_matches_layout_model(tmp_path):
         cases.append(c)
     (tmp_path / "in.bin").write_bytes(bytes(blob))
     run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], capture_output=True, timeout=120)
-    assert run.returncode == 0, (run.returncode, run.stderr)  # 4: the plain 2-D shortcut disagreed
+    # 4: the plain 2-D shortcut disagreed with the general walk; 5: an extent given apart from box[] did not
+    # describe the box of that extent
+    assert run.returncode == 0, (run.returncode, run.stderr)
     plain, clipped, clipped_dim0 = (int(w) for w in run.stdout.decode().split() if w.isdigit())
     # the forced cases took the shortcut (a forced clip can still land inside: box[1] == 1, say)
     assert plain >= 60 and clipped >= 60 and clipped_dim0 >= 20, run.stdout

@@ -28,16 +28,22 @@ TMAKIT_HD uint32_t box_rows(const BoxParams& p) {
   return n;
 }
 
-TMAKIT_HD uint32_t box_row_bytes(const BoxParams& p) {
-  return p.interleave != 0 ? interleave_slice_bytes(p) : box_count(p, 0) * p.elem_size;
+// Data bytes of an image row of `elements` positions along dim 0 (an interleaved row is one whole slice).
+TMAKIT_HD uint32_t image_row_bytes(const BoxParams& p, uint32_t elements) {
+  return p.interleave != 0 ? interleave_slice_bytes(p) : elements * p.elem_size;
 }
 
-// Bytes from one row to the next in shared memory.
-TMAKIT_HD uint32_t box_row_pitch(const BoxParams& p) {
+TMAKIT_HD uint32_t box_row_bytes(const BoxParams& p) { return image_row_bytes(p, box_count(p, 0)); }
+
+// Bytes from one image row to the next in shared memory: rows narrower than the swizzle span are padded.
+TMAKIT_HD uint32_t image_row_pitch(const BoxParams& p, uint32_t elements) {
   const uint32_t span = (p.swizzle == 0 || p.interleave != 0) ? 0u : 16u << p.swizzle;  // 32/64/128 bytes
-  const uint32_t row = box_row_bytes(p);
+  const uint32_t row = image_row_bytes(p, elements);
   return row > span ? row : span;
 }
+
+// Bytes from one box row to the next in shared memory.
+TMAKIT_HD uint32_t box_row_pitch(const BoxParams& p) { return image_row_pitch(p, box_count(p, 0)); }
 
 // Data bytes of one box = the mbarrier expect_tx count (padding excluded).
 TMAKIT_HD uint32_t box_image_bytes(const BoxParams& p) { return box_rows(p) * box_row_bytes(p); }
@@ -141,7 +147,7 @@ struct Plain2dBox {
 
   TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at) : Plain2dBox(p, at, p.box[0], p.box[1]) {}
   TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at, uint32_t box0, uint32_t box1)
-      : plain(false), per_row(box0 * p.elem_size / 16u), pitch(box_row_pitch(p)), rows_begin(0), rows_end(0),
+      : plain(false), per_row(box0 * p.elem_size / 16u), pitch(image_row_pitch(p, box0)), rows_begin(0), rows_end(0),
         chunks_begin(0), chunks_end(0), stride(p.strides[1]) {
     const int64_t c0 = at.c[0], c1 = at.c[1], dim0 = (int64_t)p.dims[0], dim1 = (int64_t)p.dims[1];
     const int64_t e = p.elem_size;

@@ -30,6 +30,10 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
   if (threadIdx.x == 0) cp_async_bulk_tensor_s2g(rank, &dst, at, smem);
 #else
   if (dst.interleave != 0 || (int)dst.rank != rank || box_image_bytes(dst) != bytes) asm volatile("trap;");
+  // A TMA store box starting at a negative coordinate faults (illegal instruction, measured on the H100:
+  // tma_model.check_store_start); the twin faults too, so no kernel works on sm_80 and fails on sm_90.
+  for (int i = 0; i < rank; ++i)
+    if (at.c[i] < 0) asm volatile("trap;");
   const uint8_t* base = static_cast<const uint8_t*>(smem);
   const Plain2dBox box(dst, at);
   if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry

@@ -33,6 +33,7 @@ log = logging.getLogger("tmakit")
 _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
+_MAX_EXTENT = 2**31 - 1024  # tile coordinates (r0 - V .. r0 + 2H) stay in int32
 _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
 # Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
@@ -89,18 +90,19 @@ class SectorPlan:
     shifted: int
 
 
-def sector_plan(address: int, pitch: int, rows: int) -> SectorPlan:
-    """The sector plan of a dst whose first row is at ``address`` with ``rows`` rows of ``pitch`` bytes. A dst
-    that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to."""
+def sector_plan(address: int, pitch: int, dst_rows: int) -> SectorPlan:
+    """The sector plan of a dst whose first row is at ``address`` with ``dst_rows`` rows of ``pitch`` bytes. A
+    dst that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to."""
     if not _ALIGN_SECTORS or address % 16 or pitch % 16:
         return SectorPlan(1, 0)
-    if pitch % 32 == 0 or rows < 2:
+    if pitch % 32 == 0 or dst_rows < 2:
         return SectorPlan(1, int(address % 32 == 16))
     return SectorPlan(2, 1 if address % 32 == 16 else 2)
 
 
 def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
-    """dst's rows k, k + classes, ...: a strided view (one tensor map or BoxParams per class)."""
+    """dst's rows k, k + classes, ...: a strided view (one tensor map or BoxParams per class). The pitch comes
+    from the shape: dst is C-contiguous, and a 1-row dst may carry any stride."""
     rows, pitch = d.shape[0], d.shape[1] * d.itemsize
     return ArrayView(d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]), (classes * pitch, d.itemsize),
                      d.dtype_name, d.itemsize, d.device, d.owner)
@@ -142,6 +144,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
     choice = choose_backend(backend, device=s.device)
     rows, cols = s.shape
+    if max(rows, cols) > _MAX_EXTENT:
+        raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
+                                   "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
     reason = choice.reason
     if rows * cols == 0:
         return TransposeResult(choice, "empty")
@@ -183,7 +188,8 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     source_prefix = src_box(v) if prefix else source
     if sectors.classes == 1:
         targets.append(targets[0])
-    tiles = -(-(rows + (v if prefix else 0)) // plan.rows) * -(-cols // width)
+    # the kernel's tile count: one more tile row where shifted runs (V rows early) leave rows over
+    tiles = -(-(rows + (v if prefix and rows > plan.rows else 0)) // plan.rows) * -(-cols // width)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
     shared_mem = plan.shared_mem_for(prefix)

@@ -97,6 +97,9 @@ def test_copy_rejects_shape_dtype_and_layout_mismatch():
 def test_transpose_rejects_bad_shapes():
     with pytest.raises(InvalidArgumentError, match="src='shape \\(2, 3, 4\\)': must be 2-D"):
         ops.transpose(FakeDeviceArray((4, 3, 2)), FakeDeviceArray((2, 3, 4)))
+    with pytest.raises(InvalidArgumentError, match=r"src='shape \(2147483648, 1\)': each dimension must be at most "
+                                                   r"2147482624 \(tile coordinates are 32-bit"):
+        ops.transpose(FakeDeviceArray((1, 2**31), "|u1"), FakeDeviceArray((2**31, 1), "|u1"))
     with pytest.raises(InvalidArgumentError, match=r"dst='shape \(3, 4\)': must be \(4, 3\)"):
         ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
 

@@ -134,6 +134,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if d.shape != s.shape[::-1]:
         raise InvalidArgumentError("dst", f"shape {d.shape}", f"must be {s.shape[::-1]} (src {s.shape} transposed)",
                                    "allocate dst with the reversed shape")
+    if max(s.shape) > _MAX_EXTENT:
+        raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
+                                   "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
     _checks.require_same_dtype(d, s)
     _checks.require_same_device(d, s)
     _checks.require_contiguous(d, "dst")
@@ -144,9 +147,6 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
     choice = choose_backend(backend, device=s.device)
     rows, cols = s.shape
-    if max(rows, cols) > _MAX_EXTENT:
-        raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
-                                   "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
     reason = choice.reason
     if rows * cols == 0:
         return TransposeResult(choice, "empty")

@@ -66,6 +66,7 @@ def main() -> int:
     parser.add_argument("--cols", type=int, default=32768, help="source columns (of 4-byte elements)")
     parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
+    parser.add_argument("--dst-offset", type=int, default=0, help="bytes between a 256-byte boundary and dst's first row")
     parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
     args = parser.parse_args()
     variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0])
@@ -80,7 +81,8 @@ def main() -> int:
     rows = args.rows or int(args.gib * (1 << 30)) // (4 * cols) // 16 * 16  # dst pitches stay 16-byte multiples
     src = torch.randn(rows, cols, device="cuda")
     dst = torch.empty_like(src)
-    dst_t = torch.empty(cols, rows, device="cuda")
+    dst_bytes = torch.empty(rows * cols * 4 + 256, dtype=torch.uint8, device="cuda")  # 256-byte aligned (caching allocator)
+    dst_t = dst_bytes[args.dst_offset:args.dst_offset + rows * cols * 4].view(torch.float32).view(cols, rows)
     ratios: dict[tuple, list[float]] = {}
     for _ in range(args.rounds):
         for variant in variants:
@@ -100,7 +102,8 @@ def main() -> int:
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
     for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
-                          "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols], "vs_copy": statistics.median(values),
+                          "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols],
+                          "dst_offset": args.dst_offset, "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))
     return 0

@@ -192,12 +192,12 @@ struct TileImages {
 template <typename T, uint32_t Classes>
 __device__ __forceinline__ void store_tile_rows(const Plain2dBox& run, const uint8_t* images, uint32_t k) {
   typedef TileImages<T, Classes> I;
-  for (uint32_t n = threadIdx.x; n < I::kClassRows * run.per_row; n += blockDim.x) {
-    const uint32_t i = run.row_of(n), j = n - i * run.per_row;
-    if (!run.inside(i, j)) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(images + I::offset(j / 8u, k) +
-                                                    swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B));
-    __stcs(reinterpret_cast<uint4*>(run.address(i, j)), v);  // st.global.cs: written once
+  // run.per_row = H * E / 16 is a compile-time number here: the cursor's divisions fold away
+  for (ChunkCursor c(Turn<T>::kChunksPerRun, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
+    if (!run.inside(c.row, c.chunk)) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(images + I::offset(c.chunk / 8u, k) +
+                                                    swizzle_offset(c.row * kSpan + (c.chunk % 8u) * 16u, kSwizzle128B));
+    __stcs(reinterpret_cast<uint4*>(run.address(c.row, c.chunk)), v);  // st.global.cs: written once
   }
 }
 #endif
@@ -207,7 +207,7 @@ struct Operands {
   const BoxSource& src_prefix;  // box [W, V]: the V source rows before a tile
   const BoxSource& dst_even;    // class 0: every dst row (one class) or the even ones, box [W, W / classes]
   const BoxSource& dst_odd;     // class 1: the odd dst rows (two classes)
-  uint64_t rows, cols;
+  uint32_t tiles_r, tiles_c;    // the tile grid: tile rows (H source rows each), tile columns (W source columns)
   uint32_t shifted;             // bit k: class k's rows start 16 bytes into a sector
 };
 
@@ -220,20 +220,18 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
   uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x H/W destination images
-  const uint64_t tiles_c = (op.cols + W - 1) / W;
-  // A shifted class's run ends V rows before the tile's: one more tile row where that leaves rows over
-  // (never when one tile row holds them all: the first tile row is unshifted).
-  const uint64_t tiles_r = (op.rows + (prefix && op.rows > kTileRows ? V : 0u) + kTileRows - 1) / kTileRows;
-  const uint64_t tiles = tiles_c * tiles_r;
+  const uint32_t tiles_c = op.tiles_c, tiles_r = op.tiles_r;
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
-  // and write dst rows in runs of G * H * E bytes, not H * E.
-  constexpr uint64_t G = kGroupRows<E>;
-  auto tile_origin = [&](uint64_t t, int32_t& c0, int32_t& r0) {
-    const uint64_t group = t / (G * tiles_c), first = group * G;
-    const uint64_t height = tiles_r - first < G ? tiles_r - first : G;
-    const uint64_t in_group = t - group * G * tiles_c;
-    c0 = (int32_t)((in_group / height) * W);
-    r0 = (int32_t)((first + in_group % height) * kTileRows);
+  // and write dst rows in runs of G * H * E bytes, not H * E. 32-bit arithmetic (the host keeps the tile
+  // count below 2^32): a 64-bit division is a call of ~70 instructions, and every tile is placed twice.
+  constexpr uint32_t G = (uint32_t)kGroupRows<E>;
+  const uint32_t group_tiles = G * tiles_c;
+  auto tile_origin = [&](uint64_t tile, int32_t& c0, int32_t& r0) {
+    const uint32_t t = (uint32_t)tile, group = t / group_tiles, first = group * G;
+    const uint32_t height = tiles_r - first < G ? tiles_r - first : G;
+    const uint32_t in_group = t - group * group_tiles, column = in_group / height;
+    c0 = (int32_t)(column * W);
+    r0 = (int32_t)((first + (in_group - column * height)) * kTileRows);
   };
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
@@ -276,7 +274,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     }
     box_store_commit_wait_read<1>();
   };
-  for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, tiles, load_stage, turn_and_store);
+  for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
+                                    turn_and_store);
   box_store_drain();
 }
 
@@ -296,16 +295,18 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E]; dst_even / dst_odd:
 // dst's rows of class 0 / 1 (row_classes 1: dst itself, twice; 2: its even / odd rows, stride 2 * pitch),
 // box [128/E, 128/E / row_classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
-// shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
+// tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil(cols / W) tile
+// columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
+// product below 2^32. shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
 // Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes, plus
 // 2 KiB per stage when `shifted`, plus 1 KiB of alignment slack.
 extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
-                                            TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint64_t rows,
-                                            uint64_t cols, uint32_t esize, uint32_t row_classes, uint32_t shifted) {
+                                            TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint32_t tiles_r,
+                                            uint32_t tiles_c, uint32_t esize, uint32_t row_classes, uint32_t shifted) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bars[kStages];
   uint8_t* smem = align_shared(smem_raw, 1024);
-  const Operands op{src, src_prefix, dst_even, dst_odd, rows, cols, shifted};
+  const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, shifted};
   if (row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
   else transpose_by_size<1>(op, esize, smem, bars);
 }

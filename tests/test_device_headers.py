@@ -207,12 +207,26 @@ int main(int argc, char** argv) {
         given.rows_begin != made.rows_begin || given.rows_end != made.rows_end || given.origin != made.origin ||
         given.chunks_begin != made.chunks_begin || given.chunks_end != made.chunks_end)
       return 5;
+    // The block's strided walk (ChunkCursor) visits chunk k = first, first + step, ... as row k / per_row,
+    // chunk k % per_row, and ends with the box; steps below and above a row, and blocks of any width.
+    if (plain_box.plain) {
+      if (plain_box.rows != p.box[1]) return 6;
+      const unsigned total = plain_box.rows * plain_box.per_row;
+      for (unsigned step : {1u, 3u, 7u, 32u, 96u, 256u}) {
+        for (unsigned first = 0; first < step && first < 40u; ++first) {
+          unsigned k = first;
+          for (ChunkCursor c(plain_box.per_row, first, step); c.row < plain_box.rows; c.advance(), k += step)
+            if (k >= total || c.row != k / plain_box.per_row || c.chunk != k % plain_box.per_row) return 6;
+          if (k < total) return 6;
+        }
+      }
+    }
     unsigned inside_chunks = 0;
     for (unsigned k = 0; k < box_image_bytes(p) / 16u; ++k) {
       const BoxChunk ch = box_chunk(p, at, k);
       unsigned char* dst = image.data() + swizzle_offset(ch.image_offset, p.swizzle);
       if (plain_box.plain) {
-        const unsigned row = plain_box.row_of(k), chunk = k - row * plain_box.per_row;
+        const unsigned row = k / plain_box.per_row, chunk = k % plain_box.per_row;
         const bool inside = plain_box.inside(row, chunk);
         if (plain_box.image_offset(row, chunk) != ch.image_offset) return 4;
         if (inside && (chunk_kind(p, ch) != kChunkCopy16 || plain_box.address(row, chunk) != element_address(p, ch, 0)))
@@ -356,7 +370,7 @@ def test_cp_async_plan_matches_layout_model(tmp_path):
     (tmp_path / "in.bin").write_bytes(bytes(blob))
     run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], capture_output=True, timeout=120)
     # 4: the plain 2-D shortcut disagreed with the general walk; 5: an extent given apart from box[] did not
-    # describe the box of that extent
+    # describe the box of that extent; 6: the strided chunk walk (ChunkCursor) missed or misplaced a chunk
     assert run.returncode == 0, (run.returncode, run.stderr)
     plain, clipped, clipped_dim0 = (int(w) for w in run.stdout.decode().split() if w.isdigit())
     # the forced cases took the shortcut (a forced clip can still land inside: box[1] == 1, say)

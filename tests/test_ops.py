@@ -100,6 +100,9 @@ def test_transpose_rejects_bad_shapes():
     with pytest.raises(InvalidArgumentError, match=r"src='shape \(2147483648, 1\)': each dimension must be at most "
                                                    r"2147482624 \(tile coordinates are 32-bit"):
         ops.transpose(FakeDeviceArray((1, 2**31), "|u1"), FakeDeviceArray((2**31, 1), "|u1"))
+    with pytest.raises(InvalidArgumentError, match=r"src='shape \(1073741824, 1073741824\)': makes up to \d+ tiles; "
+                                                   r"the kernel counts tiles in 32 bits"):
+        ops.transpose(FakeDeviceArray((2**30, 2**30), "|u1"), FakeDeviceArray((2**30, 2**30), "|u1"))
     with pytest.raises(InvalidArgumentError, match=r"dst='shape \(3, 4\)': must be \(4, 3\)"):
         ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
 
@@ -193,6 +196,18 @@ def test_sector_plan_aligns_runs_to_32_byte_sectors():
     assert sector_plan(0x1010, 16336, 1) == SectorPlan(1, 1)     # one row: one class
     assert sector_plan(0x1008, 16336, 10) == SectorPlan(1, 0)    # not 16-byte aligned: the any-pitch walk
     assert sector_plan(0x1000, 100, 10) == SectorPlan(1, 0)
+
+
+def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
+    """Tile rows of H source rows and tile columns of 128 bytes; shifted runs end V rows before a tile's, so
+    one more tile row where that leaves rows over, but not when one tile row holds every row."""
+    from tmakit.ops.transpose import tile_grid
+
+    assert tile_grid(16384, 32768, 4, 256, False) == (64, 1024)
+    assert tile_grid(16384, 32768, 4, 256, True) == (65, 1024)       # 4 rows (V) past the last tile's run
+    assert tile_grid(16368, 131072, 1, 256, True) == (64, 1024)      # 16368 + 16 fits 64 tile rows
+    assert tile_grid(256, 100, 1, 256, True) == (1, 1)              # one tile row: no shifted runs in it
+    assert tile_grid(257, 100, 8, 256, True) == (2, 7)
 
 
 def test_transpose_tile_plan_fits_the_device():

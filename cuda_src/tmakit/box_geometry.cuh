@@ -19,6 +19,7 @@ TMAKIT_HD uint32_t interleave_slice_bytes(const BoxParams& p) { return p.interle
 TMAKIT_HD uint32_t box_count(const BoxParams& p, int i) {
   if (p.interleave == 0 && i == 0) return p.box[0];
   if (p.interleave != 0 && i == (int)p.rank - 2) return 1;
+  if (p.elem_strides[i] == 1) return p.box[i];  // the usual case, without a division (every box load asks)
   return (p.box[i] + p.elem_strides[i] - 1) / p.elem_strides[i];
 }
 
@@ -141,41 +142,62 @@ TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
 struct Plain2dBox {
   bool plain;
   uint32_t per_row, pitch;            // chunks per box row; image bytes per row
+  uint32_t rows;                      // box rows (the extent in dim 1)
   uint32_t rows_begin, rows_end;      // box rows inside the tensor
   uint32_t chunks_begin, chunks_end;  // chunks of a row inside the tensor
   uint64_t origin, stride;            // global address of the box's first element (if it were inside); row pitch
 
   TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at) : Plain2dBox(p, at, p.box[0], p.box[1]) {}
   TMAKIT_HD Plain2dBox(const BoxParams& p, const Coords& at, uint32_t box0, uint32_t box1)
-      : plain(false), per_row(box0 * p.elem_size / 16u), pitch(image_row_pitch(p, box0)), rows_begin(0), rows_end(0),
-        chunks_begin(0), chunks_end(0), stride(p.strides[1]) {
+      : plain(false), per_row(box0 * p.elem_size / 16u), pitch(image_row_pitch(p, box0)), rows(box1), rows_begin(0),
+        rows_end(0), chunks_begin(0), chunks_end(0), stride(p.strides[1]) {
     const int64_t c0 = at.c[0], c1 = at.c[1], dim0 = (int64_t)p.dims[0], dim1 = (int64_t)p.dims[1];
     const int64_t e = p.elem_size;
     origin = p.address + (uint64_t)c1 * p.strides[1] + (uint64_t)c0 * (uint64_t)e;  // wraps like two's complement
     if (!(p.rank == 2 && p.interleave == 0 && p.elem_strides[0] == 1 && p.elem_strides[1] == 1 &&
-          (box0 * e) % 16 == 0 && (p.strides[1] & 15u) == 0 && (origin & 15u) == 0))
+          (e == 1 || e == 2 || e == 4 || e == 8) && (box0 * e) % 16 == 0 && (p.strides[1] & 15u) == 0 &&
+          (origin & 15u) == 0))
       return;
     // Dim 0 clipped (either end): the tensor's own chunk grid must be the box's, so no chunk straddles an end
     // (with the origin aligned, a whole-chunk start also means an aligned tensor base).
     const bool inside0 = c0 >= 0 && c0 + (int64_t)box0 <= dim0;
     if (!inside0 && (((c0 * e) & 15) != 0 || ((dim0 * e) & 15) != 0)) return;
     plain = true;
-    const int64_t v = 16 / e;  // elements per chunk
+    // elements per chunk: 16 / e = 1 << shift (a shift, not a 64-bit division: this runs once per box)
+    const uint32_t shift = 4u - ((e & 10) ? 1u : 0u) - ((e & 12) ? 2u : 0u);
     const int64_t lo0 = c0 < 0 ? -c0 : 0, hi0 = dim0 - c0 < (int64_t)box0 ? dim0 - c0 : (int64_t)box0;
     const int64_t lo1 = c1 < 0 ? -c1 : 0, hi1 = dim1 - c1 < (int64_t)box1 ? dim1 - c1 : (int64_t)box1;
-    if (hi0 > lo0 && hi1 > lo1) {  // otherwise nothing is inside: empty ranges
-      chunks_begin = (uint32_t)(lo0 / v);
-      chunks_end = (uint32_t)(hi0 / v);
+    if (hi0 > lo0 && hi1 > lo1) {  // otherwise nothing is inside: empty ranges (lo, hi >= 0 here)
+      chunks_begin = (uint32_t)(lo0 >> shift);
+      chunks_end = (uint32_t)(hi0 >> shift);
       rows_begin = (uint32_t)lo1;
       rows_end = (uint32_t)hi1;
     }
   }
-  TMAKIT_HD uint32_t row_of(uint32_t k) const { return k / per_row; }
   TMAKIT_HD bool inside(uint32_t row, uint32_t chunk) const {
     return row >= rows_begin && row < rows_end && chunk >= chunks_begin && chunk < chunks_end;
   }
   TMAKIT_HD uint32_t image_offset(uint32_t row, uint32_t chunk) const { return row * pitch + chunk * 16u; }
   TMAKIT_HD uint64_t address(uint32_t row, uint32_t chunk) const { return origin + row * stride + chunk * 16u; }
+};
+
+// A block's strided walk over the chunks of a box (k = first, first + step, ...) as (row, chunk) in rows of
+// `per_row` chunks: two divisions to start, none per step (a division is ~20 instructions, and the cp.async
+// paths walk every chunk of every tile). Loop while row < the box's rows.
+struct ChunkCursor {
+  uint32_t row, chunk;
+  uint32_t per_row, step_rows, step_chunks;
+  TMAKIT_HD ChunkCursor(uint32_t per_row_, uint32_t first, uint32_t step)
+      : row(first / per_row_), chunk(first % per_row_), per_row(per_row_), step_rows(step / per_row_),
+        step_chunks(step % per_row_) {}
+  TMAKIT_HD void advance() {
+    row += step_rows;
+    chunk += step_chunks;
+    if (chunk >= per_row) {
+      chunk -= per_row;
+      ++row;
+    }
+  }
 };
 
 // oob_fill_bits repeated over 8 bytes: half of a whole chunk outside the tensor.

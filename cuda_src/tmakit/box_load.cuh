@@ -122,11 +122,10 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
   const Plain2dBox box(src, at);
   if (box.plain) {  // whole copies inside, whole fill chunks outside: no per-chunk geometry
     const uint64_t fill = oob_fill_8_bytes(src);
-    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
-      const uint32_t row = box.row_of(k), chunk = k - row * box.per_row;
-      uint8_t* dst = base + swizzle_offset(box.image_offset(row, chunk), src.swizzle);
-      if (box.inside(row, chunk))
-        cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(row, chunk)), src.l2_promotion);
+    for (ChunkCursor c(box.per_row, threadIdx.x, blockDim.x); c.row < box.rows; c.advance()) {
+      uint8_t* dst = base + swizzle_offset(box.image_offset(c.row, c.chunk), src.swizzle);
+      if (box.inside(c.row, c.chunk))
+        cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(c.row, c.chunk)), src.l2_promotion);
       else if (fill == 0)
         cp_async_zero_16(src, dst);
       else

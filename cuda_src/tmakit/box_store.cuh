@@ -37,11 +37,10 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
   const uint8_t* base = static_cast<const uint8_t*>(smem);
   const Plain2dBox box(dst, at);
   if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry
-    for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
-      const uint32_t row = box.row_of(k), chunk = k - row * box.per_row;
-      if (box.inside(row, chunk))
-        *reinterpret_cast<uint4*>(box.address(row, chunk)) =
-            *reinterpret_cast<const uint4*>(base + swizzle_offset(box.image_offset(row, chunk), dst.swizzle));
+    for (ChunkCursor c(box.per_row, threadIdx.x, blockDim.x); c.row < box.rows; c.advance()) {
+      if (box.inside(c.row, c.chunk))
+        *reinterpret_cast<uint4*>(box.address(c.row, c.chunk)) =
+            *reinterpret_cast<const uint4*>(base + swizzle_offset(box.image_offset(c.row, c.chunk), dst.swizzle));
     }
     return;
   }

@@ -108,6 +108,14 @@ def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
                      d.dtype_name, d.itemsize, d.device, d.owner)
 
 
+def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool) -> tuple[int, int]:
+    """(tile rows, tile columns) of the transpose of a rows x cols source: tiles of ``tile_rows`` source rows
+    by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early) leave rows over
+    (never when one tile row holds them all: the first tile row is unshifted). The kernel takes both."""
+    extra = 16 // esize if prefix and rows > tile_rows else 0
+    return -(-(rows + extra) // tile_rows), -(-cols // (_SPAN // esize))
+
+
 @dataclass(frozen=True)
 class TransposeResult:
     backend: BackendChoice
@@ -137,6 +145,10 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if max(s.shape) > _MAX_EXTENT:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
                                    "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
+    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for plans in _PLANS.values() for p in plans), True)
+    if worst[0] * worst[1] >= 2**32:
+        raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
+                                   "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
     _checks.require_same_dtype(d, s)
     _checks.require_same_device(d, s)
     _checks.require_contiguous(d, "dst")
@@ -188,12 +200,11 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     source_prefix = src_box(v) if prefix else source
     if sectors.classes == 1:
         targets.append(targets[0])
-    # the kernel's tile count: one more tile row where shifted runs (V rows early) leave rows over
-    tiles = -(-(rows + (v if prefix and rows > plan.rows else 0)) // plan.rows) * -(-cols // width)
+    tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
     shared_mem = plan.shared_mem_for(prefix)
-    grid = max(1, min(tiles, k.resident_blocks(_THREADS, shared_mem)))
-    k(source, source_prefix, *targets, rows, cols, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
+    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(_THREADS, shared_mem)))
+    k(source, source_prefix, *targets, tiles_r, tiles_c, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
       block=(_THREADS, 1, 1), shared_mem=shared_mem, stream=stream)
     return TransposeResult(choice, reason, sectors)

@@ -180,4 +180,18 @@ __device__ __forceinline__ void box_wait(MbarrierPhase& phase) {
   phase.wait();
 }
 
+// box_wait when EVERY thread of the block waits (a ring's stage): the same completion, but on the cp.async
+// path through the block barrier instead of the mbarrier, whose wait spins (test_wait on sm_80) while the
+// slowest warp arrives. The phase still advances, so both calls track the same stages.
+template <int LaterLoads = 0>
+__device__ __forceinline__ void box_wait_block(MbarrierPhase& phase) {
+#if TMAKIT_USE_TMA
+  phase.wait();
+#else
+  cp_async_wait_group<LaterLoads>();  // this thread's copies of the awaited box have landed
+  __syncthreads();                    // ... and every other thread's: the box is complete for the block
+  phase.parity ^= 1u;
+#endif
+}
+
 }  // namespace tmakit

@@ -39,7 +39,7 @@ __device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t
     else box_load_none();
     const int s = (int)(k % Stages);
     MbarrierPhase phase{&bars[s], (parities >> s) & 1u};
-    box_wait<Stages - 1>(phase);  // stages k+1 .. k+Stages-1 stay in flight
+    box_wait_block<Stages - 1>(phase);  // stages k+1 .. k+Stages-1 stay in flight
     parities ^= 1u << s;
     consume(stage, smem + s * stage_bytes);
     __syncthreads();

@@ -44,12 +44,6 @@ using namespace tmakit;
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
 
-// Timing experiment only (transpose_stages.py's "free" variant): shifted runs without loading or turning the
-// prefix, so the first chunk of every shifted run is wrong; measures what the prefix costs.
-#ifndef TMAKIT_TRANSPOSE_EXPERIMENT_FREE_PREFIX
-#define TMAKIT_TRANSPOSE_EXPERIMENT_FREE_PREFIX 0
-#endif
-
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
 constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile
@@ -239,13 +233,12 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     c0 = (int32_t)(column * W);
     r0 = (int32_t)((first + (in_group - column * height)) * kTileRows);
   };
-  const bool load_prefix = prefix && !TMAKIT_TRANSPOSE_EXPERIMENT_FREE_PREFIX;
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    box_load_expect(bar, kTileBytes + (load_prefix ? V * kSpan : 0u));
+    box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
     box_load_part(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
-    if (load_prefix) box_load_part(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
+    if (prefix) box_load_part(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
     box_load_commit();
   };
   uint32_t done = 0;
@@ -257,7 +250,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     // at a negative coordinate stops the kernel (illegal instruction on the H100: tma_store_probe.py). Its
     // runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
-    transpose_tile<T, Classes>(image, shifted != 0 && load_prefix, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, shifted != 0, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run

@@ -55,8 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs
-# on/off/free (free: shifted runs without their prefix, timing only)]
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
 VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
@@ -91,8 +90,6 @@ def main() -> int:
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             tr._L2_PROMOTION = L2Promotion.parse(l2)
             tr._ALIGN_SECTORS = sectors != "off"
-            # "free": shifted runs without their prefix (TMAKIT_TRANSPOSE_EXPERIMENT_FREE_PREFIX), timed unchecked
-            tr._EXPERIMENT_DEFINES = {"TMAKIT_TRANSPOSE_EXPERIMENT_FREE_PREFIX": 1} if sectors == "free" else {}
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
@@ -101,8 +98,7 @@ def main() -> int:
                 fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
                 fn()
                 torch.cuda.synchronize()
-                exact = sectors == "free" or torch.equal(d_x, s_x.t())
-                ms = _time_ms(torch, fn, 3, 15) if exact else float("nan")
+                ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
     for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,

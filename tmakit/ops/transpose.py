@@ -38,8 +38,6 @@ _IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buff
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
 # Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
 _ALIGN_SECTORS = True
-# Extra compile-time defines for timing experiments (benchmarks/experiments/transpose_stages.py); empty in use.
-_EXPERIMENT_DEFINES: dict[str, int] = {}
 # No L2 promotion (tensor map) or cp.async .L2:: prefetch hint. A tile's source rows are 128-byte segments,
 # whole L2 lines only when the source pitch is a multiple of 128; measured on the H100 (transpose_stages.py,
 # 2026-11-23), promoting to 128 B cost 0.06-0.09 of copy speed when it is not (pitch = 64 mod 128), and
@@ -204,7 +202,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
         targets.append(targets[0])
     tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes, **_EXPERIMENT_DEFINES)
+               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
     shared_mem = plan.shared_mem_for(prefix)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(_THREADS, shared_mem)))
     k(source, source_prefix, *targets, tiles_r, tiles_c, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),

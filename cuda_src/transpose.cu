@@ -192,13 +192,20 @@ struct TileImages {
 template <typename T, uint32_t Classes>
 __device__ __forceinline__ void store_tile_rows(const Plain2dBox& run, const uint8_t* images, uint32_t k) {
   typedef TileImages<T, Classes> I;
-  // run.per_row = H * E / 16 is a compile-time number here: the cursor's divisions fold away
-  for (ChunkCursor c(Turn<T>::kChunksPerRun, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
-    if (!run.inside(c.row, c.chunk)) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(images + I::offset(c.chunk / 8u, k) +
-                                                    swizzle_offset(c.row * kSpan + (c.chunk % 8u) * 16u, kSwizzle128B));
-    __stcs(reinterpret_cast<uint4*>(run.address(c.row, c.chunk)), v);  // st.global.cs: written once
+  constexpr uint32_t kPerRow = Turn<T>::kChunksPerRun;  // = run.per_row
+  auto store = [&](uint32_t i, uint32_t j, uint64_t address) {
+    const uint4 v = *reinterpret_cast<const uint4*>(images + I::offset(j / 8u, k) +
+                                                    swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B));
+    __stcs(reinterpret_cast<uint4*>(address), v);  // st.global.cs: written once
+  };
+  if (run.all_inside() && blockDim.x % kPerRow == 0) {  // interior tiles: one chunk column per thread
+    const uint32_t j = threadIdx.x % kPerRow, step = blockDim.x / kPerRow;
+    uint64_t address = run.address(threadIdx.x / kPerRow, j);
+    for (uint32_t i = threadIdx.x / kPerRow; i < I::kClassRows; i += step, address += step * run.stride) store(i, j, address);
+    return;
   }
+  for (ChunkCursor c(kPerRow, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance())
+    if (run.inside(c.row, c.chunk)) store(c.row, c.chunk, run.address(c.row, c.chunk));
 }
 #endif
 

@@ -182,7 +182,7 @@ using namespace tmakit;
 int main(int argc, char** argv) {
   FILE* in = fopen(argv[1], "rb");
   FILE* out = fopen(argv[2], "wb");
-  unsigned plain_boxes = 0, clipped_boxes = 0, clipped_dim0 = 0;
+  unsigned plain_boxes = 0, clipped_boxes = 0, clipped_dim0 = 0, fast_walks = 0;
   BoxParams p;
   while (fread(&p, sizeof p, 1, in) == 1) {
     Coords at;
@@ -207,17 +207,25 @@ int main(int argc, char** argv) {
         given.rows_begin != made.rows_begin || given.rows_end != made.rows_end || given.origin != made.origin ||
         given.chunks_begin != made.chunks_begin || given.chunks_end != made.chunks_end)
       return 5;
-    // The block's strided walk (ChunkCursor) visits chunk k = first, first + step, ... as row k / per_row,
-    // chunk k % per_row, and ends with the box; steps below and above a row, and blocks of any width.
+    // The block's strided walk (plain_box_walk: constant steps where the box is wholly inside and a step is
+    // whole rows of whole swizzle periods, else ChunkCursor) visits chunk k = first, first + step, ... with
+    // the offset, address and bounds of row k / per_row, chunk k % per_row, and ends with the box.
     if (plain_box.plain) {
       if (plain_box.rows != p.box[1]) return 6;
-      const unsigned total = plain_box.rows * plain_box.per_row;
+      const unsigned per_row = plain_box.per_row, total = plain_box.rows * per_row;
       for (unsigned step : {1u, 3u, 7u, 32u, 96u, 256u}) {
         for (unsigned first = 0; first < step && first < 40u; ++first) {
           unsigned k = first;
-          for (ChunkCursor c(plain_box.per_row, first, step); c.row < plain_box.rows; c.advance(), k += step)
-            if (k >= total || c.row != k / plain_box.per_row || c.chunk != k % plain_box.per_row) return 6;
-          if (k < total) return 6;
+          bool bad = false;
+          plain_box_walk(plain_box, p.swizzle, first, step, [&](unsigned offset, unsigned long long address, bool inside) {
+            const unsigned row = k / per_row, chunk = k % per_row;
+            bad |= k >= total || offset != swizzle_offset(plain_box.image_offset(row, chunk), p.swizzle) ||
+                   inside != plain_box.inside(row, chunk) || (inside && address != plain_box.address(row, chunk));
+            k += step;
+          });
+          if (bad || k < total) return 6;
+          fast_walks += plain_box.all_inside() && step % per_row == 0 &&
+                        (step / per_row * plain_box.pitch) % swizzle_period(p.swizzle) == 0;
         }
       }
     }
@@ -255,7 +263,8 @@ int main(int argc, char** argv) {
     fwrite(image.data(), 1, image_bytes, out);
   }
   fclose(out);
-  printf("plain 2-D boxes: %u clipped: %u in dim 0: %u\n", plain_boxes, clipped_boxes, clipped_dim0);
+  printf("plain 2-D boxes: %u clipped: %u in dim 0: %u constant-step walks: %u\n", plain_boxes, clipped_boxes, clipped_dim0,
+         fast_walks);
   return 0;
 }
 """
@@ -370,11 +379,12 @@ def test_cp_async_plan_matches_layout_model(tmp_path):
     (tmp_path / "in.bin").write_bytes(bytes(blob))
     run = subprocess.run([str(exe), str(tmp_path / "in.bin"), str(tmp_path / "out.bin")], capture_output=True, timeout=120)
     # 4: the plain 2-D shortcut disagreed with the general walk; 5: an extent given apart from box[] did not
-    # describe the box of that extent; 6: the strided chunk walk (ChunkCursor) missed or misplaced a chunk
+    # describe the box of that extent; 6: the strided chunk walk (plain_box_walk) missed or misplaced a chunk
     assert run.returncode == 0, (run.returncode, run.stderr)
-    plain, clipped, clipped_dim0 = (int(w) for w in run.stdout.decode().split() if w.isdigit())
-    # the forced cases took the shortcut (a forced clip can still land inside: box[1] == 1, say)
-    assert plain >= 60 and clipped >= 60 and clipped_dim0 >= 20, run.stdout
+    plain, clipped, clipped_dim0, fast_walks = (int(w) for w in run.stdout.decode().split() if w.isdigit())
+    # the forced cases took the shortcut (a forced clip can still land inside: box[1] == 1, say), and the
+    # walk's constant-step path ran
+    assert plain >= 60 and clipped >= 60 and clipped_dim0 >= 20 and fast_walks >= 100, run.stdout
     got, offset = (tmp_path / "out.bin").read_bytes(), 0
     for c, want in zip(cases, expected):
         image = np.frombuffer(got[offset:offset + want.size], dtype=np.uint8)

@@ -9,6 +9,7 @@
 // interleave slice of 16 or 32 bytes, dim 0 is counted in slices (coordinate, box, element stride and bound),
 // dimension rank-2 is loaded at one position, and rows are never padded.
 #pragma once
+#include "tmakit/swizzle.cuh"
 #include "tmakit/types.cuh"
 
 namespace tmakit {
@@ -177,9 +178,23 @@ struct Plain2dBox {
   TMAKIT_HD bool inside(uint32_t row, uint32_t chunk) const {
     return row >= rows_begin && row < rows_end && chunk >= chunks_begin && chunk < chunks_end;
   }
+  TMAKIT_HD bool all_inside() const { return rows_begin == 0 && rows_end == rows && chunks_begin == 0 && chunks_end == per_row; }
   TMAKIT_HD uint32_t image_offset(uint32_t row, uint32_t chunk) const { return row * pitch + chunk * 16u; }
   TMAKIT_HD uint64_t address(uint32_t row, uint32_t chunk) const { return origin + row * stride + chunk * 16u; }
 };
+
+// log2 of a power of two
+TMAKIT_HD uint32_t log2_pow2(uint32_t d) {
+#ifdef __CUDA_ARCH__
+  return (uint32_t)__ffs((int)d) - 1u;
+#else
+  return (uint32_t)__builtin_ctz(d);
+#endif
+}
+
+// n / d and n % d, by shifts when d is a power of two (box rows usually are whole chunks of a power of two).
+TMAKIT_HD uint32_t divide(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n >> log2_pow2(d) : n / d; }
+TMAKIT_HD uint32_t remainder(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n & (d - 1) : n % d; }
 
 // A block's strided walk over the chunks of a box (k = first, first + step, ...) as (row, chunk) in rows of
 // `per_row` chunks: two divisions to start, none per step (a division is ~20 instructions, and the cp.async
@@ -188,8 +203,8 @@ struct ChunkCursor {
   uint32_t row, chunk;
   uint32_t per_row, step_rows, step_chunks;
   TMAKIT_HD ChunkCursor(uint32_t per_row_, uint32_t first, uint32_t step)
-      : row(first / per_row_), chunk(first % per_row_), per_row(per_row_), step_rows(step / per_row_),
-        step_chunks(step % per_row_) {}
+      : row(divide(first, per_row_)), chunk(remainder(first, per_row_)), per_row(per_row_),
+        step_rows(divide(step, per_row_)), step_chunks(remainder(step, per_row_)) {}
   TMAKIT_HD void advance() {
     row += step_rows;
     chunk += step_chunks;
@@ -199,6 +214,28 @@ struct ChunkCursor {
     }
   }
 };
+
+// The walk of a plain box's chunks k = first, first + step, ... (a block: threadIdx.x, blockDim.x):
+// visit(swizzled image offset, global address, inside) for each. Where the box lies wholly inside and a step
+// is whole rows of whole swizzle periods (the interior tiles of copy and transpose), both advance by
+// constants: a handful of instructions per chunk instead of the cursor, swizzle and bounds.
+template <class Visit>
+TMAKIT_HD void plain_box_walk(const Plain2dBox& box, uint32_t swizzle, uint32_t first, uint32_t step, Visit visit) {
+  if (box.all_inside() && remainder(step, box.per_row) == 0) {
+    const uint32_t step_rows = divide(step, box.per_row), offset_step = step_rows * box.pitch;
+    if (offset_step % swizzle_period(swizzle) == 0) {
+      const uint32_t chunk = remainder(first, box.per_row);
+      uint32_t row = divide(first, box.per_row);
+      uint32_t offset = swizzle_offset(box.image_offset(row, chunk), swizzle);
+      uint64_t address = box.address(row, chunk);
+      const uint64_t address_step = (uint64_t)step_rows * box.stride;
+      for (; row < box.rows; row += step_rows, offset += offset_step, address += address_step) visit(offset, address, true);
+      return;
+    }
+  }
+  for (ChunkCursor c(box.per_row, first, step); c.row < box.rows; c.advance())
+    visit(swizzle_offset(box.image_offset(c.row, c.chunk), swizzle), box.address(c.row, c.chunk), box.inside(c.row, c.chunk));
+}
 
 // oob_fill_bits repeated over 8 bytes: half of a whole chunk outside the tensor.
 TMAKIT_HD uint64_t oob_fill_8_bytes(const BoxParams& p) {

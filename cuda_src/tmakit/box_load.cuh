@@ -122,15 +122,20 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
   const Plain2dBox box(src, at);
   if (box.plain) {  // whole copies inside, whole fill chunks outside: no per-chunk geometry
     const uint64_t fill = oob_fill_8_bytes(src);
-    for (ChunkCursor c(box.per_row, threadIdx.x, blockDim.x); c.row < box.rows; c.advance()) {
-      uint8_t* dst = base + swizzle_offset(box.image_offset(c.row, c.chunk), src.swizzle);
-      if (box.inside(c.row, c.chunk))
-        cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(box.address(c.row, c.chunk)), src.l2_promotion);
-      else if (fill == 0)
-        cp_async_zero_16(src, dst);
-      else
-        *reinterpret_cast<uint4*>(dst) = make_uint4((uint32_t)fill, (uint32_t)(fill >> 32), (uint32_t)fill, (uint32_t)(fill >> 32));
-    }
+    auto copy = [&](uint32_t promotion) {
+      return [&, promotion](uint32_t offset, uint64_t address, bool inside) {
+        uint8_t* dst = base + offset;
+        if (inside)
+          cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(address), promotion);
+        else if (fill == 0)
+          cp_async_zero_16(src, dst);
+        else
+          *reinterpret_cast<uint4*>(dst) = make_uint4((uint32_t)fill, (uint32_t)(fill >> 32), (uint32_t)fill, (uint32_t)(fill >> 32));
+      };
+    };
+    // without an L2 hint (the usual case) the hint's switch folds away inside the walk
+    if (src.l2_promotion == 0) plain_box_walk(box, src.swizzle, threadIdx.x, blockDim.x, copy(0));
+    else plain_box_walk(box, src.swizzle, threadIdx.x, blockDim.x, copy(src.l2_promotion));
   } else {
     for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);

@@ -37,11 +37,9 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
   const uint8_t* base = static_cast<const uint8_t*>(smem);
   const Plain2dBox box(dst, at);
   if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry
-    for (ChunkCursor c(box.per_row, threadIdx.x, blockDim.x); c.row < box.rows; c.advance()) {
-      if (box.inside(c.row, c.chunk))
-        *reinterpret_cast<uint4*>(box.address(c.row, c.chunk)) =
-            *reinterpret_cast<const uint4*>(base + swizzle_offset(box.image_offset(c.row, c.chunk), dst.swizzle));
-    }
+    plain_box_walk(box, dst.swizzle, threadIdx.x, blockDim.x, [&](uint32_t offset, uint64_t address, bool inside) {
+      if (inside) *reinterpret_cast<uint4*>(address) = *reinterpret_cast<const uint4*>(base + offset);
+    });
     return;
   }
   for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {

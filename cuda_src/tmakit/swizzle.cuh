@@ -16,6 +16,9 @@ TMAKIT_HD uint32_t swizzle_offset(uint32_t offset, uint32_t mode) {
   return offset ^ (((offset >> 7) & mask) << 4);
 }
 
+// Bytes after which the swizzle repeats: swizzle_offset(o + n * period) == swizzle_offset(o) + n * period.
+TMAKIT_HD uint32_t swizzle_period(uint32_t mode) { return mode == kSwizzleNone ? 16u : 128u << mode; }
+
 // Alignment the destination of a swizzled box needs (bytes); 128 without swizzle, as TMA requires.
 TMAKIT_HD uint32_t swizzle_alignment(uint32_t mode) { return mode == kSwizzleNone ? 128u : 128u << mode; }
 

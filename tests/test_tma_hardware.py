@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import os
 import random
 
@@ -95,7 +96,9 @@ def random_case(rng: random.Random):
             acc *= d
         extent = acc if rank > 1 else dims[0] * size
         oob = 1 if (dtype.is_float and rng.random() < 0.4) else 0
-        if extent > 4 << 20 or check_tiled(dtype, 1 << 40, dims, strides, box, es, swizzle=swizzle, oob_fill=oob):
+        # the image (rows padded to the swizzle span) must fit a block's shared memory, which load_tiles checks
+        image = max(box[0] * size, swizzle.span) * math.prod(-(-b // e) for b, e in zip(box[1:], es[1:]))
+        if image > 160 << 10 or extent > 4 << 20 or check_tiled(dtype, 1 << 40, dims, strides, box, es, swizzle=swizzle, oob_fill=oob):
             continue
         offset = 256 * rng.randrange((BUFFER_BYTES - extent) // 256)
         unit = max(1, 16 // size)  # dim-0 starts must be 16-byte aligned
@@ -122,8 +125,11 @@ def test_hardware_images_equal_cpu_model_and_cp_async_twin():
                               device=0, owner=buf)
             coords_np = [list(reversed(c)) for c in case["coords"]]
             memory = host[case["offset"]:]
-            tma = load_tiles(tm, coords_np, backend="tma")
-            cpa = None if case["dtype"] in CONVERTING else load_tiles(tm, coords_np, backend="cp.async")
+            try:
+                tma = load_tiles(tm, coords_np, backend="tma")
+                cpa = None if case["dtype"] in CONVERTING else load_tiles(tm, coords_np, backend="cp.async")
+            except Exception as exc:  # the seed reproduces the case (TMAKIT_HW_SEED)
+                raise AssertionError(f"TMAKIT_HW_SEED={seed}, case {n}: {exc}") from exc
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, memory, c, poison=POISON)
                 ok_tma = np.array_equal(tma.images[i], model)

@@ -42,6 +42,18 @@ bytes for 1/2/4/8-byte elements:
   cp.async: 1B 0.69-0.74 / 0.58-0.60, 2B 0.70-0.71 / 0.68, 4B 0.74 / 0.75, 8B 0.75 / 0.74-0.77. Kept on.
 - 288 threads when a tile turns its prefix (so warp 0 never turns a third item): TMA +0.00-0.02, cp.async
   -0.05 to +0.01. Not kept: the extra turn round is not what the shifted tiles lose.
+
+Seventh session (2026-11-23; --dst-offset; device_runs.md 64-68, benchmarks/results/transpose_session7_h100.jsonl):
+- 3 or 4 TMA ring stages (one block per SM either way): no gain over 2; cp.async with 3 stages (one block
+  per SM instead of two) 0.45-0.70. Kept 2.
+- one shifted class (a dst base 16 bytes into a sector, --dst-offset 16): TMA 0.76-0.79, about the two-class
+  figures; the shifted layout itself costs little at a 128-aligned source pitch (16368x32768 1B: 0.79-0.81 vs
+  0.80-0.82 aligned in the same rounds).
+- shifted runs without their prefix (timing only; a compile-time switch since removed): TMA 1B 0.774 vs
+  0.774, 2B 0.797 vs 0.808. The prefix load and its turn are not what shifted tiles lose.
+- dst run bytes 1024/2048/4096 per tile group for 1/2-byte elements at 16336x32848: within the spread.
+- the cp.async path issued 2.5-4x the instructions of TMA (issue slots 48-58% busy); a chunk walk at constant
+  steps over interior boxes took it from 727M to 440M instructions for 4-byte elements (ncu, 16128x33280).
 """
 from __future__ import annotations
 

@@ -176,7 +176,10 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     prefix = sectors.shifted != 0
     plan = tile_plan(choice.backend, _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
                                                               s.device), prefix)
-    classes = [_class_rows(d, k, sectors.classes) for k in range(sectors.classes)]
+    def class_views() -> list[ArrayView]:
+        """dst's rows of each class as strided views; built only where used (a one-class TMA map describes dst)."""
+        return [_class_rows(d, k, sectors.classes) for k in range(sectors.classes)]
+
     if choice.backend is Backend.TMA:
         from ..tensormap import describe_tensor
 
@@ -184,9 +187,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
             return describe_tensor(src, box=(box_rows, width), swizzle="128B", oob_fill="zero",
                                    l2_promotion=_L2_PROMOTION.short)
 
-        # one class: dst itself (a torch tensor takes describe_tensor's fast path); two: strided views of it
+        # one class: the caller's dst object (a torch tensor takes describe_tensor's fast path)
         targets = [describe_tensor(c, box=(width // sectors.classes, width), swizzle="128B")
-                   for c in ([dst] if sectors.classes == 1 else classes)]
+                   for c in ([dst] if sectors.classes == 1 else class_views())]
     else:
         dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
 
@@ -195,7 +198,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
                                    swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
 
         targets = [pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (width, width // sectors.classes),
-                                   esize, dtype, swizzle=_SWIZZLE_128B) for c in classes]
+                                   esize, dtype, swizzle=_SWIZZLE_128B) for c in class_views()]
     source = src_box(plan.rows)
     source_prefix = src_box(v) if prefix else source
     if sectors.classes == 1:

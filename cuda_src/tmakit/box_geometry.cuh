@@ -133,6 +133,19 @@ TMAKIT_HD ChunkKind chunk_kind(const BoxParams& p, const BoxChunk& ch) {
   return kChunkElements;
 }
 
+// log2 of a power of two
+TMAKIT_HD uint32_t log2_pow2(uint32_t d) {
+#ifdef __CUDA_ARCH__
+  return (uint32_t)__ffs((int)d) - 1u;
+#else
+  return (uint32_t)__builtin_ctz(d);
+#endif
+}
+
+// n / d and n % d, by shifts when d is a power of two (box rows usually are whole chunks of a power of two).
+TMAKIT_HD uint32_t divide(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n >> log2_pow2(d) : n / d; }
+TMAKIT_HD uint32_t remainder(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n & (d - 1) : n % d; }
+
 // A plain 2-D box: rank 2, no interleave, unit element strides, 16-byte aligned tensor rows, and every
 // 16-byte chunk of the box wholly inside or wholly outside the tensor (the tiles of copy and transpose, the
 // edge tiles of a row-major array included: clipped at either end of either dimension). Its chunks are
@@ -165,7 +178,7 @@ struct Plain2dBox {
     if (!inside0 && (((c0 * e) & 15) != 0 || ((dim0 * e) & 15) != 0)) return;
     plain = true;
     // elements per chunk: 16 / e = 1 << shift (a shift, not a 64-bit division: this runs once per box)
-    const uint32_t shift = 4u - ((e & 10) ? 1u : 0u) - ((e & 12) ? 2u : 0u);
+    const uint32_t shift = 4u - log2_pow2((uint32_t)e);
     const int64_t lo0 = c0 < 0 ? -c0 : 0, hi0 = dim0 - c0 < (int64_t)box0 ? dim0 - c0 : (int64_t)box0;
     const int64_t lo1 = c1 < 0 ? -c1 : 0, hi1 = dim1 - c1 < (int64_t)box1 ? dim1 - c1 : (int64_t)box1;
     if (hi0 > lo0 && hi1 > lo1) {  // otherwise nothing is inside: empty ranges (lo, hi >= 0 here)
@@ -182,19 +195,6 @@ struct Plain2dBox {
   TMAKIT_HD uint32_t image_offset(uint32_t row, uint32_t chunk) const { return row * pitch + chunk * 16u; }
   TMAKIT_HD uint64_t address(uint32_t row, uint32_t chunk) const { return origin + row * stride + chunk * 16u; }
 };
-
-// log2 of a power of two
-TMAKIT_HD uint32_t log2_pow2(uint32_t d) {
-#ifdef __CUDA_ARCH__
-  return (uint32_t)__ffs((int)d) - 1u;
-#else
-  return (uint32_t)__builtin_ctz(d);
-#endif
-}
-
-// n / d and n % d, by shifts when d is a power of two (box rows usually are whole chunks of a power of two).
-TMAKIT_HD uint32_t divide(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n >> log2_pow2(d) : n / d; }
-TMAKIT_HD uint32_t remainder(uint32_t n, uint32_t d) { return (d & (d - 1)) == 0 ? n & (d - 1) : n % d; }
 
 // A block's strided walk over the chunks of a box (k = first, first + step, ...) as (row, chunk) in rows of
 // `per_row` chunks: two divisions to start, none per step (a division is ~20 instructions, and the cp.async

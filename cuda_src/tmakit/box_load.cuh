@@ -117,7 +117,6 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
 #else
   (void)bar;
   if ((int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
-  const uint32_t chunks = bytes / 16u;
   uint8_t* base = static_cast<uint8_t*>(smem);
   const Plain2dBox box(src, at);
   if (box.plain) {  // whole copies inside, whole fill chunks outside: no per-chunk geometry
@@ -137,7 +136,7 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
     if (src.l2_promotion == 0) plain_box_walk(box, src.swizzle, threadIdx.x, blockDim.x, copy(0));
     else plain_box_walk(box, src.swizzle, threadIdx.x, blockDim.x, copy(src.l2_promotion));
   } else {
-    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x) {
+    for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);
       box_load_chunk(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
     }

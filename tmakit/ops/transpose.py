@@ -176,6 +176,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     prefix = sectors.shifted != 0
     plan = tile_plan(choice.backend, _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
                                                               s.device), prefix)
+
     def class_views() -> list[ArrayView]:
         """dst's rows of each class as strided views; built only where used (a one-class TMA map describes dst)."""
         return [_class_rows(d, k, sectors.classes) for k in range(sectors.classes)]

@@ -25,6 +25,13 @@
 // [r0 - V, r0 + H - V): every run starts and ends on a sector boundary, but for the first tile row, whose
 // runs stay unshifted (see turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
 //
+// Line-aligned source rows. A tile row is 128 bytes of one source row; where the source base lies inside a
+// 128-byte line and the pitch is whole lines, every tile row would straddle two lines: measured on the H100
+// (l2_policy_probe.py), a base 32 or 64 bytes into a line cost 0.08-0.15 of copy speed. The host then passes
+// `lead` and the tile columns after the first start that many elements early (see the kernel's parameters).
+// A pitch of 64 mod 128 leaves every other row straddling whatever the columns; evict_last on the source
+// loads (TMAKIT_TRANSPOSE_SOURCE_EVICTION) keeps the other halves for the next tile column instead.
+//
 // Shared memory: the tile's own items are bank-conflict free: lane order (g fastest, then slice p, then q)
 // puts 8 micro-blocks (g, c(g, q)) with 8 different chunks under the 128B swizzle (chunk ^= row % 8) in each
 // phase of a warp's loads and stores; the exceptions are 8-byte elements in two classes (the shifted class's
@@ -43,10 +50,18 @@ using namespace tmakit;
 #ifndef TMAKIT_TRANSPOSE_TILE_ROWS
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
+// The L2 priority of the source lines (an L2Eviction value). Measured on the H100 (l2_policy_probe.py,
+// 2026-11-23): evict_last gained 0.01-0.04 of copy speed where the source pitch is 64 mod 128 bytes (half the
+// tile rows then straddle two lines, whose other halves the next tile column reads) and was neutral at
+// 128-aligned pitches; evict_first lost 0.04-0.06 there.
+#ifndef TMAKIT_TRANSPOSE_SOURCE_EVICTION
+#define TMAKIT_TRANSPOSE_SOURCE_EVICTION 2
+#endif
 
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
 constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile
+constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_TRANSPOSE_SOURCE_EVICTION);
 static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
@@ -215,6 +230,7 @@ struct Operands {
   const BoxSource& dst_even;    // class 0: every dst row (one class) or the even ones, box [W, W / classes]
   const BoxSource& dst_odd;     // class 1: the odd dst rows (two classes)
   uint32_t tiles_r, tiles_c;    // the tile grid: tile rows (H source rows each), tile columns (W source columns)
+  uint32_t lead;                // tile columns after the first start this many elements early (source lines)
   uint32_t shifted;             // bit k: class k's rows start 16 bytes into a sector
 };
 
@@ -237,15 +253,16 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     const uint32_t t = (uint32_t)tile, group = t / group_tiles, first = group * G;
     const uint32_t height = tiles_r - first < G ? tiles_r - first : G;
     const uint32_t in_group = t - group * group_tiles, column = in_group / height;
-    c0 = (int32_t)(column * W);
+    c0 = (int32_t)(column * W) - (column != 0 ? (int32_t)op.lead : 0);
     r0 = (int32_t)((first + (in_group - column * height)) * kTileRows);
   };
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
     box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
-    box_load_part(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
-    if (prefix) box_load_part(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
+    box_load_part<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
+    if (prefix)
+      box_load_part<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
     box_load_commit();
   };
   uint32_t done = 0;
@@ -302,18 +319,22 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E]; dst_even / dst_odd:
 // dst's rows of class 0 / 1 (row_classes 1: dst itself, twice; 2: its even / odd rows, stride 2 * pitch),
 // box [128/E, 128/E / row_classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
-// tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil(cols / W) tile
-// columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
-// product below 2^32. shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
+// tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil((cols + lead) / W)
+// tile columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
+// product below 2^32. lead: where every source row starts `lead` elements past a 128-byte line (a pitch of
+// whole lines, a base inside one), the tile columns after the first start that much early, so that each
+// tile row is one whole line; the first two columns then overlap and write those dst rows twice, alike (even:
+// a multiple of V). shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
 // Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes, plus
 // 2 KiB per stage when `shifted`, plus 1 KiB of alignment slack.
 extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
                                             TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint32_t tiles_r,
-                                            uint32_t tiles_c, uint32_t esize, uint32_t row_classes, uint32_t shifted) {
+                                            uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
+                                            uint32_t shifted) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bars[kStages];
   uint8_t* smem = align_shared(smem_raw, 1024);
-  const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, shifted};
+  const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, lead, shifted};
   if (row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
   else transpose_by_size<1>(op, esize, smem, bars);
 }

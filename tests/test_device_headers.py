@@ -65,6 +65,14 @@ USES = {
       tmakit::cp_async_ca<4>(s, out); tmakit::cp_async_ca<8>(s + 8, out, 0); tmakit::cp_async_ca<16>(s + 16, out);
       tmakit::cp_async_cg_16(s + 32, out, 4); tmakit::cp_async_commit_group(); tmakit::cp_async_wait_group<1>();
       tmakit::cp_async_wait_group_dynamic(out[0]); tmakit::cp_async_wait_all(); out[1] = s[threadIdx.x];""",
+    "cache_policy.cuh": """__shared__ alignas(16) unsigned char s[64];
+      out[0] = (unsigned char)(tmakit::l2_cache_policy<tmakit::L2Eviction::kFirst>() ^ tmakit::l2_cache_policy<tmakit::L2Eviction::kLast>());
+      tmakit::cp_async_cg_16_promoted<tmakit::L2Eviction::kLast>(s, out, out[1]); tmakit::cp_async_wait_all();
+#if TMAKIT_HAS_SM90
+      __shared__ tmakit::uint64_t bar; tmakit::Coords c{{0, 1, 2, 3, 4}};
+      tmakit::cp_async_bulk_tensor_g2s<2, tmakit::L2Eviction::kFirst>(s, &d, c, &bar);
+      tmakit::cp_async_bulk_tensor_g2s<tmakit::L2Eviction::kLast>(out[2], s, &d, c, &bar);
+#endif""",
     "swizzle.cuh": "out[0] = tmakit::swizzle_offset(threadIdx.x * 16, out[1]) + tmakit::swizzle_alignment(3);",
     "box_geometry.cuh": """tmakit::Coords c{{-3, 2, 0, 0, 0}};
       tmakit::BoxChunk ch = tmakit::box_chunk(p, c, threadIdx.x);
@@ -103,6 +111,38 @@ def test_header_compiles(header, arch):
 
     code = compile_cuda(_probe_source(header), arch=arch, name=f"probe_{header}.cu")
     assert code.entry_names() == ["probe"]
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("arch", ARCHS)
+def test_cache_policy_reaches_the_loads(arch):
+    """An L2Eviction other than kNormal makes a createpolicy and puts .L2::cache_hint on TMA and cp.async loads."""
+    from tmakit.build import compile_cuda
+
+    ptx = compile_cuda(_probe_source("cache_policy.cuh"), arch=arch, name="probe_cache_policy.cu").ptx
+    assert "createpolicy.fractional.L2::evict_first.b64" in ptx and "createpolicy.fractional.L2::evict_last.b64" in ptx
+    assert re.search(r"cp\.async\.cg\.shared\.global\.L2::cache_hint(\.L2::\d+B)? \[", ptx)
+    tensor_hinted = re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes\.L2::cache_hint", ptx)
+    assert len(tensor_hinted) == (6 if arch == "sm_90a" else 0)  # rank 2, and the runtime-rank switch's 5
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("eviction, hinted", [(0, False), (2, True)])
+def test_transpose_source_eviction_reaches_both_backends(eviction, hinted):
+    """TMAKIT_TRANSPOSE_SOURCE_EVICTION (the host's _SOURCE_EVICTION) puts the policy on the source loads of the
+    TMA build and of the forced cp.async build, and not on the stores."""
+    from tmakit.build import compile_cuda
+
+    for forced in (False, True):
+        defines = {"TMAKIT_TRANSPOSE_SOURCE_EVICTION": eviction, **({"TMAKIT_FORCE_CP_ASYNC": 1} if forced else {})}
+        ptx = compile_cuda("transpose.cu", arch="sm_90a", defines=defines).ptx
+        assert ("createpolicy.fractional.L2::evict_last" in ptx) == hinted
+        if forced:  # the copies; a zero fill (cp.async reading 0 bytes) carries no policy
+            assert ("cp.async.cg.shared.global.L2::cache_hint" in ptx) == hinted
+        else:
+            loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared\S*", ptx)
+            assert loads and all(("cache_hint" in op) == hinted for op in loads), set(loads)
+        assert "cache_hint" not in "".join(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\S*", ptx))  # stores
 
 
 @requires_nvrtc

@@ -210,6 +210,22 @@ def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
     assert tile_grid(257, 100, 8, 256, True) == (2, 7)
 
 
+def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
+    """Where every source row starts at one place inside a 128-byte line (a pitch of whole lines), the tile
+    columns after the first start that many elements early; other pitches and unaligned bases get none."""
+    from tmakit.ops.transpose import source_lead, tile_grid
+
+    assert source_lead(0x1000, 32768 * 4, 4) == 0         # on a line already
+    assert source_lead(0x1020, 32768 * 4, 4) == 8         # 32 bytes in: 8 floats early
+    assert source_lead(0x1070, 4096, 1) == 112
+    assert source_lead(0x1010, 256, 8) == 2               # a multiple of V = 16/E: even
+    assert source_lead(0x1020, 131392, 4) == 0            # pitch 64 mod 128: rows differ, nothing uniform
+    assert source_lead(0x1024, 32768 * 4, 4) == 0         # not 16-byte aligned (the cp.async any-pitch walk)
+    assert tile_grid(256, 1024, 4, 256, False, 8) == (1, 33)   # 32 columns of 32, moved 8 back: one more
+    assert tile_grid(256, 1024, 4, 256, False, 0) == (1, 32)
+    assert tile_grid(256, 32, 4, 256, False, 8) == (1, 1)      # the first column holds them all
+
+
 def test_transpose_tile_plan_fits_the_device():
     """256-row tiles where they fit a block's shared memory, else the 128-row plan."""
     from tmakit.backend import Backend
@@ -520,6 +536,37 @@ def test_transpose_sector_aligned_runs_are_exact(dtype, backend):
         want.view(np.uint8)[:] = POISON
         want[offset // esize: offset // esize + rows * cols] = np.ascontiguousarray(host.T).ravel()
         assert got.tobytes() == want.tobytes(), f"seed {seed}: {(rows, cols)} dst offset {offset} {backend} differs"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_transpose_line_aligned_source_columns_are_exact(dtype, backend):
+    """A source base 16..112 bytes into a 128-byte line with a pitch of whole lines: the tile columns after
+    the first start `lead` elements early (the first two overlap); the same bytes as numpy, nothing written
+    outside dst, with one and two dst row classes, one tile column or several."""
+    from tmakit.ops.transpose import source_lead
+
+    rng, seed = _rng()
+    esize = np.dtype(dtype).itemsize
+    width, v = 128 // esize, 16 // esize
+    for offset in (16, 32, 64, 112):
+        for rows, cols in [(256 + v, 3 * width), (40, width), (512, 2 * width), (2 * v, 5 * width)]:
+            host = _random_array(rng, (rows, cols), dtype)
+            with _poisoned((rows * cols + 128 // esize,), dtype) as src_buffer, \
+                    _poisoned((rows * cols + 32 // esize,), dtype) as buffer:
+                src = src_buffer[offset // esize: offset // esize + rows * cols].reshape(rows, cols)
+                src.copy_from_host(host)
+                dst = buffer[:rows * cols].reshape(cols, rows)
+                result = ops.transpose(dst, src, backend=backend)
+                _sync()
+                got = buffer.to_host()
+                lead = source_lead(src.ptr, cols * esize, esize)
+            assert result.lead == lead == offset // esize, (offset, result)
+            want = np.full(rows * cols + 32 // esize, 0, dtype)
+            want.view(np.uint8)[:] = POISON
+            want[:rows * cols] = np.ascontiguousarray(host.T).ravel()
+            assert got.tobytes() == want.tobytes(), f"seed {seed}: {(rows, cols)} src offset {offset} {backend} differs"
 
 
 @pytest.mark.requires_gpu

@@ -3,6 +3,7 @@
 // Another thread may read the data only after the waiter also synchronises with it (__syncthreads, or an
 // mbarrier arrive via cp_async_mbarrier_arrive in mbarrier.cuh).
 #pragma once
+#include "tmakit/cache_policy.cuh"
 #include "tmakit/types.cuh"
 
 namespace tmakit {
@@ -27,17 +28,26 @@ __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, uin
 // The same with the .level::prefetch_size hint (PTX ISA, cp.async: .L2::64B/128B/256B): L2 fetches that
 // much around the source, the cp.async twin of a tensor map's L2 promotion. `promotion` is the
 // CUtensorMapL2promotion value (0 none, 1 64B, 2 128B, 3 256B); warp-uniform in practice, so the branch
-// costs nothing.
+// costs nothing. Eviction: .L2::cache_hint with that policy (cache_policy.cuh; kNormal: none).
+template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_cg_16_promoted(void* smem, const void* gmem, uint32_t promotion,
                                                         uint32_t src_size = 16) {
   const uint32_t s = shared_addr(smem);
-#define TMAKIT_CP_ASYNC_CG_16_HINTED(HINT) \
-  asm volatile("cp.async.cg.shared.global" HINT " [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_size) : "memory")
+  uint64_t policy = 0;
+  if constexpr (Eviction != L2Eviction::kNormal) policy = l2_cache_policy<Eviction>();
+#define TMAKIT_CP_ASYNC_CG_16_HINTED(HINT)                                                                      \
+  if constexpr (Eviction == L2Eviction::kNormal)                                                                \
+    asm volatile("cp.async.cg.shared.global" HINT " [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_size)      \
+                 : "memory");                                                                                   \
+  else                                                                                                          \
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint" HINT " [%0], [%1], 16, %2, %3;" ::"r"(s), "l"(gmem), \
+                 "r"(src_size), "l"(policy)                                                                     \
+                 : "memory")
   switch (promotion) {
     case 1: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::64B"); break;
     case 2: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::128B"); break;
     case 3: TMAKIT_CP_ASYNC_CG_16_HINTED(".L2::256B"); break;
-    default: cp_async_cg_16(smem, gmem, src_size);
+    default: TMAKIT_CP_ASYNC_CG_16_HINTED("");
   }
 #undef TMAKIT_CP_ASYNC_CG_16_HINTED
 }

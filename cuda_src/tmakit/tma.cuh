@@ -1,6 +1,6 @@
 // Tensor Memory Accelerator wrappers (sm_90), named after the PTX they emit. PTX ISA sections:
 // "cp.async.bulk.tensor", "cp.reduce.async.bulk.tensor", "cp.async.bulk.prefetch.tensor",
-// "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "prefetch{.tensormap}".
+// "cp.async.bulk.commit_group", "cp.async.bulk.wait_group", "prefetch{.tensormap}", "createpolicy".
 //
 // All take the descriptor by generic address: it must be a `const __grid_constant__` kernel parameter,
 // in constant memory, or in global memory made visible with a tensormap fence. Coordinates are elements,
@@ -8,6 +8,7 @@
 // Each rank has its own instruction; the operand list is the same for all ranks (dst/src %0, descriptor
 // %1, coordinates %2..%6, barrier %7, multicast mask %8) so one macro writes the coordinate text.
 #pragma once
+#include "tmakit/cache_policy.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/types.cuh"
 
@@ -36,21 +37,33 @@
 
 namespace tmakit {
 
-// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes
+// cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes{.L2::cache_hint}
 // Global -> shared tile load; the box's bytes complete_tx on `bar`. ONE thread issues it, after
 // arming the barrier with mbarrier_arrive_expect_tx(bar, box bytes). `smem` must meet the swizzle's
-// alignment (128 B, or 256/512/1024 B with 32B/64B/128B swizzle).
-template <int Rank>
+// alignment (128 B, or 256/512/1024 B with 32B/64B/128B swizzle). Eviction: the L2 priority of the lines
+// it brings in (cache_policy.cuh; kNormal: no hint).
+template <int Rank, L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s(void* smem, const TensorMapDesc* desc, const Coords& at,
                                                          uint64_t* bar) {
 #if TMAKIT_HAS_SM90
   const uint32_t dst = shared_addr(smem), mbar = shared_addr(bar);
+  if constexpr (Eviction == L2Eviction::kNormal) {
 #define TMAKIT_BODY(N)                                                                                      \
   asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"     \
                " [%0], [%1, " TMAKIT_TMA_COORDS_##N "], [%7];" ::TMAKIT_TMA_OPERANDS(dst, desc, at.c, mbar) \
                : "memory")
-  TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
+    TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
 #undef TMAKIT_BODY
+  } else {
+    const uint64_t policy = l2_cache_policy<Eviction>();
+#define TMAKIT_BODY(N)                                                                                         \
+  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"        \
+               ".L2::cache_hint [%0], [%1, " TMAKIT_TMA_COORDS_##N "], [%7], %8;"                               \
+               ::TMAKIT_TMA_OPERANDS(dst, desc, at.c, mbar), "l"(policy)                                       \
+               : "memory")
+    TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
+#undef TMAKIT_BODY
+  }
 #else
   TMAKIT_REQUIRES_SM90();
 #endif
@@ -134,14 +147,15 @@ __device__ __forceinline__ void cp_async_bulk_prefetch_tensor(const TensorMapDes
 
 // Runtime-rank entry points for kernels whose rank comes from the host (tile_load.cu): one switch here
 // instead of one in every kernel.
+template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s(int rank, void* smem, const TensorMapDesc* desc,
                                                          const Coords& at, uint64_t* bar) {
   switch (rank) {
-    case 1: cp_async_bulk_tensor_g2s<1>(smem, desc, at, bar); break;
-    case 2: cp_async_bulk_tensor_g2s<2>(smem, desc, at, bar); break;
-    case 3: cp_async_bulk_tensor_g2s<3>(smem, desc, at, bar); break;
-    case 4: cp_async_bulk_tensor_g2s<4>(smem, desc, at, bar); break;
-    default: cp_async_bulk_tensor_g2s<5>(smem, desc, at, bar); break;
+    case 1: cp_async_bulk_tensor_g2s<1, Eviction>(smem, desc, at, bar); break;
+    case 2: cp_async_bulk_tensor_g2s<2, Eviction>(smem, desc, at, bar); break;
+    case 3: cp_async_bulk_tensor_g2s<3, Eviction>(smem, desc, at, bar); break;
+    case 4: cp_async_bulk_tensor_g2s<4, Eviction>(smem, desc, at, bar); break;
+    default: cp_async_bulk_tensor_g2s<5, Eviction>(smem, desc, at, bar); break;
   }
 }
 

@@ -11,11 +11,17 @@ Every tile writes each dst row in a run that starts and ends on a 32-byte sector
 where dst rows start 16 bytes into a sector (a pitch of 16 mod 32 bytes, or a base of 16 mod 32), those rows'
 runs move V = 16/E elements earlier, each tile loading the V source rows before it. Measured on the H100,
 runs that straddle sectors cost 40% of the bandwidth (benchmarks/experiments/sector_probe.py).
+
+Every tile row is one whole 128-byte L2 line of the source where the rows allow (``source_lead``): a source
+base inside a line, with a pitch of whole lines, moves the tile columns after the first back to the line.
+Measured on the H100, a base 32 or 64 bytes into a line cost 0.08-0.15 of copy speed without it
+(benchmarks/experiments/l2_policy_probe.py).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 from .. import _driver
@@ -43,6 +49,20 @@ _ALIGN_SECTORS = True
 # 2026-11-23), promoting to 128 B cost 0.06-0.09 of copy speed when it is not (pitch = 64 mod 128), and
 # gained nothing when it is.
 _L2_PROMOTION = L2Promotion.NONE
+
+
+class L2Eviction(IntEnum):
+    """The L2 priority of the source lines the kernel loads (cuda_src/tmakit/cache_policy.cuh's L2Eviction)."""
+
+    NORMAL = 0
+    FIRST = 1
+    LAST = 2
+
+
+# Source rows of 128 bytes straddle two L2 lines where the source pitch is not a multiple of 128, and the
+# next tile column reads the other halves: keeping them (evict_last) gained 0.01-0.04 of copy speed at a
+# pitch of 64 mod 128 on the H100 and was neutral at aligned pitches (l2_policy_probe.py, 2026-11-23).
+_SOURCE_EVICTION = L2Eviction.LAST
 
 
 @dataclass(frozen=True)
@@ -108,12 +128,25 @@ def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
                      d.dtype_name, d.itemsize, d.device, d.owner)
 
 
-def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool) -> tuple[int, int]:
+def source_lead(address: int, pitch: int, esize: int) -> int:
+    """Elements by which the tile columns after the first start early, so that each tile row (128 bytes of a
+    source row) is one whole L2 line: where every row starts at the same place in a line (a pitch of whole
+    128-byte lines), its offset there; else 0. A multiple of V = 16/E (the TMA path needs a 16-byte aligned
+    base; the cp.async path's any-pitch walk gets 0), so even, as two row classes need."""
+    if pitch % _SPAN or address % 16:
+        return 0
+    return address % _SPAN // esize
+
+
+def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool, lead: int = 0) -> tuple[int, int]:
     """(tile rows, tile columns) of the transpose of a rows x cols source: tiles of ``tile_rows`` source rows
     by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early) leave rows over
-    (never when one tile row holds them all: the first tile row is unshifted). The kernel takes both."""
+    (never when one tile row holds them all: the first tile row is unshifted); tile columns after the first
+    start ``lead`` columns early (source_lead), so one more column where that leaves columns over (never when
+    the first holds them all). The kernel takes both."""
+    width = _SPAN // esize
     extra = 16 // esize if prefix and rows > tile_rows else 0
-    return -(-(rows + extra) // tile_rows), -(-cols // (_SPAN // esize))
+    return -(-(rows + extra) // tile_rows), -(-(cols + (lead if cols > width else 0)) // width)
 
 
 @dataclass(frozen=True)
@@ -121,6 +154,7 @@ class TransposeResult:
     backend: BackendChoice
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
     sectors: "SectorPlan | None" = None  # how dst rows were aligned to sectors (None: nothing to transpose)
+    lead: int = 0  # source columns by which the tile columns after the first started early (source_lead)
 
 
 def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
@@ -145,7 +179,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if max(s.shape) > _MAX_EXTENT:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
                                    "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
-    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for plans in _PLANS.values() for p in plans), True)
+    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for plans in _PLANS.values() for p in plans), True, _SPAN)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
@@ -204,11 +238,13 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     source_prefix = src_box(v) if prefix else source
     if sectors.classes == 1:
         targets.append(targets[0])
-    tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix)
+    lead = source_lead(s.ptr, cols * esize, esize)
+    tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix, lead)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes)
+               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes,
+               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(_SOURCE_EVICTION))
     shared_mem = plan.shared_mem_for(prefix)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(_THREADS, shared_mem)))
-    k(source, source_prefix, *targets, tiles_r, tiles_c, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
+    k(source, source_prefix, *targets, tiles_r, tiles_c, lead, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
       block=(_THREADS, 1, 1), shared_mem=shared_mem, stream=stream)
-    return TransposeResult(choice, reason, sectors)
+    return TransposeResult(choice, reason, sectors, lead)

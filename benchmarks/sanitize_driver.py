@@ -88,6 +88,17 @@ def main() -> int:
             check(f"transpose {backend} {shape} uint16 at dst offset 16",
                   got[8:8 + n].tobytes() == np.ascontiguousarray(host.T).tobytes() and not got[:8].any()
                   and not got[8 + n:].any())
+        # a source 32 bytes into a 128-byte line with a pitch of whole lines: tile columns moved back (lead)
+        shape = (272, 192)
+        host = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        n = shape[0] * shape[1]
+        with DeviceArray.zeros(n + 32, np.uint8) as src_buffer, DeviceArray.empty(shape[::-1], np.uint8) as dst_t:
+            src = src_buffer[32:32 + n].reshape(shape)
+            src.copy_from_host(host)
+            result = ops.transpose(dst_t, src, backend=backend)
+            _driver.call("cuCtxSynchronize")
+            check(f"transpose {backend} {shape} uint8 at src offset 32 (lead {result.lead})",
+                  result.lead == 32 and dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
     return 1 if failures else 0
 
 

@@ -89,7 +89,7 @@ def main() -> int:
                   got[8:8 + n].tobytes() == np.ascontiguousarray(host.T).tobytes() and not got[:8].any()
                   and not got[8 + n:].any())
         # a source 32 bytes into a 128-byte line with a pitch of whole lines: tile columns moved back (lead)
-        shape = (272, 192)
+        shape = (272, 256)
         host = rng.integers(0, 256, size=shape, dtype=np.uint8)
         n = shape[0] * shape[1]
         with DeviceArray.zeros(n + 32, np.uint8) as src_buffer, DeviceArray.empty(shape[::-1], np.uint8) as dst_t:

@@ -50,10 +50,10 @@ using namespace tmakit;
 #ifndef TMAKIT_TRANSPOSE_TILE_ROWS
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
-// The L2 priority of the source lines (an L2Eviction value). Measured on the H100 (l2_policy_probe.py,
-// 2026-11-23): evict_last gained 0.01-0.04 of copy speed where the source pitch is 64 mod 128 bytes (half the
-// tile rows then straddle two lines, whose other halves the next tile column reads) and was neutral at
-// 128-aligned pitches; evict_first lost 0.04-0.06 there.
+// The L2 priority of the source lines (an L2Eviction value; TMA loads only, box_load_part says why). Measured
+// on the H100 (l2_policy_probe.py, 2026-11-23): evict_last gained 0.01-0.04 of copy speed where the source
+// pitch is 64 mod 128 bytes (half the tile rows then straddle two lines, whose other halves the next tile
+// column reads) and was neutral at 128-aligned pitches; evict_first lost 0.04-0.06 there.
 #ifndef TMAKIT_TRANSPOSE_SOURCE_EVICTION
 #define TMAKIT_TRANSPOSE_SOURCE_EVICTION 2
 #endif

@@ -128,20 +128,20 @@ def test_cache_policy_reaches_the_loads(arch):
 
 @requires_nvrtc
 @pytest.mark.parametrize("eviction, hinted", [(0, False), (2, True)])
-def test_transpose_source_eviction_reaches_both_backends(eviction, hinted):
+def test_transpose_source_eviction_reaches_the_tma_loads(eviction, hinted):
     """TMAKIT_TRANSPOSE_SOURCE_EVICTION (the host's _SOURCE_EVICTION) puts the policy on the source loads of the
-    TMA build and of the forced cp.async build, and not on the stores."""
+    TMA build, not on its stores, and nowhere in the forced cp.async build."""
     from tmakit.build import compile_cuda
 
     for forced in (False, True):
         defines = {"TMAKIT_TRANSPOSE_SOURCE_EVICTION": eviction, **({"TMAKIT_FORCE_CP_ASYNC": 1} if forced else {})}
         ptx = compile_cuda("transpose.cu", arch="sm_90a", defines=defines).ptx
+        if forced:  # box_load_part hints only TMA loads (a hinted cp.async hit an illegal instruction, run 81)
+            assert "createpolicy" not in ptx and "cache_hint" not in ptx
+            continue
         assert ("createpolicy.fractional.L2::evict_last" in ptx) == hinted
-        if forced:  # the copies; a zero fill (cp.async reading 0 bytes) carries no policy
-            assert ("cp.async.cg.shared.global.L2::cache_hint" in ptx) == hinted
-        else:
-            loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared\S*", ptx)
-            assert loads and all(("cache_hint" in op) == hinted for op in loads), set(loads)
+        loads = re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared\S*", ptx)
+        assert loads and all(("cache_hint" in op) == hinted for op in loads), set(loads)
         assert "cache_hint" not in "".join(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\S*", ptx))  # stores
 
 

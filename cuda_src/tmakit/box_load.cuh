@@ -70,11 +70,10 @@ __device__ __forceinline__ void cp_async_zero_16(const BoxParams& p, uint8_t* ds
 }
 
 // The cp.async path's copy of one 16-byte data chunk into shared memory at `dst` (the plan is chunk_kind).
-template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChunk& ch, uint8_t* dst) {
   switch (chunk_kind(p, ch)) {
     case kChunkCopy16:
-      cp_async_cg_16_promoted<Eviction>(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)), p.l2_promotion);
+      cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(element_address(p, ch, 0)), p.l2_promotion);
       return;
     case kChunkZero16:
       cp_async_zero_16(p, dst);
@@ -111,7 +110,9 @@ __device__ __forceinline__ void box_load_expect(uint64_t* bar, uint32_t bytes) {
 // One box of the stage into `smem` (aligned to the swizzle's alignment). `rank` and `bytes`
 // (TensorMap.rank / .box_bytes) drive the TMA path; the cp.async path reads them from BoxParams and traps if
 // the host passed numbers that disagree (a host bug, better loud than wrong). Eviction: the L2 priority of
-// the lines the box brings in, on either path (cache_policy.cuh; the cp.async path's element copies at misaligned edges take none).
+// the lines the box brings in (cache_policy.cuh), on the TMA path only: the cp.async path's copies carry no
+// hint, because a cache-hinted cp.async stopped the forced cp.async transpose on the H100 with an illegal
+// instruction (NVRTC 13.0, sm_90a, the per-chunk walk of a 1333-byte pitch; device_runs.md run 81).
 template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, const Coords& at, int rank,
                                               uint32_t bytes, uint64_t* bar) {
@@ -128,7 +129,7 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
       return [&, promotion](uint32_t offset, uint64_t address, bool inside) {
         uint8_t* dst = base + offset;
         if (inside)
-          cp_async_cg_16_promoted<Eviction>(dst, reinterpret_cast<const void*>(address), promotion);
+          cp_async_cg_16_promoted(dst, reinterpret_cast<const void*>(address), promotion);
         else if (fill == 0)
           cp_async_zero_16(src, dst);
         else
@@ -141,7 +142,7 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
   } else {
     for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
       const BoxChunk ch = box_chunk(src, at, k);
-      box_load_chunk<Eviction>(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
+      box_load_chunk(src, ch, base + swizzle_offset(ch.image_offset, src.swizzle));
     }
   }
 #endif

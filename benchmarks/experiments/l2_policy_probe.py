@@ -24,6 +24,7 @@ with an earlier build that also put the policy on the TMA copy's loads and the t
   row then straddles two lines) gave 0.70x and 0.74-0.79x against 0.79-0.85x aligned (1 and 4-byte elements).
 - a dst base that puts each 256-byte (1-byte elements) run across three lines instead of two: 0.81-0.82x
   against 0.86x (evict_last).
+"""
 from __future__ import annotations
 
 import argparse

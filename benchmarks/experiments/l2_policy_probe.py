@@ -5,7 +5,8 @@ Variants:
 - copy (unless --skip-copies): tmakit.ops.copy (TMA bulk ring) and a grid-stride 16-byte register copy
   (plain or .cs loads and stores, 4 or 8 blocks of 256 threads per SM).
 - transpose: tmakit.ops.transpose with the source loads' L2Eviction (--policies: 0 normal, 1 evict_first,
-  2 evict_last; TMAKIT_TRANSPOSE_SOURCE_EVICTION) on --backends, at --shapes (rows x cols of 4-byte elements,
+  2 evict_last; TMAKIT_TRANSPOSE_SOURCE_EVICTION; TMA loads only) with and without source_lead (--leads) on
+  --backends, at --shapes (rows x cols of 4-byte elements,
   viewed as --dtypes; RxC@D@S puts dst D and src S bytes past a 256-byte boundary).
 - --aftermath-mib: after each policy's transpose, a copy of that many MiB repeated (does a policy leave lines
   behind that crowd out the next kernel's?).
@@ -69,6 +70,7 @@ def main() -> int:
     parser.add_argument("--shapes", default="16384x32768,16336x32848",
                         help="transpose shapes (4-byte elements), each optionally @dst offset@src offset in bytes")
     parser.add_argument("--dtypes", default="uint8,int32")
+    parser.add_argument("--leads", default="on", help="on,off: tile columns moved back to whole source lines or not")
     parser.add_argument("--skip-copies", action="store_true")
     parser.add_argument("--aftermath-mib", type=int, default=0)
     args = parser.parse_args()
@@ -78,6 +80,7 @@ def main() -> int:
     from tmakit.build import load_module
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
+    source_lead = tr.source_lead
     policies = [tr.L2Eviction(int(p)) for p in args.policies.split(",")]
     backends = args.backends.split(",")
     shapes = [(*(int(x) for x in s.split("@")[0].split("x")), *(int(x) for x in (s.split("@") + ["0", "0"])[1:3]))
@@ -119,11 +122,14 @@ def main() -> int:
                 s_x, d_x = views(rows, cols, dst_offset, src_offset, dtype)
                 for backend in backends:
                     for policy in policies:
-                        tr._SOURCE_EVICTION = policy
-                        d_x.view(torch.uint8).fill_(0xA5)
-                        record(f"transpose {rows}x{cols}@{dst_offset}@{src_offset} {s_x.element_size()}B {backend} "
-                               f"eviction={policy.name.lower()}", copy_ms,
-                               lambda: tr.transpose(d_x, s_x, backend=backend), lambda: torch.equal(d_x, s_x.t()))
+                        for lead in args.leads.split(","):
+                            tr._SOURCE_EVICTION = policy
+                            tr.source_lead = source_lead if lead == "on" else (lambda *_: 0)
+                            d_x.view(torch.uint8).fill_(0xA5)
+                            record(f"transpose {rows}x{cols}@{dst_offset}@{src_offset} {s_x.element_size()}B {backend} "
+                                   f"eviction={policy.name.lower()} lead={lead}", copy_ms,
+                                   lambda: tr.transpose(d_x, s_x, backend=backend), lambda: torch.equal(d_x, s_x.t()))
+    tr.source_lead = source_lead
     if args.aftermath_mib:
         victim_src = torch.randint(0, 255, (args.aftermath_mib << 20,), dtype=torch.uint8, device="cuda")
         victim_dst = torch.empty_like(victim_src)

@@ -20,6 +20,14 @@
 #define TMAKIT_TMA_OPERANDS(smem, desc, c, bar) \
   "r"(smem), "l"(desc), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]), "r"(c[4]), "r"(bar)
 
+// The tile load with one more qualifier and the operand it takes as %8 (.L2::cache_hint and the policy,
+// .multicast::cluster and the CTA mask); `dst`, `desc`, `at` and `mbar` are the caller's locals.
+#define TMAKIT_TMA_LOAD_WITH_OPERAND(N, QUALIFIER, OPERAND)                                                   \
+  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"      \
+               QUALIFIER " [%0], [%1, " TMAKIT_TMA_COORDS_##N "], [%7], %8;"                                  \
+               ::TMAKIT_TMA_OPERANDS(dst, desc, at.c, mbar), OPERAND                                         \
+               : "memory")
+
 // Expand `BODY(N)` for the compile-time rank (1..5), keeping each rank's asm text a literal.
 #define TMAKIT_TMA_BY_RANK(Rank, BODY)  \
   if constexpr (Rank == 1) {            \
@@ -56,11 +64,7 @@ __device__ __forceinline__ void cp_async_bulk_tensor_g2s(void* smem, const Tenso
 #undef TMAKIT_BODY
   } else {
     const uint64_t policy = l2_cache_policy<Eviction>();
-#define TMAKIT_BODY(N)                                                                                         \
-  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"        \
-               ".L2::cache_hint [%0], [%1, " TMAKIT_TMA_COORDS_##N "], [%7], %8;"                               \
-               ::TMAKIT_TMA_OPERANDS(dst, desc, at.c, mbar), "l"(policy)                                       \
-               : "memory")
+#define TMAKIT_BODY(N) TMAKIT_TMA_LOAD_WITH_OPERAND(N, ".L2::cache_hint", "l"(policy))
     TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
 #undef TMAKIT_BODY
   }
@@ -78,11 +82,7 @@ __device__ __forceinline__ void cp_async_bulk_tensor_g2s_multicast(void* smem, c
                                                                    uint16_t cta_mask) {
 #if TMAKIT_HAS_SM90
   const uint32_t dst = shared_addr(smem), mbar = shared_addr(bar);
-#define TMAKIT_BODY(N)                                                                                    \
-  asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"   \
-               ".multicast::cluster [%0], [%1, " TMAKIT_TMA_COORDS_##N "], [%7], %8;"                      \
-               ::TMAKIT_TMA_OPERANDS(dst, desc, at.c, mbar), "h"(cta_mask)                               \
-               : "memory")
+#define TMAKIT_BODY(N) TMAKIT_TMA_LOAD_WITH_OPERAND(N, ".multicast::cluster", "h"(cta_mask))
   TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
 #undef TMAKIT_BODY
 #else

@@ -179,6 +179,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if max(s.shape) > _MAX_EXTENT:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
                                    "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
+    # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
     worst = tile_grid(*s.shape, s.itemsize, min(p.rows for plans in _PLANS.values() for p in plans), True, _SPAN)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "

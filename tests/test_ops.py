@@ -226,6 +226,18 @@ def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
     assert tile_grid(256, 32, 4, 256, False, 8) == (1, 1)      # the first column holds them all
 
 
+def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
+    """The host's L2Eviction mirrors cache_policy.cuh's values and parses like tmakit's other enums."""
+    from tmakit.ops.transpose import _SOURCE_EVICTION, L2Eviction
+
+    assert [int(m) for m in L2Eviction] == [0, 1, 2] and _SOURCE_EVICTION is L2Eviction.LAST
+    assert L2Eviction.parse("evict_last") is L2Eviction.parse("last") is L2Eviction.parse(2) is L2Eviction.LAST
+    with pytest.raises(InvalidArgumentError, match="policy=.*'keep'.*is not a known L2Eviction"):
+        L2Eviction.parse("keep", "policy")
+    with pytest.raises(InvalidArgumentError, match="policy=3.*is not a valid L2Eviction value"):
+        L2Eviction.parse(3, "policy")
+
+
 def test_transpose_tile_plan_fits_the_device():
     """256-row tiles where they fit a block's shared memory, else the 128-row plan."""
     from tmakit.backend import Backend

@@ -65,7 +65,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--policies", default="0,2", help="L2Eviction values of the transpose's source loads")
+    parser.add_argument("--policies", default="normal,last",
+                        help="L2Eviction names or values of the transpose's source loads")
     parser.add_argument("--backends", default="tma")
     parser.add_argument("--shapes", default="16384x32768,16336x32848",
                         help="transpose shapes (4-byte elements), each optionally @dst offset@src offset in bytes")
@@ -81,7 +82,7 @@ def main() -> int:
 
     tr = importlib.import_module("tmakit.ops.transpose")  # the module; tmakit.ops.transpose is the function
     source_lead = tr.source_lead
-    policies = [tr.L2Eviction(int(p)) for p in args.policies.split(",")]
+    policies = [tr.L2Eviction.parse(int(p) if p.isdigit() else p, "--policies") for p in args.policies.split(",")]
     backends = args.backends.split(",")
     shapes = [(*(int(x) for x in s.split("@")[0].split("x")), *(int(x) for x in (s.split("@") + ["0", "0"])[1:3]))
               for s in args.shapes.split(",")]

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from enum import IntEnum
 from typing import Any
 
 from .. import _driver
+from .._enum import ParsableEnum
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
@@ -51,12 +51,17 @@ _ALIGN_SECTORS = True
 _L2_PROMOTION = L2Promotion.NONE
 
 
-class L2Eviction(IntEnum):
-    """The L2 priority of the source lines the kernel loads (cuda_src/tmakit/cache_policy.cuh's L2Eviction)."""
+class L2Eviction(ParsableEnum):
+    """The L2 priority of the source lines the kernel loads (cuda_src/tmakit/cache_policy.cuh's L2Eviction);
+    ``parse`` takes a member, its int, "last" or "evict_last"."""
 
     NORMAL = 0
     FIRST = 1
     LAST = 2
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        return {f"evict_{m.name.lower()}": m.name for m in cls}
 
 
 # Source rows of 128 bytes straddle two L2 lines where the source pitch is not a multiple of 128, and the

@@ -144,7 +144,7 @@ def run(quick: bool) -> dict[str, Any]:
     config = LaunchConfig(grid=1, block=32)
     p_arg, n_arg = ptr, np.int32(1)
     try:
-        view = StridedMemoryView.from_buffer(buf, shape=(ROWS, COLS), dtype=np.float32)
+        view = StridedMemoryView.from_buffer(buf, shape=(ROWS, COLS), dtype=np.dtype(np.float32))
         tmd = view.as_tensor_map(box_dim=(64, 64))
         launch(stream, config, cc_tma, tmd, p_arg, n_arg)
         launches["cuda.core (TensorMapDescriptor, pointer, int)"] = lambda: launch(stream, config, cc_tma, tmd, p_arg, n_arg)

@@ -67,7 +67,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:aligned runs: on (1-byte
+# runs on lines, others on sectors), sectors (every size on sectors), off]
 VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
@@ -79,7 +80,8 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
     parser.add_argument("--dst-offset", type=int, default=0, help="bytes between a 256-byte boundary and dst's first row")
-    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
+    parser.add_argument("--variants", default=VARIANTS,
+                        help="comma-separated backend:rows:stages:run_bytes:l2[:on|sectors|off]")
     args = parser.parse_args()
     variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0])
                 for b, r, s, run, l2, *rest in (v.split(":") for v in args.variants.split(","))]
@@ -96,25 +98,28 @@ def main() -> int:
     dst_bytes = torch.empty(rows * cols * 4 + 256, dtype=torch.uint8, device="cuda")  # 256-byte aligned (caching allocator)
     dst_t = dst_bytes[args.dst_offset:args.dst_offset + rows * cols * 4].view(torch.float32).view(cols, rows)
     ratios: dict[tuple, list[float]] = {}
+    runs: dict[tuple, object] = {}  # the run plan each variant got (the cp.async path may keep sectors)
     for _ in range(args.rounds):
         for variant in variants:
             backend, tile_rows, stages, run_bytes, l2, sectors = variant
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             tr._L2_PROMOTION = L2Promotion.parse(l2)
-            tr._ALIGN_SECTORS = sectors != "off"
+            tr._ALIGN_RUNS = sectors != "off"
+            tr._LINE_ALIGNED_SIZES = frozenset() if sectors == "sectors" else frozenset({1})
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
                 d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
                 d_x.view(torch.uint8).fill_(0xA5)
                 fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
-                fn()
+                runs[(*variant, s_x.element_size())] = fn().runs
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
     for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
                           "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols],
+                          "runs": repr(runs[backend, tile_rows, stages, run_bytes, l2, sectors, esize]),
                           "dst_offset": args.dst_offset, "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))

@@ -15,18 +15,15 @@
 // 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte
 // cp.async transpose from 0.78x to 0.83x of a plain copy (benchmarks/experiments/transpose_stages.py).
 //
-// Aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes puts
-// every other row there) would begin and end each tile's run with half a sector, the other half written by
-// another block at another time; measured on the H100 that costs 40% of the bandwidth
+// Sector-aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes
+// puts every other row there) would begin and end each tile's run with half a sector, the other half written
+// by another block at another time; measured on the H100 that costs 40% of the bandwidth
 // (benchmarks/experiments/sector_probe.py: straddling runs 0.59x of aligned ones, the same runs shifted 0.98x).
-// And a 1-byte run of 256 bytes that starts inside a 128-byte line touches three lines, not two: 0.03-0.05 of
-// copy speed (l2_policy_probe.py). So the host splits dst rows into `row_classes` (1, 2, 4 or 8: rows k,
-// k + classes, ..., each its own tensor map) whose rows start at the same place in a sector (or, for 1-byte
-// elements, a line), and gives each class a shift of 0..7 16-byte chunks (`shifts`, 3 bits per class); a
-// tile then also loads the source rows before it (the prefix: V rows per chunk of the largest shift, one more
-// box in the same stage) and writes class k's rows over [r0 - shift_k V, r0 + H - shift_k V): every run
-// starts and ends on a sector (line) boundary, but for the first tile row, whose runs stay unshifted (see
-// turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
+// So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
+// row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
+// rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
+// [r0 - V, r0 + H - V): every run starts and ends on a sector boundary, but for the first tile row, whose
+// runs stay unshifted (see turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
 //
 // Line-aligned source rows. A tile row is 128 bytes of one source row; where the source base lies inside a
 // 128-byte line and the pitch is whole lines, every tile row would straddle two lines: measured on the H100
@@ -39,8 +36,9 @@
 // puts 8 micro-blocks (g, c(g, q)) with 8 different chunks under the 128B swizzle (chunk ^= row % 8) in each
 // phase of a warp's loads and stores; the exceptions are 8-byte elements in two classes (the shifted class's
 // stores 2-way, column_chunk says why). The prefix's items take the same order, as one more group of 8
-// micro-block rows whose first ones (before the largest shift) sit idle. tests/test_ops.py counts all of it
-// with tmakit.layout.
+// micro-block rows of which only the last (the prefix's V rows) works: its stores are then as conflict free
+// as the tile's (in a compact order they all landed in one image column, up to 8-way). tests/test_ops.py
+// counts all of it with tmakit.layout.
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
 #include "tmakit/swizzle.cuh"
@@ -69,10 +67,9 @@ constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_TRANSPOSE_
 static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
-// Room for the prefix (V rows per chunk of the largest shift) after the tile in each stage, in whole KiB:
-// each stage stays 1024-byte aligned for the 128B swizzle. The host sizes shared memory the same way.
-__device__ __forceinline__ uint32_t prefix_bytes(uint32_t prefix_rows) { return (prefix_rows * kSpan + 1023u) & ~1023u; }
-constexpr uint32_t kMaxClasses = 8;
+// Room for the prefix (at most 16 rows: 1-byte elements) after the tile in each stage, when classes are
+// shifted; a whole 2 KiB for every size keeps each stage 1024-byte aligned for the 128B swizzle.
+constexpr uint32_t kPrefixBytes = 16u * kSpan;
 // Destination image buffers: TMA stores drain asynchronously, so that path alternates two (one is turned
 // into while the other is read by the bulk store); the cp.async path's plain stores are done before the
 // ring's barrier, so one suffices.
@@ -100,7 +97,7 @@ struct Turn {
   static constexpr uint32_t R = V / P;                   // transposed rows per slice
   static constexpr uint32_t kImages = kTileRows / (8u * V);  // destination images: tile rows / W
   static constexpr uint32_t kItems = 64u * kImages * P;  // (micro-block, slice) pairs per tile
-  static constexpr uint32_t kPrefixItems = 64u * P;      // those of the prefix: one group of 8 micro-block rows
+  static constexpr uint32_t kPrefixItems = 64u * P;      // the prefix's round: a group of 8 micro-block rows
   static constexpr uint32_t kChunksPerRun = kTileRows / V;  // 16-byte chunks in a tile's run of one dst row
 };
 
@@ -159,22 +156,22 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
   for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(words[r][0], words[r][1], words[r][2], words[r][3]);
 }
 
-// Every (micro-block, slice) of a tile, then with `prefix_chunks` those of the prefix_chunks * V source rows
-// before it (stored after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row,
-// `m` the micro-block row (source rows r0 + m*V ..; negative in the prefix), `d` the dst row in the tile
-// (source column c0 + d). The prefix's items are one more group of 8 micro-block rows (m = -8 .. -1) in the
-// tile's lane order, so its accesses are as conflict free as the tile's; rows before the prefix sit idle.
+// Every (micro-block, slice) of a tile, then with `prefix` those of the V source rows before it (stored
+// after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row, `m` the
+// micro-block row (source rows r0 + m*V ..; -1 for the prefix), `d` the dst row in the tile (source column
+// c0 + d). The prefix's items are one more group of 8 micro-block rows (m = -8 .. -1) in the tile's lane
+// order, all but m = -1 idle, so that its accesses are as conflict free as the tile's.
 template <typename T, uint32_t Classes, class Sink>
-__device__ __forceinline__ void transpose_tile(const uint8_t* source, uint32_t prefix_chunks, Sink sink) {
+__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, Sink sink) {
   typedef Turn<T> K;
   typedef typename Slice<K::S>::type SliceBits;
-  const uint32_t items = K::kItems + (prefix_chunks ? K::kPrefixItems : 0u);
+  const uint32_t items = K::kItems + (prefix ? K::kPrefixItems : 0u);
   for (uint32_t b = threadIdx.x; b < items; b += blockDim.x) {
     const uint32_t g = b % 8u, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P), p = (b / 8u) % K::P;
     const uint32_t c = column_chunk<T, Classes>(g, q);
     const int32_t m = sub < K::kImages ? (int32_t)(sub * 8u + g) : (int32_t)g - 8;
-    if (m < -(int32_t)prefix_chunks) continue;  // before the prefix
-    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows + (uint32_t)((int32_t)prefix_chunks + m) * K::V;
+    if (m < -1) continue;  // the prefix's idle rows
+    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows;
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t j = 0; j < K::V; ++j) {
@@ -223,13 +220,13 @@ __device__ __forceinline__ void store_tile_rows(const Plain2dBox& run, const uin
 #endif
 
 struct Operands {
-  const BoxSource& src;                // box [W, H]
-  const BoxSource& src_prefix;         // box [W, V * largest shift]: the source rows before a tile
-  const BoxSource* dst[kMaxClasses];   // class k: dst rows k, k + classes, ..., box [W, W / classes]
-  uint32_t tiles_r, tiles_c;           // the tile grid: tile rows (H source rows each), tile columns (W columns)
-  uint32_t lead;                       // tile columns after the first start this many elements early (source lines)
-  uint32_t shifts;                     // bits 3k..3k+2: the 16-byte chunks class k's runs move earlier
-  __device__ uint32_t shift(uint32_t k) const { return (shifts >> (3u * k)) & 7u; }
+  const BoxSource& src;         // box [W, H]
+  const BoxSource& src_prefix;  // box [W, V]: the V source rows before a tile
+  const BoxSource& dst_even;    // class 0: every dst row (one class) or the even ones, box [W, W / classes]
+  const BoxSource& dst_odd;     // class 1: the odd dst rows (two classes)
+  uint32_t tiles_r, tiles_c;    // the tile grid: tile rows (H source rows each), tile columns (W source columns)
+  uint32_t lead;                // tile columns after the first start this many elements early (source lines)
+  uint32_t shifted;             // bit k: class k's rows start 16 bytes into a sector
 };
 
 template <typename T, uint32_t Classes>
@@ -237,11 +234,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   typedef Turn<T> K;
   typedef TileImages<T, Classes> I;
   constexpr uint32_t E = K::E, W = K::W, V = K::V;
-  uint32_t prefix_chunks = 0;  // the largest shift
-#pragma unroll
-  for (uint32_t k = 0; k < Classes; ++k) prefix_chunks = op.shift(k) > prefix_chunks ? op.shift(k) : prefix_chunks;
-  const uint32_t prefix_rows = prefix_chunks * V;
-  const uint32_t stage_bytes = kTileBytes + prefix_bytes(prefix_rows);
+  const bool prefix = op.shifted != 0;
+  const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
   uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x H/W destination images
   const uint32_t tiles_c = op.tiles_c, tiles_r = op.tiles_r;
@@ -260,11 +254,10 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    box_load_expect(bar, kTileBytes + prefix_rows * kSpan);
+    box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
     box_load_part<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
-    if (prefix_rows)
-      box_load_part<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)prefix_rows, 0, 0, 0}}, 2,
-                                     prefix_rows * kSpan, bar);
+    if (prefix)
+      box_load_part<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
     box_load_commit();
   };
   uint32_t done = 0;
@@ -272,14 +265,13 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     int32_t c0, r0;
     tile_origin(t, c0, r0);
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
-    // The first tile row keeps every class unshifted: a shifted run would start before 0, and a TMA store box
+    // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
     // at a negative coordinate stops the kernel (illegal instruction on the H100: tma_store_probe.py). Its
-    // runs then end mid-sector (mid-line) at H, where the second tile row's shifted runs write the same
-    // elements again.
-    const bool shifted = r0 > 0;
-    transpose_tile<T, Classes>(image, shifted ? prefix_chunks : 0u, [&](int32_t m, uint32_t d, const uint4& v) {
+    // runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
+    const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
+    transpose_tile<T, Classes>(image, shifted != 0, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
-      const int32_t position = m + (int32_t)(shifted ? op.shift(k) : 0u);  // chunk of the class's run
+      const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run
       *reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)position / 8u, k) +
                                 swizzle_offset((d / Classes) * kSpan + ((uint32_t)position % 8u) * 16u, kSwizzle128B)) = v;
@@ -287,8 +279,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     box_store_begin();
 #pragma unroll
     for (uint32_t k = 0; k < Classes; ++k) {
-      const BoxSource& dst = *op.dst[k];
-      const int32_t start = r0 - (int32_t)((shifted ? op.shift(k) : 0u) * V), row = c0 / (int32_t)Classes;
+      const BoxSource& dst = k == 0 ? op.dst_even : op.dst_odd;
+      const int32_t start = r0 - (int32_t)(((shifted >> k) & 1u) * V), row = c0 / (int32_t)Classes;
 #if !TMAKIT_USE_TMA  // whole rows of the run where dst allows (any 16-byte aligned pitch), else per image
       const Plain2dBox run(dst, Coords{{start, row, 0, 0, 0}}, kTileRows, I::kClassRows);
       if (run.plain) {
@@ -306,52 +298,38 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   box_store_drain();
 }
 
-// 4 and 8 classes (runs aligned to 128-byte lines) are for 1-byte elements only: the host asks for no others
-// (their runs are 512 bytes or more, and 2-byte images of 8 rows would store with bank conflicts).
 template <uint32_t Classes>
 __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t esize, uint8_t* smem, uint64_t* bars) {
-  if (esize == 1) transpose_all<uint8_t, Classes>(op, smem, bars);
-  else if constexpr (Classes <= 2) {
-    switch (esize) {
-      case 2: transpose_all<uint16_t, Classes>(op, smem, bars); break;
-      case 4: transpose_all<uint32_t, Classes>(op, smem, bars); break;
-      case 8: transpose_all<uint64_t, Classes>(op, smem, bars); break;
-      default: asm volatile("trap;");  // the host allows only these sizes
-    }
-  } else {
-    asm volatile("trap;");
+  switch (esize) {
+    case 1: transpose_all<uint8_t, Classes>(op, smem, bars); break;
+    case 2: transpose_all<uint16_t, Classes>(op, smem, bars); break;
+    case 4: transpose_all<uint32_t, Classes>(op, smem, bars); break;
+    case 8: transpose_all<uint64_t, Classes>(op, smem, bars); break;
+    default: asm volatile("trap;");  // the host allows only these sizes
   }
 }
 
 }  // namespace
 
-// src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E * largest shift]; dst0..7:
-// dst's rows of class k (rows k, k + row_classes, ..., stride row_classes * pitch; one class: dst itself;
-// classes past row_classes: any of them, unused), box [128/E, 128/E / row_classes], 128B swizzle (tensor
-// maps, or BoxParams on the cp.async path).
+// src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E]; dst_even / dst_odd:
+// dst's rows of class 0 / 1 (row_classes 1: dst itself, twice; 2: its even / odd rows, stride 2 * pitch),
+// box [128/E, 128/E / row_classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
 // tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil((cols + lead) / W)
-// tile columns and ceil(rows / H) tile rows, more where shifted runs leave rows over; the product below
-// 2^32. lead: where every source row starts `lead` elements past a 128-byte line (a pitch of whole lines, a
-// base inside one), the tile columns after the first start that much early, so that each tile row is one
-// whole line; the first two columns then overlap and write those dst rows twice, alike (even: a multiple of
-// V). row_classes: 1, 2, 4 or 8 (4 and 8 for 1-byte elements only). shifts: bits 3k..3k+2 the 16-byte chunks
-// class k's runs move earlier (run_plan).
+// tile columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
+// product below 2^32. lead: where every source row starts `lead` elements past a 128-byte line (a pitch of
+// whole lines, a base inside one), the tile columns after the first start that much early, so that each
+// tile row is one whole line; the first two columns then overlap and write those dst rows twice, alike (even:
+// a multiple of V). shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
 // Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes, plus
-// per stage the prefix's rows * 128 bytes rounded up to 1 KiB, plus 1 KiB of alignment slack.
-extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix, TMAKIT_BOX_SOURCE dst0,
-                                            TMAKIT_BOX_SOURCE dst1, TMAKIT_BOX_SOURCE dst2, TMAKIT_BOX_SOURCE dst3,
-                                            TMAKIT_BOX_SOURCE dst4, TMAKIT_BOX_SOURCE dst5, TMAKIT_BOX_SOURCE dst6,
-                                            TMAKIT_BOX_SOURCE dst7, uint32_t tiles_r, uint32_t tiles_c, uint32_t lead,
-                                            uint32_t esize, uint32_t row_classes, uint32_t shifts) {
+// 2 KiB per stage when `shifted`, plus 1 KiB of alignment slack.
+extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
+                                            TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint32_t tiles_r,
+                                            uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
+                                            uint32_t shifted) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ uint64_t bars[kStages];
   uint8_t* smem = align_shared(smem_raw, 1024);
-  const Operands op{src, src_prefix, {&dst0, &dst1, &dst2, &dst3, &dst4, &dst5, &dst6, &dst7}, tiles_r, tiles_c, lead, shifts};
-  switch (row_classes) {
-    case 1: transpose_by_size<1>(op, esize, smem, bars); break;
-    case 2: transpose_by_size<2>(op, esize, smem, bars); break;
-    case 4: transpose_by_size<4>(op, esize, smem, bars); break;
-    case 8: transpose_by_size<8>(op, esize, smem, bars); break;
-    default: asm volatile("trap;");  // the host makes only these
-  }
+  const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, lead, shifted};
+  if (row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
+  else transpose_by_size<1>(op, esize, smem, bars);
 }

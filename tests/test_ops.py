@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from typing import Any
 
 import numpy as np
 import pytest
@@ -111,17 +110,17 @@ def test_transpose_rejects_bad_shapes():
 _E8_TWO_CLASS_ORDER = (0, 4, 3, 7, 2, 6, 1, 5)  # transpose.cu's column_chunk for 8-byte elements in two classes
 
 
-def _transpose_warp_offsets(esize: int, warp: int, step: int, shifts: tuple[int, ...] = (0,), prefix: bool = False,
+def _transpose_warp_offsets(esize: int, warp: int, step: int, classes: int = 1, shifted: int = 0,
                             diagonal: bool = True) -> tuple[list[int | None], list[int | None], int]:
     """Shared-memory offsets one warp of cuda_src/transpose.cu touches at `step`: the stage load of row `step`
     of its (micro-block, slice) items and the destination image store of transposed row `step` (None where
-    the lane is idle or the row belongs to another tile's run), 128B swizzle; and the load width. `shifts`
-    are the row classes' shifts in 16-byte chunks (RunPlan.shifts); with `prefix` the warps past the tile's
-    items are the prefix's: one more group of 8 micro-block rows (m = -8..-1), idle before the largest
-    shift; `diagonal=False` is the plain order c = q."""
+    the lane is idle or the row belongs to another tile's run), 128B swizzle; and the load width.
+    `classes`/`shifted` are the kernel's row classes and shifted-class mask; warps past the tile's items
+    are the prefix's round (with `shifted`): one more group of 8 micro-block rows (m = -8..-1) of which only
+    m = -1, the V rows before the tile, works; `diagonal=False` is the plain order c = q."""
     from tmakit.layout import swizzle_offset
 
-    v, slices, classes, most = 16 // esize, max(1, 4 // esize), len(shifts), max(shifts)
+    v, slices = 16 // esize, max(1, 4 // esize)
     width, rows_out, images = 16 // slices, v // slices, 256 * esize // 128
     class_rows = 128 // esize // classes
     loads: list[int | None] = []
@@ -131,104 +130,87 @@ def _transpose_warp_offsets(esize: int, warp: int, step: int, shifts: tuple[int,
         g, p, q, sub = b % 8, (b // 8) % slices, (b // (8 * slices)) % 8, b // (64 * slices)
         c = ((_E8_TWO_CLASS_ORDER[g] ^ q if esize == 8 and classes == 2 else (g + q) % 8) if diagonal else q)
         m = sub * 8 + g if sub < images else g - 8
-        if sub > images or (sub == images and (not prefix or m < -most)):
+        if sub > images or (sub == images and (not shifted or m < -1)):  # idle: past the items, or before the prefix
             loads.append(None)
             stores.append(None)
             continue
-        first_row = m * v if m >= 0 else 256 + (most + m) * v  # the prefix is stored after the tile's 256 rows
+        first_row = m * v if m >= 0 else 256  # the prefix is stored after the tile's 256 rows
         loads.append(int(swizzle_offset((first_row + step % v) * 128 + c * 16, "128B")) + p * width)
         d = c * v + p * rows_out + step % rows_out
-        k = d % classes
-        position = m + shifts[k]
+        k, position = d % classes, m + ((shifted >> (d % classes)) & 1)
         image = (position // 8 * classes + k) * class_rows * 128
         stores.append(image + int(swizzle_offset(d // classes * 128 + position % 8 * 16, "128B"))
                       if 0 <= position < 256 // v else None)
     return loads, stores, width
 
 
-def _count_conflicts(esize, shifts, warps, prefix=False, diagonal=True):
+def _count_conflicts(esize, classes, shifted, warps, diagonal=True):
     """{(warp, step): (load conflicts, store conflicts)} over the given warps."""
     from tmakit.layout import bank_conflicts
 
     out = {}
     for warp in warps:
         for step in range(16 // esize):
-            loads, stores, width = _transpose_warp_offsets(esize, warp, step, shifts, prefix, diagonal)
+            loads, stores, width = _transpose_warp_offsets(esize, warp, step, classes, shifted, diagonal)
             out[warp, step] = (bank_conflicts(loads, width) if any(a is not None for a in loads) else 0,
                                bank_conflicts(stores, 16) if any(a is not None for a in stores) else 0)
     return out
 
 
-def _run_plans(esize: int) -> list[tuple[int, ...]]:
-    """The shifts of every run plan an esize-byte dst can get (transpose.run_plan), over pitches and bases."""
-    from tmakit.ops.transpose import run_plan
-
-    return sorted({run_plan(base, pitch, 100, esize).shifts for pitch in range(16, 16 * 9, 16) for base in range(0, 128, 16)})
-
-
 @pytest.mark.parametrize("esize", [1, 2, 4, 8])
-def test_transpose_shared_memory_is_bank_conflict_free(esize):
+@pytest.mark.parametrize("classes, shifted", [(1, 0), (1, 1), (2, 1), (2, 2)])
+def test_transpose_shared_memory_is_bank_conflict_free(esize, classes, shifted):
     """The item order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side, in the
-    tile and in its prefix, for every run plan (row classes and shifts), where the plain order would
+    tile and in its prefix, for every row-class plan (sector-aligned runs), where the plain order would
     conflict; every element size gives the 256 threads the same number of items. The known exception,
     bounded here: 8-byte elements in two classes store the shifted class 2-way (no lane order avoids it,
     transpose.cu says why)."""
     slices = max(1, 4 // esize)
     items = 64 * (256 * esize // 128) * slices
     assert items >= 2 * 256 and items % 256 == 0  # whole rounds of the block's 256 threads
-    plans = _run_plans(esize)
-    assert len(plans) == (8 * 8 if esize == 1 else 4)  # 1-byte: 8 bases x 8 pitches in a line; others: sectors
-    for shifts in plans:
-        tile = _count_conflicts(esize, shifts, range(items // 32))
-        assert all(load == 0 for load, _ in tile.values())
-        for (warp, step), (_, store) in tile.items():
-            two_way = esize == 8 and len(shifts) == 2 and shifts[step]  # 8-byte rows: step = class
-            assert store == (4 if two_way else 0), (esize, shifts, warp, step)  # 4 phases, one extra each
-        if max(shifts):  # the prefix: one more round of items, idle before the largest shift
-            prefix = _count_conflicts(esize, shifts, range(items // 32, (items + 64 * slices) // 32), prefix=True)
-            assert all(load == 0 for load, _ in prefix.values())
-            for (warp, step), (_, store) in prefix.items():
-                assert store <= (4 if esize == 8 and len(shifts) == 2 and shifts[step] else 0), (esize, shifts, warp, step)
-    naive = _count_conflicts(esize, (0,), range(items // 32), diagonal=False)
-    assert max(max(pair) for pair in naive.values()) > 0
+
+    def two_way(step: int) -> bool:  # 8-byte rows: step = class
+        return esize == 8 and classes == 2 and bool((shifted >> step) & 1)
+
+    tile = _count_conflicts(esize, classes, shifted, range(items // 32))
+    assert all(load == 0 for load, _ in tile.values())
+    for (warp, step), (_, store) in tile.items():
+        assert store == (4 if two_way(step) else 0), (esize, classes, shifted, warp, step)  # 4 phases, one extra each
+    if shifted:  # the prefix's round: 8 micro-blocks x slices working, in the tile's lane order
+        prefix = _count_conflicts(esize, classes, shifted, range(items // 32, (items + 64 * slices) // 32))
+        assert all(load == 0 for load, _ in prefix.values())
+        assert all(store <= (4 if two_way(step) else 0) for (_, step), (_, store) in prefix.items())
+        working = sum(a is not None for w in range(items // 32, (items + 64 * slices) // 32)
+                      for a in _transpose_warp_offsets(esize, w, 0, classes, shifted)[0])
+        assert working == 8 * slices  # one micro-block row
+    if classes == 1 and not shifted:
+        naive = _count_conflicts(esize, classes, shifted, range(items // 32), diagonal=False)
+        assert max(max(pair) for pair in naive.values()) > 0
 
 
-def test_run_plan_aligns_runs_to_sectors_and_1_byte_runs_to_lines():
-    """Which dst rows form a class, and how many 16-byte chunks each class's runs move earlier: 32-byte
-    sectors for 2/4/8-byte elements, 128-byte lines for 1-byte ones (sectors where dst has fewer rows than
-    classes)."""
-    from tmakit.ops.transpose import RunPlan, run_plan
+def test_sector_plan_aligns_runs_to_32_byte_sectors():
+    """Which dst rows start 16 bytes into a sector, and so are written V elements earlier."""
+    from tmakit.ops.transpose import SectorPlan, sector_plan
 
-    assert run_plan(0x1000, 256, 10, 4) == RunPlan(32, (0,))        # every row on a sector boundary
-    assert run_plan(0x1010, 256, 10, 4) == RunPlan(32, (1,))        # every row 16 bytes in
-    assert run_plan(0x1000, 16336, 10, 2) == RunPlan(32, (0, 1))    # pitch 16 mod 32: the odd rows
-    assert run_plan(0x1010, 16336, 10, 8) == RunPlan(32, (1, 0))    # ... or the even ones
-    assert run_plan(0x1010, 16336, 1, 4) == RunPlan(32, (1,))       # one row: one class
-    assert run_plan(0x1008, 16336, 10, 4) == RunPlan(16, (0,))      # not 16-byte aligned: the any-pitch walk
-    assert run_plan(0x1000, 100, 10, 1) == RunPlan(16, (0,))
-    plan = run_plan(0x1000, 16336, 10, 1)                            # 1-byte, pitch 80 mod 128: 8 offsets in a line
-    assert plan == RunPlan(128, (0, 5, 2, 7, 4, 1, 6, 3)) and plan.classes == 8 and plan.max_shift == 7
-    assert plan.packed == sum(s << 3 * k for k, s in enumerate(plan.shifts)) and plan.prefix_rows(1) == 112
-    assert run_plan(0x1030, 4096, 10, 1) == RunPlan(128, (3,))      # whole lines, base 48 bytes in
-    assert run_plan(0x1000, 4128, 10, 1) == RunPlan(128, (0, 2, 4, 6))
-    assert run_plan(0x1000, 4160, 10, 1) == RunPlan(128, (0, 4))
-    assert run_plan(0x1000, 16336, 5, 1) == RunPlan(32, (0, 1))     # 5 rows, 8 classes: sectors
-    assert run_plan(0x1030, 16336, 1, 1) == RunPlan(128, (3,))      # one row: one class on its line
-    assert run_plan(0x1000, 16336, 10, 1, lines=False) == RunPlan(32, (0, 1))
+    assert sector_plan(0x1000, 256, 10) == SectorPlan(1, 0)      # every row on a sector boundary
+    assert sector_plan(0x1010, 256, 10) == SectorPlan(1, 1)      # every row 16 bytes in
+    assert sector_plan(0x1000, 16336, 10) == SectorPlan(2, 2)    # pitch 16 mod 32: the odd rows
+    assert sector_plan(0x1010, 16336, 10) == SectorPlan(2, 1)    # ... or the even ones
+    assert sector_plan(0x1010, 16336, 1) == SectorPlan(1, 1)     # one row: one class
+    assert sector_plan(0x1008, 16336, 10) == SectorPlan(1, 0)    # not 16-byte aligned: the any-pitch walk
+    assert sector_plan(0x1000, 100, 10) == SectorPlan(1, 0)
 
 
 def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
-    """Tile rows of H source rows and tile columns of 128 bytes; shifted runs end up to the prefix's rows
-    before a tile's, so one more tile row where that leaves rows over, but not when one tile row holds every
-    row."""
+    """Tile rows of H source rows and tile columns of 128 bytes; shifted runs end V rows before a tile's, so
+    one more tile row where that leaves rows over, but not when one tile row holds every row."""
     from tmakit.ops.transpose import tile_grid
 
-    assert tile_grid(16384, 32768, 4, 256, 0) == (64, 1024)
-    assert tile_grid(16384, 32768, 4, 256, 4) == (65, 1024)       # 4 rows (V) past the last tile's run
-    assert tile_grid(16368, 131072, 1, 256, 16) == (64, 1024)     # 16368 + 16 fits 64 tile rows
-    assert tile_grid(16368, 131072, 1, 256, 112) == (65, 1024)    # a shift of 7 chunks: 112 rows
-    assert tile_grid(256, 100, 1, 256, 112) == (1, 1)             # one tile row: no shifted runs in it
-    assert tile_grid(257, 100, 8, 256, 2) == (2, 7)
+    assert tile_grid(16384, 32768, 4, 256, False) == (64, 1024)
+    assert tile_grid(16384, 32768, 4, 256, True) == (65, 1024)       # 4 rows (V) past the last tile's run
+    assert tile_grid(16368, 131072, 1, 256, True) == (64, 1024)      # 16368 + 16 fits 64 tile rows
+    assert tile_grid(256, 100, 1, 256, True) == (1, 1)              # one tile row: no shifted runs in it
+    assert tile_grid(257, 100, 8, 256, True) == (2, 7)
 
 
 def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
@@ -242,9 +224,9 @@ def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
     assert source_lead(0x1010, 256, 8) == 2               # a multiple of V = 16/E: even
     assert source_lead(0x1020, 131392, 4) == 0            # pitch 64 mod 128: rows differ, nothing uniform
     assert source_lead(0x1024, 32768 * 4, 4) == 0         # not 16-byte aligned (the cp.async any-pitch walk)
-    assert tile_grid(256, 1024, 4, 256, 0, 8) == (1, 33)   # 32 columns of 32, moved 8 back: one more
-    assert tile_grid(256, 1024, 4, 256, 0, 0) == (1, 32)
-    assert tile_grid(256, 32, 4, 256, 0, 8) == (1, 1)      # the first column holds them all
+    assert tile_grid(256, 1024, 4, 256, False, 8) == (1, 33)   # 32 columns of 32, moved 8 back: one more
+    assert tile_grid(256, 1024, 4, 256, False, 0) == (1, 32)
+    assert tile_grid(256, 32, 4, 256, False, 8) == (1, 1)      # the first column holds them all
 
 
 def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
@@ -265,16 +247,14 @@ def test_transpose_tile_plan_fits_the_device():
     from tmakit.ops.transpose import tile_plan
 
     for backend in Backend:
-        for prefix in (0, 2, 16):  # room for the source rows before each tile (shifted runs), in whole KiB
+        for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
             big, small = tile_plan(backend, 227 * 1024, prefix), tile_plan(backend, 96 * 1024, prefix)
             assert (big.rows, small.rows) == (256, 128)
             assert big.shared_mem_for(prefix) <= 163 * 1024 and small.shared_mem_for(prefix) <= 96 * 1024
-            assert big.shared_mem_for(prefix) == big.shared_mem + big.stages * {0: 0, 2: 1024, 16: 2048}[prefix]
-        # the longest prefix, 7 chunks of 1-byte rows: 14 KiB a stage, still one 256-row plan
-        assert tile_plan(backend, 227 * 1024, 112).shared_mem_for(112) == tile_plan(backend, 227 * 1024).shared_mem + 2 * 14336
+            assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
     for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89 (cp.async only)
         assert tile_plan(Backend.CP_ASYNC, limit).rows == 256
-    assert tile_plan(Backend.CP_ASYNC, 99 * 1024, 16).rows == 128  # 101 KiB does not fit sm_86/89
+    assert tile_plan(Backend.CP_ASYNC, 99 * 1024, prefix=True).rows == 128  # 101 KiB does not fit sm_86/89
     with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
         tile_plan(Backend.CP_ASYNC, 48 * 1024)
 
@@ -545,63 +525,32 @@ def _sector_cases(esize: int, backend: str) -> list[tuple[tuple[int, int], int]]
     return [(s, off) for s in two_classes for off in (0, 16)] + [(s, 16) for s in one_class]
 
 
-def _transpose_into(host: np.ndarray, offset: int, backend: str) -> tuple[Any, bytes, Any]:
-    """Transpose `host` on the device into a poisoned buffer at byte `offset` (with poison after dst too):
-    (the result, the buffer's bytes, the plans run_plan makes for that dst with and without lines)."""
-    from tmakit.ops.transpose import run_plan
-
-    (rows, cols), esize = host.shape, host.itemsize
-    pad = 128 // esize
-    with _device(host) as src, _poisoned((rows * cols + pad,), host.dtype) as buffer:
-        dst = buffer[offset // esize: offset // esize + rows * cols].reshape(cols, rows)
-        result = ops.transpose(dst, src, backend=backend)
-        _sync()
-        plans = run_plan(dst.ptr, rows * esize, cols, esize), run_plan(dst.ptr, rows * esize, cols, esize, lines=False)
-        return result, buffer.to_host().tobytes(), plans
-
-
-def _want_in_poison(host: np.ndarray, offset: int) -> bytes:
-    (rows, cols), esize = host.shape, host.itemsize
-    want = np.full(rows * cols + 128 // esize, 0, host.dtype)
-    want.view(np.uint8)[:] = POISON
-    want[offset // esize: offset // esize + rows * cols] = np.ascontiguousarray(host.T).ravel()
-    return want.tobytes()
-
-
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_transpose_sector_aligned_runs_are_exact(dtype, backend):
     """Where dst rows start 16 bytes into a 32-byte sector, their runs move V elements earlier and each tile
     loads the V source rows before it: the same bytes as numpy, nothing written outside dst (poison around
-    it), and the plan on the result (1-byte dsts get lines where they have a row of every class, the
-    cp.async path sectors where lines would cost it a block per SM)."""
+    it), and the plan on the result."""
+    from tmakit.ops.transpose import sector_plan
+
     rng, seed = _rng()
     esize = np.dtype(dtype).itemsize
     for (rows, cols), offset in _sector_cases(esize, backend):
         host = _random_array(rng, (rows, cols), dtype)
-        result, got, (lines, sectors) = _transpose_into(host, offset, backend)
-        assert result.backend.name == backend, (rows, cols, offset)
-        assert result.runs == lines or (backend == "cp.async" and result.runs == sectors), (rows, cols, offset, result)
-        assert result.runs.max_shift or cols == 1  # one dst row at offset 0 starts on a sector boundary
-        assert got == _want_in_poison(host, offset), f"seed {seed}: {(rows, cols)} dst offset {offset} {backend} differs"
-
-
-@pytest.mark.requires_gpu
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_transpose_line_aligned_dst_runs_are_exact(backend):
-    """1-byte elements: dst rows in 2, 4 or 8 classes by where they start in a 128-byte line, each class's
-    runs moved back 0..7 chunks onto a line (a prefix of up to 112 source rows per tile): the same bytes as
-    numpy, nothing written outside dst, at every dst pitch in a line, several bases, partial and whole tile
-    rows and columns. TMA runs the line plan; the cp.async path may keep sectors (a block per SM)."""
-    rng, seed = _rng()
-    for rows in (272, 560, 336, 880, 800, 608, 576, 768):  # dst pitch 16, 48, 80, 112, 32, 96, 64, 0 mod 128
-        for cols, offset in ((131, 0), (40, 48), (300, 112)):
-            host = _random_array(rng, (rows, cols), np.uint8)
-            result, got, (lines, sectors) = _transpose_into(host, offset, backend)
-            assert lines.align == 128, (rows, offset, lines)
-            assert result.runs == lines or (backend == "cp.async" and result.runs == sectors), (rows, offset, result)
-            assert got == _want_in_poison(host, offset), f"seed {seed}: {(rows, cols)} dst offset {offset} {backend} differs"
+        pad = 32 // esize
+        with _device(host) as src, _poisoned((rows * cols + pad,), dtype) as buffer:
+            dst = buffer[offset // esize: offset // esize + rows * cols].reshape(cols, rows)
+            result = ops.transpose(dst, src, backend=backend)
+            _sync()
+            got = buffer.to_host()
+            plan = sector_plan(dst.ptr, rows * esize, cols)
+        assert result.backend.name == backend and result.sectors == plan, (rows, cols, offset, plan)
+        assert plan.shifted or cols == 1  # one dst row at offset 0 starts on a sector boundary
+        want = np.full(rows * cols + pad, 0, dtype)
+        want.view(np.uint8)[:] = POISON
+        want[offset // esize: offset // esize + rows * cols] = np.ascontiguousarray(host.T).ravel()
+        assert got.tobytes() == want.tobytes(), f"seed {seed}: {(rows, cols)} dst offset {offset} {backend} differs"
 
 
 @pytest.mark.requires_gpu

@@ -20,7 +20,7 @@ def main() -> int:
     transpose_module = importlib.import_module("tmakit.ops.transpose")
     for case in sys.argv[1:]:
         backend, dtype, shape, *flags = case.split(":")
-        transpose_module._ALIGN_RUNS = "off" not in flags
+        transpose_module._ALIGN_SECTORS = "off" not in flags
         rows, cols = (int(v) for v in shape.split(","))
         src = torch.randn(rows, cols, device="cuda").view(getattr(torch, dtype))
         dst = torch.empty(src.shape[1], src.shape[0], dtype=src.dtype, device="cuda")

@@ -54,6 +54,20 @@ Seventh session (2026-11-23; --dst-offset; device_runs.md 64-68, benchmarks/resu
 - dst run bytes 1024/2048/4096 per tile group for 1/2-byte elements at 16336x32848: within the spread.
 - the cp.async path issued 2.5-4x the instructions of TMA (issue slots 48-58% busy); a chunk walk at constant
   steps over interior boxes took it from 727M to 440M instructions for 4-byte elements (ncu, 16128x33280).
+
+Ninth session (2026-11-23; device_runs.md 87-88, benchmarks/results/transpose_session9_h100.jsonl), 1-byte
+elements, dst pitches not multiples of 128:
+- 1-byte runs on 128-byte lines (a build of f30890a, since reverted: dst rows in 2/4/8 classes by where they
+  start in a line, each class's runs moved back 0..7 chunks, a prefix of up to 112 source rows, 16 TMA stores
+  of 16-row images per tile), against sector-aligned runs in the same build: TMA 0.719 vs 0.768 (16336x32848),
+  0.748 vs 0.793 (16336x32768), 0.739 vs 0.775 (16352), 0.739 vs 0.755 (16320), 0.839 vs 0.848 aligned. The
+  three-line runs cost less than the small stores and the long prefix. Not kept. (The cp.async path kept
+  sectors there: the prefix would have cost it its second block per SM.)
+- the prefix's items in the tile's lane order (one more round, spread over every warp, conflict free) instead
+  of 8P items on warp 0 (8-way store conflicts, and warp 0 issues the ring's TMA loads and stores), old and
+  new builds alternated old/new/old/new at 16336x32848: TMA 1B 0.717/0.703 -> 0.776/0.730, 2B 0.781/0.766 ->
+  0.814/0.797, 4B 0.794/0.781 -> 0.828/0.810; cp.async 1B 0.663/0.638 -> 0.678/0.656, 4B 0.769/0.731 ->
+  0.793/0.779. Kept.
 """
 from __future__ import annotations
 
@@ -67,8 +81,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from copy_bandwidth import _time_ms  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:aligned runs: on (1-byte
-# runs on lines, others on sectors), sectors (every size on sectors), off]
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
 VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
@@ -80,8 +93,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
     parser.add_argument("--dst-offset", type=int, default=0, help="bytes between a 256-byte boundary and dst's first row")
-    parser.add_argument("--variants", default=VARIANTS,
-                        help="comma-separated backend:rows:stages:run_bytes:l2[:on|sectors|off]")
+    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
     args = parser.parse_args()
     variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0])
                 for b, r, s, run, l2, *rest in (v.split(":") for v in args.variants.split(","))]
@@ -98,28 +110,25 @@ def main() -> int:
     dst_bytes = torch.empty(rows * cols * 4 + 256, dtype=torch.uint8, device="cuda")  # 256-byte aligned (caching allocator)
     dst_t = dst_bytes[args.dst_offset:args.dst_offset + rows * cols * 4].view(torch.float32).view(cols, rows)
     ratios: dict[tuple, list[float]] = {}
-    runs: dict[tuple, object] = {}  # the run plan each variant got (the cp.async path may keep sectors)
     for _ in range(args.rounds):
         for variant in variants:
             backend, tile_rows, stages, run_bytes, l2, sectors = variant
             tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
             tr._L2_PROMOTION = L2Promotion.parse(l2)
-            tr._ALIGN_RUNS = sectors != "off"
-            tr._LINE_ALIGNED_SIZES = frozenset() if sectors == "sectors" else frozenset({1})
+            tr._ALIGN_SECTORS = sectors != "off"
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
                 d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
                 d_x.view(torch.uint8).fill_(0xA5)
                 fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
-                runs[(*variant, s_x.element_size())] = fn().runs
+                fn()
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
     for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
                           "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols],
-                          "runs": repr(runs[backend, tile_rows, stages, run_bytes, l2, sectors, esize]),
                           "dst_offset": args.dst_offset, "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))

@@ -68,6 +68,9 @@ elements, dst pitches not multiples of 128:
   new builds alternated old/new/old/new at 16336x32848: TMA 1B 0.717/0.703 -> 0.776/0.730, 2B 0.781/0.766 ->
   0.814/0.797, 4B 0.794/0.781 -> 0.828/0.810; cp.async 1B 0.663/0.638 -> 0.678/0.656, 4B 0.769/0.731 ->
   0.793/0.779. Kept.
+- the cp.async path's dst stores plain instead of streaming (st.global.cs; a compile-time switch since removed;
+  run 91, a slow machine): 1B 0.614 vs 0.623 (16336x32848), 0.660 vs 0.662 (16336x32768), 0.749 vs 0.772
+  (aligned); 4B within 0.03 either way. Partly written lines are not lost to the streaming eviction. Kept .cs.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Copy and transpose bandwidth: tmakit.ops (each backend) against torch and a Triton TMA copy, one run.
+"""Copy and transpose bandwidth: tmakit.ops (each backend) against torch and Triton TMA kernels, one run.
 
 Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
 written, the median over CUDA-event-timed repetitions after warm-up, and each is also given as a ratio to
@@ -76,6 +76,53 @@ def _triton_copy(torch):
     return run
 
 
+# (BM, BN, num_warps) tried for the Triton transpose; the fastest on each view is timed (its name in the note)
+_TRITON_TRANSPOSE_CONFIGS = ((64, 64, 4), (128, 64, 4), (128, 128, 8))
+
+
+def _triton_transpose(torch):
+    """A Triton TMA tile transpose (load a [BM, BN] box, tl.trans, store it [BN, BM]) as run(dst, src, config),
+    or None when Triton is missing. Consecutive programs walk down a column of source tiles, so the ones in
+    flight write long runs of the same dst rows."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def tma_transpose(src_ptr, dst_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
+        src = tl.make_tensor_descriptor(src_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
+        dst = tl.make_tensor_descriptor(dst_ptr, shape=[N, M], strides=[M, 1], block_shape=[BN, BM])
+        pid = tl.program_id(0)
+        tiles_m = tl.cdiv(M, BM)
+        m, n = (pid % tiles_m) * BM, (pid // tiles_m) * BN
+        dst.store([n, m], tl.trans(src.load([m, n])))
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+
+    def run(dst, src, config):
+        m, n = src.shape
+        bm, bn, warps = config
+        tma_transpose[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](src, dst, m, n, BM=bm, BN=bn, num_warps=warps)
+
+    return run
+
+
+def _fastest_config(torch, run, dst, src):
+    """The Triton transpose config that runs fastest on this view (a short timing each), or None if none runs."""
+    best = None
+    for config in _TRITON_TRANSPOSE_CONFIGS:
+        try:
+            ms = _time_ms(torch, lambda: run(dst, src, config), 1, 3)
+        except Exception as exc:  # noqa: BLE001 - a config Triton cannot build is skipped, with the reason
+            print(f"triton transpose {config}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            continue
+        if best is None or ms < best[0]:
+            best = (ms, config)
+    return None if best is None else best[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also copy the results into this folder")
@@ -112,6 +159,7 @@ def main() -> int:
     dst_t = torch.empty(cols, rows, device="cuda")
     stream = torch.cuda.current_stream()
     triton_copy = _triton_copy(torch)
+    triton_transpose = _triton_transpose(torch)
 
     copies: dict[str, Callable[[], None]] = {"torch dst.copy_(src)": lambda: dst.copy_(src)}
     if triton_copy is not None:
@@ -125,6 +173,11 @@ def main() -> int:
         s_x = src.view(dtype)
         d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
         variants: dict[str, Callable[[], None]] = {"torch dst.copy_(src.t())": lambda s_x=s_x, d_x=d_x: d_x.copy_(s_x.t())}
+        if triton_transpose is not None:
+            config = _fastest_config(torch, triton_transpose, d_x, s_x)
+            if config is not None:
+                name = "triton TMA transpose {}x{}/{}w".format(*config)
+                variants[name] = lambda s_x=s_x, d_x=d_x, c=config: triton_transpose(d_x, s_x, c)
         for backend in ("tma", "cp.async"):
             variants[f"tmakit.ops.transpose ({backend})"] = \
                 lambda b=backend, s_x=s_x, d_x=d_x: ops.transpose(d_x, s_x, backend=b, stream=stream)

@@ -2,16 +2,21 @@
 //
 // Each tile is H = 256 source rows (TMAKIT_TRANSPOSE_TILE_ROWS) by one 128-byte swizzle span of columns
 // (W = 128/E elements of E bytes):
-//   load   one box [W, H] (innermost first) through the one-source box load, 128B swizzle, a ring of stages;
+//   load   one box [W, H] (innermost first) through the one-source box load, 128B swizzle;
 //   turn   the tile is cut into H/W images of 8x8 micro-blocks of V x V elements (V = 16/E: one 16-byte chunk
 //          per row), and each micro-block into P = max(1, 4/E) column slices, so that every element size
 //          gives the block's threads the same work: a thread reads V rows of one 4E-byte slice (16 bytes for
 //          E >= 4), turns them in registers (PRMT for bytes and half-words) and writes the R = V/P transposed
 //          16-byte rows into H/W destination images, each a 128B-swizzled box [W, W] of dst;
-//   store  the images through the one-source box store: a TMA store on sm_90 (one bulk group per tile, two
-//          image buffers so the next tile is turned while this one drains, clipped at the edges by TMA); on
-//          the cp.async path, whole dst rows of H*E bytes by consecutive threads with streaming stores,
-//          clipped at the edges in whole 16-byte chunks (Plain2dBox).
+//   store  the images through the one-source box store: a TMA store on sm_90 (one bulk group per tile,
+//          clipped at the edges by TMA); on the cp.async path, whole dst rows of H*E bytes by consecutive
+//          threads with streaming stores, clipped at the edges in whole 16-byte chunks (Plain2dBox).
+// One block per tile: the host launches a block for every tile, with one stage and one image buffer (the
+// ring of box_pipeline.cuh with one stage), so that the blocks resident on an SM (three with 256-row tiles on
+// sm_90) overlap each other's loads, turns and stores. Measured on the H100 (transpose_stages.py, device_runs
+// runs 97-99), that beat a persistent grid walking the tiles through a ring of two stages by 0.03-0.06 of
+// copy speed with TMA and up to 0.14 on the cp.async path; the ring stays for TMAKIT_TRANSPOSE_STAGES > 1
+// with fewer blocks than tiles (the host's persistent plans, kept for experiments and tested).
 // 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte
 // cp.async transpose from 0.78x to 0.83x of a plain copy (benchmarks/experiments/transpose_stages.py).
 //
@@ -47,7 +52,7 @@ using namespace tmakit;
 
 // Compile-time parameters the host passes (tmakit/ops/transpose.py sizes shared memory from the same numbers).
 #ifndef TMAKIT_TRANSPOSE_STAGES
-#define TMAKIT_TRANSPOSE_STAGES 3
+#define TMAKIT_TRANSPOSE_STAGES 1
 #endif
 #ifndef TMAKIT_TRANSPOSE_TILE_ROWS
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
@@ -70,15 +75,20 @@ constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every 
 // Room for the prefix (at most 16 rows: 1-byte elements) after the tile in each stage, when classes are
 // shifted; a whole 2 KiB for every size keeps each stage 1024-byte aligned for the 128B swizzle.
 constexpr uint32_t kPrefixBytes = 16u * kSpan;
-// Destination image buffers: TMA stores drain asynchronously, so that path alternates two (one is turned
-// into while the other is read by the bulk store); the cp.async path's plain stores are done before the
-// ring's barrier, so one suffices.
-constexpr uint32_t kImageBuffers = TMAKIT_USE_TMA ? 2u : 1u;
+// Destination image buffers. One: a block turns its next tile (if any) into the buffer once the TMA store
+// has read it; two let a persistent block turn the next tile while the last one drains (measured: no gain
+// over one, device_runs run 95). The cp.async path's plain stores are done before the ring's barrier.
+#ifndef TMAKIT_TRANSPOSE_IMAGE_BUFFERS
+#define TMAKIT_TRANSPOSE_IMAGE_BUFFERS 1
+#endif
+constexpr uint32_t kImageBuffers = TMAKIT_TRANSPOSE_IMAGE_BUFFERS;
+static_assert(kImageBuffers == 1 || kImageBuffers == 2, "one or two destination image buffers");
 // Tiles are ordered in groups of tile rows (see tile_origin), so that the blocks in flight write each dst row
 // in a run of TMAKIT_TRANSPOSE_RUN_BYTES (group rows = run bytes / (H * E), at least 1): a trade between
 // the dst run and the source run (128 B times the tile columns in flight, which shrink as groups grow).
+// 64 KiB makes whole columns of tiles for sources up to 64 Ki rows of 1 byte, 8 Ki rows of 8 bytes.
 #ifndef TMAKIT_TRANSPOSE_RUN_BYTES
-#define TMAKIT_TRANSPOSE_RUN_BYTES 4096
+#define TMAKIT_TRANSPOSE_RUN_BYTES 65536
 #endif
 template <uint32_t E>
 constexpr uint64_t kGroupRows = TMAKIT_TRANSPOSE_RUN_BYTES / (kTileRows * E) > 1 ? TMAKIT_TRANSPOSE_RUN_BYTES / (kTileRows * E) : 1;
@@ -242,7 +252,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
   // and write dst rows in runs of G * H * E bytes, not H * E. 32-bit arithmetic (the host keeps the tile
   // count below 2^32): a 64-bit division is a call of ~70 instructions, and every tile is placed twice.
-  constexpr uint32_t G = (uint32_t)kGroupRows<E>;
+  // At most the tile rows there are, so that G * tiles_c <= the tile count (below 2^32).
+  const uint32_t G = tiles_r < kGroupRows<E> ? tiles_r : (uint32_t)kGroupRows<E>;
   const uint32_t group_tiles = G * tiles_c;
   auto tile_origin = [&](uint64_t tile, int32_t& c0, int32_t& r0) {
     const uint32_t t = (uint32_t)tile, group = t / group_tiles, first = group * G;
@@ -291,7 +302,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
       for (uint32_t sub = 0; sub < K::kImages; ++sub)
         box_store_issue(dst, buffer + I::offset(sub, k), Coords{{start + (int32_t)(sub * W), row, 0, 0, 0}}, 2, I::kBytes);
     }
-    box_store_commit_wait_read<1>();
+    box_store_commit_wait_read<(int)kImageBuffers - 1>();  // this buffer's next use waits for its store
   };
   for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
                                     turn_and_store);
@@ -320,8 +331,9 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // whole lines, a base inside one), the tile columns after the first start that much early, so that each
 // tile row is one whole line; the first two columns then overlap and write those dst rows twice, alike (even:
 // a multiple of V). shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
-// Launch: 1-D blocks of 256 threads, dynamic shared memory (stages + image buffers) * H * 128 bytes, plus
-// 2 KiB per stage when `shifted`, plus 1 KiB of alignment slack.
+// Launch: 1-D blocks of any multiple of 32 threads (the host: 256), one per tile (or fewer, walking the tiles
+// through the ring), dynamic shared memory (stages + image buffers) * H * 128 bytes, plus 2 KiB per stage when
+// `shifted`, plus 1 KiB of alignment slack.
 extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
                                             TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint32_t tiles_r,
                                             uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,

@@ -242,21 +242,23 @@ def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
 
 
 def test_transpose_tile_plan_fits_the_device():
-    """256-row tiles where they fit a block's shared memory, else the 128-row plan."""
+    """256-row tiles where they fit a block's shared memory, else the 128-row plan; one block per tile with one
+    stage and one image buffer, three blocks per SM on sm_90."""
     from tmakit.backend import Backend
     from tmakit.ops.transpose import tile_plan
 
     for backend in Backend:
         for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
-            big, small = tile_plan(backend, 227 * 1024, prefix), tile_plan(backend, 96 * 1024, prefix)
+            big, small = tile_plan(backend, 227 * 1024, prefix), tile_plan(backend, 48 * 1024, prefix)
             assert (big.rows, small.rows) == (256, 128)
-            assert big.shared_mem_for(prefix) <= 163 * 1024 and small.shared_mem_for(prefix) <= 96 * 1024
+            assert not big.persistent and (big.stages, big.image_buffers) == (1, 1)
+            assert 3 * (big.shared_mem_for(prefix) + 1024) <= 228 * 1024  # sm_90: 1 KiB reserved per block
+            assert small.shared_mem_for(prefix) <= 48 * 1024
             assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
-    for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89 (cp.async only)
-        assert tile_plan(Backend.CP_ASYNC, limit).rows == 256
-    assert tile_plan(Backend.CP_ASYNC, 99 * 1024, prefix=True).rows == 128  # 101 KiB does not fit sm_86/89
+        for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89
+            assert tile_plan(backend, limit, prefix=True).rows == 256
     with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
-        tile_plan(Backend.CP_ASYNC, 48 * 1024)
+        tile_plan(Backend.CP_ASYNC, 32 * 1024)
 
 
 def test_load_tiles_needs_a_box_for_arrays():
@@ -585,17 +587,21 @@ def test_transpose_line_aligned_source_columns_are_exact(dtype, backend):
 
 
 @pytest.mark.requires_gpu
+@pytest.mark.parametrize("ring", [False, True], ids=["block_per_tile", "persistent_ring"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_transpose_exact_with_128_row_tiles(dtype, backend, monkeypatch):
-    """The plan sm_86/89 get (128-row tiles), forced here: the same bytes as numpy at edge shapes."""
+def test_transpose_exact_with_128_row_tiles(dtype, backend, ring, monkeypatch):
+    """128-row tiles, forced here: the plan for small shared-memory limits (one block per tile), and a
+    persistent grid walking the tiles through a ring of 4 stages (many tiles per block, the ring's phases and
+    both image buffers): the same bytes as numpy at edge shapes."""
     import importlib
 
     transpose_module = importlib.import_module("tmakit.ops.transpose")
     from tmakit.backend import Backend
 
     b = Backend(backend)
-    monkeypatch.setitem(transpose_module._PLANS, b, (transpose_module.TilePlan.of(b, 128, 4),))
+    plan = transpose_module.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True) if ring else transpose_module.TilePlan.of(128)
+    monkeypatch.setitem(transpose_module._PLANS, b, (plan,))
     rng, seed = _rng()
     # TMA-describable pitches, partial tiles; 144 1-byte rows: a pitch of 16 mod 32 (shifted odd rows)
     for shape in [(144, 80), (4112, 1040), (1024, 2048), (16 * 8 + 16 // np.dtype(dtype).itemsize, 272)]:

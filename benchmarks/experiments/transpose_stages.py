@@ -82,10 +82,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from copy_bandwidth import _time_ms  # noqa: E402
+from copy_bandwidth import _fastest_config, _time_ms, _triton_transpose  # noqa: E402
 
-# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off]
-VARIANTS = ",".join(f"{backend}:256:2:4096:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
+# backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off
+# [:threads per block[:image buffers[:p (a persistent grid, through the ring) | np (one block per tile)]]]],
+# defaults on:256:1:np (runs up to 96 defaulted to a persistent grid with two image buffers on TMA).
+# "triton": the Triton TMA transpose of copy_bandwidth.py as a peer, its fastest config per size, or
+# triton:BM:BN bytes:warps (a [BM rows, BN bytes] source box for every size).
+VARIANTS = ",".join(f"{backend}:256:1:65536:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
 
 
 def main() -> int:
@@ -96,10 +100,14 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=0, help="source rows (default: --gib's worth, a multiple of 16)")
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
     parser.add_argument("--dst-offset", type=int, default=0, help="bytes between a 256-byte boundary and dst's first row")
-    parser.add_argument("--variants", default=VARIANTS, help="comma-separated backend:rows:stages:run_bytes:l2[:on|off]")
+    parser.add_argument("--variants", default=VARIANTS,
+                        help="comma-separated backend:rows:stages:run_bytes:l2[:on|off[:threads]]")
     args = parser.parse_args()
-    variants = [(b, int(r), int(s), int(run), l2, (rest + ["on"])[0])
-                for b, r, s, run, l2, *rest in (v.split(":") for v in args.variants.split(","))]
+    variants = [("triton", *(int(x) for x in (v + ":0:0:0").split(":")[1:4]), "", "", 0, 0, "") if v.startswith("triton") else
+                (b, int(r), int(s), int(run), l2, sectors, int(threads), int(buffers), persistent)
+                for v in args.variants.split(",")
+                for b, r, s, run, l2, *rest in [(v + ":0:0:0:0").split(":")[:5] + v.split(":")[5:]]
+                for sectors, threads, buffers, persistent in [(rest + ["on", "256", "1", "np"][len(rest):])[:4]]]
     import torch
 
     from tmakit.backend import Backend
@@ -113,25 +121,35 @@ def main() -> int:
     dst_bytes = torch.empty(rows * cols * 4 + 256, dtype=torch.uint8, device="cuda")  # 256-byte aligned (caching allocator)
     dst_t = dst_bytes[args.dst_offset:args.dst_offset + rows * cols * 4].view(torch.float32).view(cols, rows)
     ratios: dict[tuple, list[float]] = {}
+    triton_transpose, configs = _triton_transpose(torch), {}
     for _ in range(args.rounds):
         for variant in variants:
-            backend, tile_rows, stages, run_bytes, l2, sectors = variant
-            tr._PLANS[Backend(backend)] = (tr.TilePlan.of(Backend(backend), tile_rows, stages, run_bytes),)
-            tr._L2_PROMOTION = L2Promotion.parse(l2)
-            tr._ALIGN_SECTORS = sectors != "off"
+            backend, tile_rows, stages, run_bytes, l2, sectors, threads, buffers, persistent = variant
+            if backend != "triton":
+                tr._PLANS[Backend(backend)] = (tr.TilePlan.of(tile_rows, stages, run_bytes, threads, buffers,
+                                                              persistent != "np"),)
+                tr._L2_PROMOTION = L2Promotion.parse(l2)
+                tr._ALIGN_SECTORS = sectors != "off"
             copy_ms = _time_ms(torch, lambda: dst.copy_(src), 2, 9)
             for dtype in (getattr(torch, name) for name in args.dtypes.split(",")):
                 s_x = src.view(dtype)
                 d_x = dst_t.view(-1).view(dtype).view(s_x.shape[1], s_x.shape[0])
                 d_x.view(torch.uint8).fill_(0xA5)
-                fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
+                if backend == "triton":
+                    esize = s_x.element_size()
+                    config = ((tile_rows, stages // esize, run_bytes) if tile_rows else
+                              configs.setdefault(dtype, _fastest_config(torch, triton_transpose, d_x, s_x)))
+                    fn = lambda: triton_transpose(d_x, s_x, config)  # noqa: E731
+                else:
+                    fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731
                 fn()
                 torch.cuda.synchronize()
                 ms = _time_ms(torch, fn, 3, 15) if torch.equal(d_x, s_x.t()) else float("nan")
                 ratios.setdefault((*variant, s_x.element_size()), []).append(round(copy_ms / ms, 3))
-    for (backend, tile_rows, stages, run_bytes, l2, sectors, esize), values in ratios.items():
+    for (backend, tile_rows, stages, run_bytes, l2, sectors, threads, buffers, persistent, esize), values in ratios.items():
         print(json.dumps({"backend": backend, "tile_rows": tile_rows, "stages": stages, "run_bytes": run_bytes,
-                          "l2": l2, "sectors": sectors, "esize": esize, "shape": [rows, cols],
+                          "l2": l2, "sectors": sectors, "threads": threads, "image_buffers": buffers,
+                          "persistent": persistent, "esize": esize, "shape": [rows, cols],
                           "dst_offset": args.dst_offset, "vs_copy": statistics.median(values),
                           "rounds": values}))
     print(json.dumps({"device": torch.cuda.get_device_name()}))

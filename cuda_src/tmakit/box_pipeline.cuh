@@ -19,7 +19,9 @@ template <int Stages, class LoadStage, class Consume>
 __device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
                                                          uint64_t first, uint64_t step, uint64_t count,
                                                          LoadStage load_stage, Consume consume) {
-  static_assert(Stages >= 2 && Stages <= 8, "a ring needs 2..8 stages");
+  // One stage is the ring without overlap (load, wait, consume): for grids of one block per stage, where the
+  // other resident blocks do the overlapping.
+  static_assert(Stages >= 1 && Stages <= 8, "a ring has 1..8 stages");
   for (int s = 0; s < Stages; ++s) box_barrier_init(&bars[s]);
   uint32_t parities = 0;  // bit s: the phase parity stage s waits for next (a bit mask, not an array indexed
                           // at run time, which would live in local memory)

@@ -39,8 +39,8 @@ log = logging.getLogger("tmakit")
 _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
 _THREADS = 256
+_MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension; past it, blocks walk several tiles
 _MAX_EXTENT = 2**31 - 1024  # tile coordinates (r0 - V .. r0 + 2H) stay in int32
-_IMAGE_BUFFERS = {Backend.TMA: 2, Backend.CP_ASYNC: 1}  # destination image buffers (kImageBuffers)
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
 # Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
 _ALIGN_SECTORS = True
@@ -75,23 +75,32 @@ class TilePlan:
     rows: int  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
     stages: int  # source tiles in the ring (TMAKIT_TRANSPOSE_STAGES)
     shared_mem: int  # dynamic shared memory per block, bytes
-    run_bytes: int = 4096  # dst bytes per row written by a group of tiles (TMAKIT_TRANSPOSE_RUN_BYTES)
+    run_bytes: int  # dst bytes per row written by a group of tiles (TMAKIT_TRANSPOSE_RUN_BYTES)
+    threads: int  # per block (the kernel walks every loop by blockDim)
+    image_buffers: int  # destination image buffers (TMAKIT_TRANSPOSE_IMAGE_BUFFERS)
+    persistent: bool  # a grid of resident blocks walking the tiles through the ring, or one block per tile
 
     @classmethod
-    def of(cls, backend: Backend, rows: int, stages: int, run_bytes: int = 4096) -> "TilePlan":
-        return cls(rows, stages, (stages + _IMAGE_BUFFERS[backend]) * rows * _SPAN + 1024, run_bytes)
+    def of(cls, rows: int, stages: int = 1, run_bytes: int = 65536, threads: int = _THREADS, image_buffers: int = 1,
+           persistent: bool = False) -> "TilePlan":
+        return cls(rows, stages, (stages + image_buffers) * rows * _SPAN + 1024, run_bytes, threads, image_buffers,
+                   persistent)
 
     def shared_mem_for(self, prefix: bool) -> int:
         """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without."""
         return self.shared_mem + (self.stages * _PREFIX_BYTES if prefix else 0)
 
 
-# Preferred first. 256-row tiles write dst in runs of 256*E bytes; measured on the H100 against 128 rows
-# (benchmarks/experiments/transpose_stages.py), the 1-byte cp.async transpose went from 0.76-0.78x to
-# 0.82-0.83x of a plain copy. TMA: 129 KiB, one block per SM. cp.async: 97 KiB, two blocks per SM on sm_90,
-# one on sm_80, and it still fits sm_86/89 (99 KiB a block); the 128-row plans are for smaller limits.
-_PLANS = {Backend.TMA: (TilePlan.of(Backend.TMA, 256, 2), TilePlan.of(Backend.TMA, 128, 3)),
-          Backend.CP_ASYNC: (TilePlan.of(Backend.CP_ASYNC, 256, 2), TilePlan.of(Backend.CP_ASYNC, 128, 4))}
+# Preferred first; the same for both paths. One block per tile, each with one stage and one image buffer
+# (65 KiB with 256-row tiles: three blocks per SM on sm_90, two on sm_80, one on sm_86/89), the resident
+# blocks overlapping each other's loads, turns and stores, in place of a persistent grid (one block per SM
+# with TMA) walking the tiles through a ring of stages. Measured on the H100 (transpose_stages.py, runs
+# 97-99 in benchmarks/results/device_runs.md), against torch's copy in the same rounds: at 16336x32848 the
+# ring made 1-byte TMA 0.73x and cp.async 0.64x, one block per tile 0.85x and 0.78x; at 16384x32768 0.82x
+# became 0.86-0.88x. A Triton TMA transpose (one program per tile) had shown the way: 0.91-0.93x for 4/8-byte
+# elements where the ring made 0.86x. The tiles are ordered in whole columns where they fit 64 KiB runs of
+# dst (run_bytes); 256-row tiles write dst in runs of 256*E bytes; the 128-row plan is for smaller limits.
+_PLANS = {backend: (TilePlan.of(256), TilePlan.of(128)) for backend in Backend}
 
 
 def tile_plan(backend: Backend, shared_mem_limit: int, prefix: bool = False) -> TilePlan:
@@ -248,9 +257,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix, lead)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(_SOURCE_EVICTION))
+               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(_SOURCE_EVICTION), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=plan.image_buffers)
     shared_mem = plan.shared_mem_for(prefix)
-    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(_THREADS, shared_mem)))
+    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(plan.threads, shared_mem) if plan.persistent else _MAX_GRID))
     k(source, source_prefix, *targets, tiles_r, tiles_c, lead, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
-      block=(_THREADS, 1, 1), shared_mem=shared_mem, stream=stream)
+      block=(plan.threads, 1, 1), shared_mem=shared_mem, stream=stream)
     return TransposeResult(choice, reason, sectors, lead)

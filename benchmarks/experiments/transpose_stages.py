@@ -71,6 +71,20 @@ elements, dst pitches not multiples of 128:
 - the cp.async path's dst stores plain instead of streaming (st.global.cs; a compile-time switch since removed;
   run 91, a slow machine): 1B 0.614 vs 0.623 (16336x32848), 0.660 vs 0.662 (16336x32768), 0.749 vs 0.772
   (aligned); 4B within 0.03 either way. Partly written lines are not lost to the streaming eviction. Kept .cs.
+
+Tenth session (2026-11-23; device_runs.md 92-99, benchmarks/results/transpose_session10_h100.jsonl; a Triton
+TMA transpose as the peer in the same rounds):
+- 512 or 1024 threads per block: no gain with TMA; cp.async 512 -0.02 to -0.05. Not kept.
+- dst runs of whole columns (1 MiB) against 4096-byte groups, persistent ring: +0.04 for 2/4/8-byte elements
+  at 16336x32848 in one run, within the spread in the next. One image buffer on TMA (two blocks per SM): the
+  same as two.
+- Triton's one-program-per-tile transpose (128x64 elements, 4 warps) read 0.91-0.93x for 4/8-byte elements
+  where the persistent ring read 0.86x; with the ring's tile shape (256 rows x 128 bytes) still 0.88x. The
+  difference was the grid: one block per tile, the ring's code with one stage, three blocks per SM, against
+  the ring in the same rounds: 16336x32848 TMA 1B 0.73 -> 0.85, 2/4/8B 0.77-0.80 -> 0.82-0.87; cp.async 1B
+  0.64 -> 0.78, others 0.71-0.75 -> 0.81-0.84; 16384x32768 TMA 0.82 -> 0.86-0.88. Kept (256 rows, one stage,
+  one image buffer, whole columns up to 64 KiB runs); 128-row tiles one per block: TMA about the same,
+  cp.async 1B 0.75. The persistent ring stays a plan option (persistent=True), tested.
 """
 from __future__ import annotations
 

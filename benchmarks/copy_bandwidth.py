@@ -1,7 +1,9 @@
 """Copy and transpose bandwidth: tmakit.ops (each backend) against torch and Triton TMA kernels, one run.
 
 Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
-written, the median over CUDA-event-timed repetitions after warm-up, and each is also given as a ratio to
+written, the median over CUDA-event-timed samples after warm-up, each sample --batch calls back to back (so
+that a Python op's host time, tens of microseconds and reported per call, does not idle the GPU: timed one
+call at a time, 2 GiB transposes read 0.02-0.04 lower against torch's copy), and each is also given as a ratio to
 torch's ``dst.copy_(src)`` timed in the same round (goal: >= 0.8x); rounds over all variants are interleaved
 and the medians over rounds reported, with each round's ratio. Each variant's output is checked against torch
 before it is timed, so a fast wrong kernel cannot report a number.
@@ -23,6 +25,7 @@ import json
 import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -33,23 +36,39 @@ RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "copy_bandwidth"
 
 
-def _time_ms(torch, fn: Callable[[], None], warmup: int, reps: int) -> float:
+def _time_ms(torch, fn: Callable[[], None], warmup: int, reps: int, batch: int = 1, host_us: list | None = None) -> float:
+    """The median over `reps` samples of the GPU time per call, each sample `batch` calls back to back between
+    two events. With batch 1 a sample also holds the caller's host time before its kernel starts (the GPU
+    waits for it); with more, the host enqueues the next call while the GPU runs the last, as in a stream of
+    calls. `host_us` (if given) gets the median host time per call, in microseconds."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    times, host = [], []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        began = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        host.append((time.perf_counter() - began) * 1e6 / batch)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / batch)
+    if host_us is not None:
+        host_us.append(statistics.median(host))
     return statistics.median(times)
 
 
-def _triton_copy(torch):
-    """A Triton TMA tile copy (tensor descriptors built on the device), or None when Triton is missing."""
+# (BM, BN, num_warps) tried for the Triton transpose; the fastest on each view is timed (its name in the row)
+_TRITON_TRANSPOSE_CONFIGS = ((64, 64, 4), (128, 64, 4), (128, 128, 8))
+
+
+def _triton_kernels(torch):
+    """The Triton peers, (copy(dst, src), transpose(dst, src, config)), or None when Triton is missing. Both
+    are TMA tile kernels with tensor descriptors built on the device, one program per tile: the copy moves
+    [64, 128] boxes; the transpose loads a [BM, BN] box and stores tl.trans of it as [BN, BM], consecutive
+    programs walking down a column of source tiles so that those in flight write long runs of dst rows."""
     try:
         import triton
         import triton.language as tl
@@ -61,52 +80,26 @@ def _triton_copy(torch):
         src = tl.make_tensor_descriptor(src_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
         dst = tl.make_tensor_descriptor(dst_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
         pid = tl.program_id(0)
-        tiles_n = tl.cdiv(N, BN)
-        m, n = (pid // tiles_n) * BM, (pid % tiles_n) * BN
+        m, n = (pid // tl.cdiv(N, BN)) * BM, (pid % tl.cdiv(N, BN)) * BN
         dst.store([m, n], src.load([m, n]))
-
-    # device-side descriptors need scratch memory from an allocator
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-    def run(dst, src):
-        m, n = src.shape
-        bm, bn = 64, 128
-        tma_copy[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](src, dst, m, n, BM=bm, BN=bn)
-
-    return run
-
-
-# (BM, BN, num_warps) tried for the Triton transpose; the fastest on each view is timed (its name in the note)
-_TRITON_TRANSPOSE_CONFIGS = ((64, 64, 4), (128, 64, 4), (128, 128, 8))
-
-
-def _triton_transpose(torch):
-    """A Triton TMA tile transpose (load a [BM, BN] box, tl.trans, store it [BN, BM]) as run(dst, src, config),
-    or None when Triton is missing. Consecutive programs walk down a column of source tiles, so the ones in
-    flight write long runs of the same dst rows."""
-    try:
-        import triton
-        import triton.language as tl
-    except ImportError:
-        return None
 
     @triton.jit
     def tma_transpose(src_ptr, dst_ptr, M, N, BM: tl.constexpr, BN: tl.constexpr):
         src = tl.make_tensor_descriptor(src_ptr, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
         dst = tl.make_tensor_descriptor(dst_ptr, shape=[N, M], strides=[M, 1], block_shape=[BN, BM])
         pid = tl.program_id(0)
-        tiles_m = tl.cdiv(M, BM)
-        m, n = (pid % tiles_m) * BM, (pid // tiles_m) * BN
+        m, n = (pid % tl.cdiv(M, BM)) * BM, (pid // tl.cdiv(M, BM)) * BN
         dst.store([n, m], tl.trans(src.load([m, n])))
 
+    # device-side descriptors need scratch memory from an allocator
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
 
-    def run(dst, src, config):
+    def launch(kernel, dst, src, bm, bn, warps):
         m, n = src.shape
-        bm, bn, warps = config
-        tma_transpose[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](src, dst, m, n, BM=bm, BN=bn, num_warps=warps)
+        kernel[(triton.cdiv(m, bm) * triton.cdiv(n, bn),)](src, dst, m, n, BM=bm, BN=bn, num_warps=warps)
 
-    return run
+    return (lambda dst, src: launch(tma_copy, dst, src, 64, 128, 4),
+            lambda dst, src, config: launch(tma_transpose, dst, src, *config))
 
 
 def _fastest_config(torch, run, dst, src):
@@ -134,6 +127,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds over all variants; each ratio is taken against the torch copy of "
                              "its own round and the median over rounds is reported (default 3)")
+    parser.add_argument("--batch", type=int, default=4,
+                        help="calls back to back per timed sample, so that no variant's host time (tens of us for a "
+                             "Python op) leaves the GPU idle, as in a stream of calls; 1 times single calls (default 4)")
     args = parser.parse_args()
     try:
         import torch
@@ -158,8 +154,7 @@ def main() -> int:
     dst = torch.empty_like(src)
     dst_t = torch.empty(cols, rows, device="cuda")
     stream = torch.cuda.current_stream()
-    triton_copy = _triton_copy(torch)
-    triton_transpose = _triton_transpose(torch)
+    triton_copy, triton_transpose = _triton_kernels(torch) or (None, None)
 
     copies: dict[str, Callable[[], None]] = {"torch dst.copy_(src)": lambda: dst.copy_(src)}
     if triton_copy is not None:
@@ -196,11 +191,12 @@ def main() -> int:
             except Exception as exc:  # noqa: BLE001 - one failing variant must not hide the others
                 notes[op, name] = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
     times: dict[tuple[str, str], list[float]] = {key: [] for key, note in notes.items() if not note}
+    host: dict[tuple[str, str], list[float]] = {key: [] for key in times}
     for _ in range(args.rounds):
         for op, variants, _want, _out in cases:
             for name, fn in variants.items():
                 if (op, name) in times:
-                    times[op, name].append(_time_ms(torch, fn, warmup, reps))
+                    times[op, name].append(_time_ms(torch, fn, warmup, reps, args.batch, host[op, name]))
     copy_key = ("copy", "torch dst.copy_(src)")
     rows_out = []
     for op, variants, _want, _out in cases:
@@ -208,33 +204,38 @@ def main() -> int:
         for name in variants:
             key = (op, name)
             if key not in times:
-                ms, vs_copy, vs_same, note = float("nan"), float("nan"), float("nan"), notes[key]
+                ms, vs_copy, vs_same, host_us, note = float("nan"), float("nan"), float("nan"), float("nan"), notes[key]
             else:
-                ms = statistics.median(times[key])
+                ms, host_us = statistics.median(times[key]), statistics.median(host[key])
                 vs_copy = statistics.median(c / t for c, t in zip(times[copy_key], times[key]))
                 vs_same = statistics.median(b / t for b, t in zip(times[baseline_key], times[key]))
                 note = ""
             gbps = 2 * nbytes / (ms * 1e6) if ms == ms else float("nan")
             per_round = [round(times[copy_key][r] / t, 3) for r, t in enumerate(times.get(key, []))]
             rows_out.append({"op": op, "variant": name, "ms": ms, "GB/s": gbps, "vs torch copy": vs_copy,
-                             "vs torch (same op)": vs_same, "vs torch copy per round": per_round, "note": note})
-            print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s {vs_copy:5.2f}x {per_round} {note}", flush=True)
+                             "vs torch (same op)": vs_same, "vs torch copy per round": per_round,
+                             "host us per call": host_us, "note": note})
+            print(f"{op:12s} {name:34s} {ms:9.3f} ms {gbps:8.1f} GB/s {vs_copy:5.2f}x {per_round} host {host_us:6.1f} us "
+                  f"{note}", flush=True)
 
     meta = {"benchmark": result_name, "device": torch.cuda.get_device_name(), "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "git_commit": commit(), "bytes_per_buffer": nbytes, "shape": [rows, cols], "dtype": "float32",
-            "warmup": warmup, "repetitions": reps, "rounds": args.rounds,
-            "statistic": "per round: median of CUDA-event times; reported: medians over rounds, ratios taken within a round",
+            "warmup": warmup, "repetitions": reps, "rounds": args.rounds, "batch": args.batch,
+            "statistic": "per round: median over samples of CUDA-event time / batch (batch calls back to back per "
+                         "sample); reported: medians over rounds, ratios taken within a round; host us: the "
+                         "caller's time per call to enqueue it",
             "results": rows_out}
     lines = [f"# Copy / transpose bandwidth", "", f"- device: {meta['device']}", f"- date: {meta['date']}",
              f"- git commit: {meta['git_commit']}", f"- buffers: {nbytes / 2**30:.2f} GiB float32 {rows}x{cols} "
-             f"(GB/s counts bytes read + written; median of {reps} after {warmup} warm-up, in each of {args.rounds} "
-             "interleaved rounds; ratios are taken within a round, then the median over rounds)", "",
-             "| op | variant | ms | GB/s | vs torch copy | vs torch (same op) | vs torch copy, each round | note |",
-             "|---|---|---:|---:|---:|---:|---|---|"]
+             f"(GB/s counts bytes read + written; median of {reps} samples of {args.batch} calls back to back "
+             f"after {warmup} warm-up, in each of {args.rounds} interleaved rounds; ratios are taken within a round, "
+             "then the median over rounds; host us: the caller's time to enqueue one call)", "",
+             "| op | variant | ms | GB/s | vs torch copy | vs torch (same op) | vs torch copy, each round | host us | note |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|"]
     for r in rows_out:
         each = " ".join(f"{v:.2f}" for v in r["vs torch copy per round"])
         lines.append(f"| {r['op']} | {r['variant']} | {r['ms']:.3f} | {r['GB/s']:.1f} | {r['vs torch copy']:.2f}x | "
-                     f"{r['vs torch (same op)']:.2f}x | {each} | {r['note']} |")
+                     f"{r['vs torch (same op)']:.2f}x | {each} | {r['host us per call']:.1f} | {r['note']} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     md, js = RESULTS / f"{result_name}.md", RESULTS / f"{result_name}.json"
     md.write_text("\n".join(lines) + "\n")

@@ -14,7 +14,7 @@
 // One block per tile: the host launches a block for every tile, with one stage and one image buffer (the
 // ring of box_pipeline.cuh with one stage), so that the blocks resident on an SM (three with 256-row tiles on
 // sm_90) overlap each other's loads, turns and stores. Measured on the H100 (transpose_stages.py, device_runs
-// runs 97-99), that beat a persistent grid walking the tiles through a ring of two stages by 0.03-0.06 of
+// runs 97-99), that beat a persistent grid walking the tiles through a ring of two stages by 0.04-0.12 of
 // copy speed with TMA and up to 0.14 on the cp.async path; the ring stays for TMAKIT_TRANSPOSE_STAGES > 1
 // with fewer blocks than tiles (the host's persistent plans, kept for experiments and tested).
 // 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte

@@ -96,7 +96,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from copy_bandwidth import _fastest_config, _time_ms, _triton_transpose  # noqa: E402
+from copy_bandwidth import _fastest_config, _time_ms, _triton_kernels  # noqa: E402
 
 # backend:source rows per tile:ring stages:dst run bytes per tile group:L2 promotion[:sector-aligned runs on/off
 # [:threads per block[:image buffers[:p (a persistent grid, through the ring) | np (one block per tile)]]]],
@@ -135,7 +135,7 @@ def main() -> int:
     dst_bytes = torch.empty(rows * cols * 4 + 256, dtype=torch.uint8, device="cuda")  # 256-byte aligned (caching allocator)
     dst_t = dst_bytes[args.dst_offset:args.dst_offset + rows * cols * 4].view(torch.float32).view(cols, rows)
     ratios: dict[tuple, list[float]] = {}
-    triton_transpose, configs = _triton_transpose(torch), {}
+    triton_transpose, configs = (_triton_kernels(torch) or (None, None))[1], {}
     for _ in range(args.rounds):
         for variant in variants:
             backend, tile_rows, stages, run_bytes, l2, sectors, threads, buffers, persistent = variant

@@ -2,9 +2,10 @@
 
 Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
 written, the median over CUDA-event-timed samples after warm-up, each sample --batch calls back to back (so
-that a Python op's host time, tens of microseconds and reported per call, does not idle the GPU: timed one
-call at a time, 2 GiB transposes read 0.02-0.04 lower against torch's copy), and each is also given as a ratio to
-torch's ``dst.copy_(src)`` timed in the same round (goal: >= 0.8x); rounds over all variants are interleaved
+that a Python op's host time, up to a few hundred microseconds and reported per call, does not idle the GPU:
+timed one call at a time, 2 GiB transposes read 0.06-0.08 lower against torch's copy on the H100, device_runs
+run 101), and each is also given as a ratio to torch's ``dst.copy_(src)`` timed in the same round (goal:
+>= 0.8x); rounds over all variants are interleaved
 and the medians over rounds reported, with each round's ratio. Each variant's output is checked against torch
 before it is timed, so a fast wrong kernel cannot report a number.
 

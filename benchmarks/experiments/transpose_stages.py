@@ -104,6 +104,20 @@ from copy_bandwidth import _fastest_config, _time_ms, _triton_kernels  # noqa: E
 # "triton": the Triton TMA transpose of copy_bandwidth.py as a peer, its fastest config per size, or
 # triton:BM:BN bytes:warps (a [BM rows, BN bytes] source box for every size).
 VARIANTS = ",".join(f"{backend}:256:1:65536:none:{sectors}" for backend in ("tma", "cp.async") for sectors in ("on", "off"))
+_OPTIONAL_DEFAULTS = ("on", "256", "1", "np")  # sectors, threads, image buffers, persistent
+
+
+def parse_variant(text: str) -> tuple:
+    """(backend, tile rows, stages, run bytes, l2, sectors, threads, image buffers, persistent) of one
+    --variants entry. A Triton variant keeps its BM, BN bytes and warps (0 each: its fastest config) in the
+    tile rows, stages and run bytes slots, as the JSON lines record them."""
+    fields = text.split(":")
+    if fields[0] == "triton":
+        bm, bn_bytes, warps = (int(x) for x in (fields[1:] + ["0", "0", "0"])[:3])
+        return ("triton", bm, bn_bytes, warps, "", "", 0, 0, "")
+    backend, rows, stages, run_bytes, l2, *rest = fields
+    sectors, threads, buffers, persistent = rest + list(_OPTIONAL_DEFAULTS[len(rest):])
+    return (backend, int(rows), int(stages), int(run_bytes), l2, sectors, int(threads), int(buffers), persistent)
 
 
 def main() -> int:
@@ -115,13 +129,10 @@ def main() -> int:
     parser.add_argument("--dtypes", default="uint8,int16,float32,int64", help="the views of the float32 data to transpose")
     parser.add_argument("--dst-offset", type=int, default=0, help="bytes between a 256-byte boundary and dst's first row")
     parser.add_argument("--variants", default=VARIANTS,
-                        help="comma-separated backend:rows:stages:run_bytes:l2[:on|off[:threads]]")
+                        help="comma-separated backend:rows:stages:run_bytes:l2[:on|off[:threads[:buffers[:p|np]]]], "
+                             "or triton[:BM:BN bytes:warps]")
     args = parser.parse_args()
-    variants = [("triton", *(int(x) for x in (v + ":0:0:0").split(":")[1:4]), "", "", 0, 0, "") if v.startswith("triton") else
-                (b, int(r), int(s), int(run), l2, sectors, int(threads), int(buffers), persistent)
-                for v in args.variants.split(",")
-                for b, r, s, run, l2, *rest in [(v + ":0:0:0:0").split(":")[:5] + v.split(":")[5:]]
-                for sectors, threads, buffers, persistent in [(rest + ["on", "256", "1", "np"][len(rest):])[:4]]]
+    variants = [parse_variant(v) for v in args.variants.split(",")]
     import torch
 
     from tmakit.backend import Backend
@@ -151,8 +162,9 @@ def main() -> int:
                 d_x.view(torch.uint8).fill_(0xA5)
                 if backend == "triton":
                     esize = s_x.element_size()
-                    config = ((tile_rows, stages // esize, run_bytes) if tile_rows else
-                              configs.setdefault(dtype, _fastest_config(torch, triton_transpose, d_x, s_x)))
+                    if not tile_rows and dtype not in configs:  # timed once per size, not once per round
+                        configs[dtype] = _fastest_config(torch, triton_transpose, d_x, s_x)
+                    config = (tile_rows, stages // esize, run_bytes) if tile_rows else configs[dtype]
                     fn = lambda: triton_transpose(d_x, s_x, config)  # noqa: E731
                 else:
                     fn = lambda: tr.transpose(d_x, s_x, backend=backend)  # noqa: E731

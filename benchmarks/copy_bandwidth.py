@@ -103,6 +103,14 @@ def _triton_kernels(torch):
             lambda dst, src, config: launch(tma_transpose, dst, src, *config))
 
 
+def _at_least_one(text: str) -> int:
+    """argparse type: an int >= 1 (a count of calls or rounds)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1: a sample needs at least one call (use 1 to time single calls)")
+    return value
+
+
 def _fastest_config(torch, run, dst, src):
     """The Triton transpose config that runs fastest on this view (a short timing each), or None if none runs."""
     best = None
@@ -128,7 +136,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds over all variants; each ratio is taken against the torch copy of "
                              "its own round and the median over rounds is reported (default 3)")
-    parser.add_argument("--batch", type=int, default=4,
+    parser.add_argument("--batch", type=_at_least_one, default=4,
                         help="calls back to back per timed sample, so that no variant's host time (tens of us for a "
                              "Python op) leaves the GPU idle, as in a stream of calls; 1 times single calls (default 4)")
     args = parser.parse_args()

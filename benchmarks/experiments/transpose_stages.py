@@ -132,7 +132,11 @@ def main() -> int:
                         help="comma-separated backend:rows:stages:run_bytes:l2[:on|off[:threads[:buffers[:p|np]]]], "
                              "or triton[:BM:BN bytes:warps]")
     args = parser.parse_args()
-    variants = [parse_variant(v) for v in args.variants.split(",")]
+    try:
+        variants = [parse_variant(v) for v in args.variants.split(",")]
+    except ValueError as exc:
+        parser.error(f"--variants {args.variants!r}: {exc}; each entry is backend:rows:stages:run_bytes:l2"
+                     "[:on|off[:threads[:buffers[:p|np]]]] with whole numbers, or triton[:BM:BN bytes:warps]")
     import torch
 
     from tmakit.backend import Backend

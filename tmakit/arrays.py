@@ -81,6 +81,20 @@ def _device_of_pointer(ptr: int) -> int:
     return 0 if dev is None else dev
 
 
+TORCH_LIKE: set[type] = set()  # types seen to pass is_torch_like (the C describe front reads it too)
+
+
+def is_torch_like(array: Any) -> bool:
+    """torch tensors (and look-alikes): data_ptr(), stride(), get_device(); remembered per type, so the
+    per-call cost is a set lookup."""
+    if type(array) in TORCH_LIKE:
+        return True
+    if hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device"):
+        TORCH_LIKE.add(type(array))
+        return True
+    return False
+
+
 def _from_torch_like(obj: Any) -> ArrayView:
     dev = obj.device
     if getattr(dev, "type", "cuda") != "cuda":

@@ -71,6 +71,11 @@ class BackendChoice:
     def __str__(self) -> str:
         return f"{self.name} on {self.arch} ({self.reason})"
 
+    @property
+    def log_line(self) -> str:
+        """What ``choose_backend`` logs (at INFO), and what an op's repeated call logs again."""
+        return f"tmakit backend: {self}"
+
 
 def _require(backend: Backend, arch: Arch, source: str) -> None:
     ok = arch.has_tma if backend is Backend.TMA else arch.has_cp_async
@@ -103,5 +108,5 @@ def choose_backend(requested: Any = "auto", *, device: int = 0, arch: Any = None
         _require(backend, target, source)
         reason = f"requested by {'the ' + ENV_VAR + ' environment variable' if source == 'environment' else 'the caller'}"
     choice = BackendChoice(backend, target, source, reason)
-    log.info("tmakit backend: %s", choice)
+    log.info("%s", choice.log_line)
     return choice

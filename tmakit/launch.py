@@ -169,16 +169,18 @@ class Kernel(_hotpath.RepeatLaunch):
             self._launch_failed(_driver.bindings().CUresult(code), bound._config, bound._address)
 
     def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-             cluster: Any = None) -> "BoundLaunch":
+             cluster: Any = None, keep_args: bool = True) -> "BoundLaunch":
         """Check and pack the arguments and the configuration once; the returned object launches exactly this
         (``bound()``) at the binding's own cost plus a few attribute reads: for hot loops of identical launches.
-        It keeps the arguments alive; arrays are bound by their address at bind time."""
+        Arrays are bound by their address at bind time. It keeps the arguments and the stream alive unless
+        ``keep_args=False``: then it holds only the packed bytes, for callers that key the launch by the
+        arrays' addresses and layouts themselves (the ops' launch memo)."""
         self._require_module()
         config = self._config_for(grid, block, shared_mem, stream, cluster)
         with self._lock:
             self._packer.pack(args)
             address, keep_alive = self._packer.frozen_copy()
-        return BoundLaunch(self, config, address, (keep_alive, args, stream))  # args/stream: kept alive
+        return BoundLaunch(self, config, address, (keep_alive, args, stream) if keep_args else keep_alive)
 
     def _require_module(self) -> None:
         if not self._module_alive.alive:
@@ -287,6 +289,11 @@ class BoundLaunch:
                 self.kernel._launch_failed(result, self._config, self._address)
         if self.kernel._blocking:
             _driver.call("cuStreamSynchronize", self._config.hStream)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the kernel's module is still loaded (else calling raises)."""
+        return self._alive.alive
 
     def __repr__(self) -> str:
         c = self._config

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable
 
 from ..backend import BackendChoice, choose_backend
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
+from ._memo import LaunchMemo
 
 log = logging.getLogger("tmakit")
 
 _THREADS = {"tma": 32, "cp.async": 256}
 _CHUNK = 8192  # bytes one block moves per ring stage (cuda_src/copy.cu)
+_MEMO = LaunchMemo()  # prepared launches by geometry (ops/_memo.py)
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,13 @@ class CopyResult:
 
 
 def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> CopyResult:
-    """``dst[...] = src`` for contiguous device arrays of the same shape and dtype. Asynchronous on ``stream``."""
+    """``dst[...] = src`` for contiguous device arrays of the same shape and dtype. Asynchronous on ``stream``.
+    A repeated call with the same geometry launches the launch prepared the first time (ops/_memo.py)."""
+    key = _MEMO.key((dst, src), (backend, tuple(_THREADS.items()), _CHUNK), stream)
+    return _MEMO.run(key) or _prepare(dst, src, backend, stream, key)
+
+
+def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None) -> CopyResult:
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if d.shape != s.shape:
         raise InvalidArgumentError("dst", f"shape {d.shape}", f"must equal the shape of src {s.shape}",
@@ -41,6 +49,7 @@ def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> Co
     _checks.require_contiguous(s, "src")
     _checks.require_disjoint(d, s)
     choice = choose_backend(backend, device=d.device)
+    notes = [(logging.INFO, choice.log_line)]
     nbytes = d.nbytes
     if nbytes == 0:
         return CopyResult(choice, "empty", 0)
@@ -49,12 +58,16 @@ def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> Co
             raise InvalidArgumentError(
                 "src", f"address 0x{s.ptr:x}", f"differs from dst (0x{d.ptr:x}) modulo 16, so backend "
                 f"{choice.name!r} cannot move 16-byte pieces", 'use backend="auto" (copies byte by byte) or aligned views')
-        log.warning("tmakit.ops.copy: dst and src differ modulo 16 bytes; copying byte by byte")
+        notes.append((logging.WARNING, "tmakit.ops.copy: dst and src differ modulo 16 bytes; copying byte by byte"))
+        log.log(*notes[-1])
         k = kernel("copy.cu", "tmakit_copy_bytes", choice, d.device)
-        grid = min(-(-nbytes // 256), sm_count(d.device) * 8)
-        k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(256, 1, 1), stream=stream)
-        return CopyResult(choice, "bytes", nbytes)
-    k = kernel("copy.cu", "tmakit_copy", choice, d.device)
-    grid = max(1, min(-(-nbytes // _CHUNK), k.resident_blocks(_THREADS[choice.name])))
-    k(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(_THREADS[choice.name], 1, 1), stream=stream)
-    return CopyResult(choice, "bulk" if choice.name == "tma" else "cp.async", nbytes)
+        grid, threads, path = min(-(-nbytes // 256), sm_count(d.device) * 8), 256, "bytes"
+    else:
+        k = kernel("copy.cu", "tmakit_copy", choice, d.device)
+        threads, path = _THREADS[choice.name], "bulk" if choice.name == "tma" else "cp.async"
+        grid = max(1, min(-(-nbytes // _CHUNK), k.resident_blocks(threads)))
+    launch = k.bind(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(threads, 1, 1), stream=stream, keep_args=False)
+    launch()
+    result = CopyResult(choice, path, nbytes)
+    _MEMO.store(key, launch, result, tuple(notes))
+    return result

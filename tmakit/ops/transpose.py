@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Hashable
 
 from .. import _driver
 from .._enum import ParsableEnum
@@ -33,6 +33,7 @@ from ..tensormap.enums import L2Promotion
 from . import _checks
 from ._boxparams import pack_box_params
 from ._kernels import kernel
+from ._memo import LaunchMemo
 
 log = logging.getLogger("tmakit")
 
@@ -182,8 +183,18 @@ def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
     return "", None, ""
 
 
+_MEMO = LaunchMemo()  # prepared launches by geometry (ops/_memo.py)
+
+
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> TransposeResult:
-    """``dst = src.T`` for contiguous 2-D device arrays; asynchronous on ``stream``."""
+    """``dst = src.T`` for contiguous 2-D device arrays; asynchronous on ``stream``. A repeated call with the
+    same geometry launches the launch prepared the first time (ops/_memo.py)."""
+    settings = (tuple(_PLANS.items()), _ALIGN_SECTORS, _L2_PROMOTION, _SOURCE_EVICTION)  # read by _prepare
+    key = _MEMO.key((dst, src), (backend, settings), stream)
+    return _MEMO.run(key) or _prepare(dst, src, backend, stream, key)
+
+
+def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None) -> TransposeResult:
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if len(s.shape) != 2:
         raise InvalidArgumentError("src", f"shape {s.shape}", "must be 2-D", "reshape it to (rows, cols)")
@@ -207,6 +218,7 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
     if esize not in (1, 2, 4, 8):
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
     choice = choose_backend(backend, device=s.device)
+    notes = [(logging.INFO, choice.log_line)]
     rows, cols = s.shape
     reason = choice.reason
     if rows * cols == 0:
@@ -219,7 +231,8 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
         choice = choose_backend("cp.async", device=s.device)
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
-        log.info("tmakit.ops.transpose: %s", reason)
+        notes += [(logging.INFO, choice.log_line), (logging.INFO, f"tmakit.ops.transpose: {reason}")]
+        log.log(*notes[-1])
     width, v = _SPAN // esize, 16 // esize  # elements per image row; per 16-byte chunk
     sectors = sector_plan(d.ptr, rows * esize, cols)
     prefix = sectors.shifted != 0
@@ -260,6 +273,9 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) 
                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(_SOURCE_EVICTION), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=plan.image_buffers)
     shared_mem = plan.shared_mem_for(prefix)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(plan.threads, shared_mem) if plan.persistent else _MAX_GRID))
-    k(source, source_prefix, *targets, tiles_r, tiles_c, lead, esize, sectors.classes, sectors.shifted, grid=(grid, 1, 1),
-      block=(plan.threads, 1, 1), shared_mem=shared_mem, stream=stream)
-    return TransposeResult(choice, reason, sectors, lead)
+    launch = k.bind(source, source_prefix, *targets, tiles_r, tiles_c, lead, esize, sectors.classes, sectors.shifted,
+                    grid=(grid, 1, 1), block=(plan.threads, 1, 1), shared_mem=shared_mem, stream=stream, keep_args=False)
+    launch()
+    result = TransposeResult(choice, reason, sectors, lead)
+    _MEMO.store(key, launch, result, tuple(notes))
+    return result

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from .. import _driver, _hotpath
 from ..arch import Arch
+from ..arrays import TORCH_LIKE as _TORCH_LIKE
 from ..arrays import ArrayView, device_array_view
+from ..arrays import is_torch_like as _is_torch_like
 from ..dtypes import DataType, dtype_from_any
 from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
@@ -265,15 +267,6 @@ def _typed(value: Any) -> tuple:
     return (type(value), value)
 
 
-_TORCH_LIKE: set[type] = set()
-
-
-def _is_torch_like(array: Any) -> bool:
-    """torch tensors (and look-alikes): data_ptr(), stride(), get_device(); remembered per type."""
-    if hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device"):
-        _TORCH_LIKE.add(type(array))
-        return True
-    return False
 
 
 def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, options: tuple, *,

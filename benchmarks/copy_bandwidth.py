@@ -1,11 +1,10 @@
 """Copy and transpose bandwidth: tmakit.ops (each backend) against torch and Triton TMA kernels, one run.
 
 Every variant moves the same multi-GiB buffers (far beyond the 50 MB L2); the figure is GB/s of bytes read +
-written, the median over CUDA-event-timed samples after warm-up, each sample --batch calls back to back (so
-that a Python op's host time, up to a few hundred microseconds and reported per call, does not idle the GPU:
-timed one call at a time, 2 GiB transposes read 0.06-0.08 lower against torch's copy on the H100, device_runs
-run 101), and each is also given as a ratio to torch's ``dst.copy_(src)`` timed in the same round (goal:
->= 0.8x); rounds over all variants are interleaved
+written, the median over CUDA-event-timed samples after warm-up, each sample one call (--batch 1, the default:
+the GPU waits for each caller's host time, reported per call) or --batch calls back to back (the host time
+hidden, as in a stream of calls), and each is also given as a ratio to torch's ``dst.copy_(src)`` timed in the
+same round (goal: >= 0.8x); rounds over all variants are interleaved
 and the medians over rounds reported, with each round's ratio. Each variant's output is checked against torch
 before it is timed, so a fast wrong kernel cannot report a number.
 
@@ -136,9 +135,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved rounds over all variants; each ratio is taken against the torch copy of "
                              "its own round and the median over rounds is reported (default 3)")
-    parser.add_argument("--batch", type=_at_least_one, default=4,
-                        help="calls back to back per timed sample, so that no variant's host time (tens of us for a "
-                             "Python op) leaves the GPU idle, as in a stream of calls; 1 times single calls (default 4)")
+    parser.add_argument("--batch", type=_at_least_one, default=1,
+                        help="calls back to back per timed sample: 1 (default) times single calls, each with the "
+                             "host time before its kernel starts; more hides the host time, as in a stream of calls")
     args = parser.parse_args()
     try:
         import torch

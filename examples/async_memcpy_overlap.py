@@ -30,7 +30,7 @@ extern "C" __global__ void vector_add(const float* __restrict__ a, const float* 
 
 def vector_add_kernel(device: int = 0) -> Callable:
     """Compile vector_add to a cubin for this GPU with cuda.core and return a pipeline kernel ``fn(chunk)``."""
-    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, Stream, launch
 
     from tmakit import _driver
 
@@ -46,7 +46,8 @@ def vector_add_kernel(device: int = 0) -> Callable:
         c = chunk.output
         n = c.size
         blocks = max(1, min(sms * 8, -(-n // 256)))
-        launch(chunk.stream, LaunchConfig(grid=blocks, block=256), kernel,
+        # cuda.core takes its own Stream (it deprecates adopting other stream objects inside launch)
+        launch(Stream.from_handle(chunk.stream.handle), LaunchConfig(grid=blocks, block=256), kernel,
                np.uint64(a.ptr), np.uint64(b.ptr), np.uint64(c.ptr), np.uint64(n))
 
     return run

@@ -88,6 +88,9 @@ def test_no_key_for_what_the_op_must_reject():
     assert memo.key((a, "not an array"), ("auto",), None) is None
     assert memo.key((a, a), ("auto",), "not a stream") is None
     assert memo.key((a, a), (["unhashable"],), None) is None
+    half_torch = TorchLike(4096, (2, 3), (3, 1))
+    del half_torch.dtype  # data_ptr/stride/get_device but no dtype
+    assert memo.key((a, half_torch), ("auto",), None) is None
     assert memo.run(None) is None and memo.misses == 1
 
 

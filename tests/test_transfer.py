@@ -249,8 +249,10 @@ def test_gpu_cupy_kernel_on_the_pipeline_stream():
     cupy = pytest.importorskip("cupy")
     x = np.random.default_rng().integers(0, 1 << 20, size=100_003, dtype=np.int32)
 
+    adopt = getattr(cupy.cuda.Stream, "from_external", None)  # cupy 14 deprecates ExternalStream for it
+
     def negate(chunk):
-        with cupy.cuda.ExternalStream(chunk.stream.handle):
+        with (adopt(chunk.stream) if adopt else cupy.cuda.ExternalStream(chunk.stream.handle)):
             cupy.negative(cupy.asarray(chunk.input), out=cupy.asarray(chunk.output))
 
     out, _ = pipeline(x, negate, outputs=np.zeros_like(x), chunk_bytes=4 * 4099, streams=2)

@@ -2,8 +2,9 @@
 
 ``Stream`` and ``Event`` own driver handles (created through ``tmakit._driver``, so every failure is a
 ``CudaDriverError`` naming the call). Foreign streams (cuda.core, torch, cupy, a raw ``CUstream`` int)
-are adopted with ``as_stream`` and never destroyed. Our ``Stream`` speaks ``__cuda_stream__`` so it can be
-handed to ``cuda.core.launch``; torch/cupy take ``stream.handle`` (``torch.cuda.ExternalStream``).
+are adopted with ``as_stream`` and never destroyed. Our ``Stream`` speaks ``__cuda_stream__`` (cupy 14's
+``cupy.cuda.Stream.from_external(s)`` takes it); cuda.core takes ``Stream.from_handle(s.handle)`` (cuda.core
+1.2 deprecates adopting other objects inside ``launch``), torch ``torch.cuda.ExternalStream(s.handle)``.
 
 Every async copy records an event after itself and keeps both sides referenced until that event has
 completed (CuPy's ``_EventWatcher`` idea): a pinned buffer cannot be freed under a copy in flight.
@@ -175,7 +176,8 @@ class Stream:
 
     @property
     def handle(self) -> int:
-        """The ``CUstream`` address as an int (``torch.cuda.ExternalStream(s.handle)``, cupy likewise)."""
+        """The ``CUstream`` address as an int (``torch.cuda.ExternalStream(s.handle)``,
+        ``cuda.core.Stream.from_handle(s.handle)``)."""
         return int(self.raw)
 
     def __cuda_stream__(self) -> tuple[int, int]:

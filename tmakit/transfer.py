@@ -29,7 +29,9 @@ class Chunk:
     """What a pipeline kernel gets: device views of this chunk's rows and the stream to enqueue on.
 
     For torch: ``torch.cuda.ExternalStream(chunk.stream.handle)`` and ``torch.as_tensor(chunk.input,
-    device="cuda")``; for cupy: ``cupy.cuda.ExternalStream(chunk.stream.handle)`` and ``cupy.asarray``.
+    device="cuda")``; for cupy: ``cupy.cuda.Stream.from_external(chunk.stream)`` (cupy 14; before it
+    ``cupy.cuda.ExternalStream(chunk.stream.handle)``) and ``cupy.asarray``; for cuda.core's ``launch``:
+    ``cuda.core.Stream.from_handle(chunk.stream.handle)``.
     """
 
     index: int

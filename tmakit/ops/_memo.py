@@ -52,12 +52,13 @@ class LaunchMemo:
         self.hits = self.misses = 0
 
     def key(self, arrays: tuple, options: tuple, stream: Any) -> Hashable | None:
-        """The key of a call, or None when it cannot have one (an array or stream the op will reject, no
-        driver, an unhashable option): then the op takes its full path, which names the problem."""
+        """The key of a call, or None when it cannot have one (an array or stream the op will reject, a
+        look-alike missing an attribute, no driver, an unhashable option): then the op takes its full path,
+        which names the problem."""
         try:
             key = (tuple(map(geometry, arrays)), options, os.environ.get(ENV_VAR), stream_handle(stream))
             hash(key)
-        except (TmakitError, TypeError):
+        except (TmakitError, TypeError, AttributeError):
             return None
         return key
 

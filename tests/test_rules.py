@@ -172,3 +172,19 @@ def test_enum_inputs_accept_driver_members_and_names():
                  dtype=drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                  l2_promotion="CU_TENSOR_MAP_L2_PROMOTION_L2_128B", oob_fill="nan") == []
     assert DataType.parse("bf16") is DataType.BFLOAT16 and Swizzle.parse("128B") is Swizzle.B128
+
+
+def test_enum_parse_remembers_accepted_values_only():
+    """A repeated str/int parses from the cache to the same member; a refused value is refused every time,
+    naming the parameter the caller gave; bool is never taken for an int."""
+    for _ in range(2):
+        assert Swizzle.parse(" 128b ") is Swizzle.B128 and Swizzle.parse(3) is Swizzle.B128
+        assert DataType.parse("bf16") is DataType.BFLOAT16
+        with pytest.raises(InvalidArgumentError, match="^swizzle=.*'96B'"):
+            Swizzle.parse("96B", "swizzle")
+        with pytest.raises(InvalidArgumentError, match="^mode=True"):
+            Swizzle.parse(True, "mode")
+    from tmakit import _enum
+
+    assert _enum._PARSED[Swizzle, str, " 128b "] is Swizzle.B128
+    assert not any(key[2] == "96B" for key in _enum._PARSED)

@@ -13,6 +13,12 @@ def _norm(text: str) -> str:
     return text.strip().upper().replace("-", "_").replace(" ", "_")
 
 
+# (enum class, type of the value, value) -> member, for the str and int values parse has accepted: describing
+# a tensor map parses about ten options, and a repeat of a string costs a dict probe instead of normalising it.
+_PARSED: dict[tuple[type, type, Any], Any] = {}
+_PARSED_LIMIT = 4096
+
+
 class ParsableEnum(enum.IntEnum):
     """An IntEnum whose ``parse`` accepts the member, its int, the driver's member and name, and aliases.
 
@@ -30,6 +36,21 @@ class ParsableEnum(enum.IntEnum):
 
     @classmethod
     def parse(cls: type[E], value: Any, parameter: str | None = None) -> E:
+        tp = type(value)
+        if tp is cls:
+            return value
+        if tp is str or tp is int:
+            found = _PARSED.get((cls, tp, value))
+            if found is not None:
+                return found
+            member = cls._parse(value, parameter)
+            if len(_PARSED) < _PARSED_LIMIT:
+                _PARSED[cls, tp, value] = member
+            return member
+        return cls._parse(value, parameter)
+
+    @classmethod
+    def _parse(cls: type[E], value: Any, parameter: str | None) -> E:
         param = parameter or cls.__name__
         if isinstance(value, cls):
             return value

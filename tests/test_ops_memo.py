@@ -8,25 +8,17 @@ source's contents change, miss on another geometry, backend or setting, and keep
 from __future__ import annotations
 
 import gc
+import importlib
 import logging
 import secrets
 import weakref
 
 import numpy as np
 import pytest
+from test_ops import BACKENDS, POISON, FakeDeviceArray, _device, _poisoned, _random_array, _sync
 
 from tmakit import ops
 from tmakit.ops._memo import LaunchMemo, geometry
-
-POISON = 0xA5
-
-
-class FakeDeviceArray:
-    """A __cuda_array_interface__ object at address 0: enough for keys without a GPU."""
-
-    def __init__(self, shape, typestr="<f4", strides=None, ptr=0):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
-                                         "strides": strides, "version": 3}
 
 
 class TorchLike:
@@ -127,25 +119,9 @@ def test_memo_evicts_the_oldest(monkeypatch):
 # GPU tier
 # ----------------------------------------------------------------------------------------------------------
 
-BACKENDS = [pytest.param("tma", marks=pytest.mark.requires_sm90), pytest.param("cp.async", marks=pytest.mark.requires_sm80)]
-
-
-def _random(rng, shape, dtype):
-    dtype = np.dtype(dtype)
-    return rng.integers(0, 256, size=int(np.prod(shape)) * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
-
-
 def _arrays(host, out_shape):
-    from tmakit.device_array import DeviceArray
-
-    poison = np.full(int(np.prod(out_shape)) * host.itemsize, POISON, np.uint8).view(host.dtype).reshape(out_shape)
-    return DeviceArray.from_host(host), DeviceArray.from_host(poison)
-
-
-def _sync():
-    from tmakit import _driver
-
-    _driver.call("cuCtxSynchronize")
+    """The source on the device, and a poisoned output of ``out_shape``."""
+    return _device(host), _poisoned(out_shape, host.dtype)
 
 
 @pytest.mark.requires_gpu
@@ -158,15 +134,15 @@ def test_repeated_calls_hit_the_memo_and_stay_exact(op, backend):
     rng = np.random.default_rng(seed)
     shape, dtype = (1032, 272), np.uint16  # dst pitch 16 mod 32: shifted runs; partial tiles
     run = getattr(ops, op)
-    memo = getattr(__import__(f"tmakit.ops.{op}", fromlist=["_MEMO"]), "_MEMO")
+    memo = importlib.import_module(f"tmakit.ops.{op}")._MEMO  # tmakit.ops.copy is also the function
     expect = (lambda h: np.ascontiguousarray(h.T)) if op == "transpose" else (lambda h: h)
-    host = _random(rng, shape, dtype)
+    host = _random_array(rng, shape, dtype)
     src, dst = _arrays(host, expect(host).shape)
     with src, dst:
         hits = memo.hits
         results = []
         for round_ in range(3):
-            host = _random(rng, shape, dtype)
+            host = _random_array(rng, shape, dtype)
             src.copy_from_host(host)
             dst.fill(POISON)  # poisoned again: a stale output cannot pass
             results.append(run(dst, src, backend=backend))
@@ -183,8 +159,6 @@ def test_repeated_calls_hit_the_memo_and_stay_exact(op, backend):
 def test_another_geometry_or_setting_prepares_again(backend, monkeypatch):
     """Fewer source rows (another address and shape), another module setting, another backend argument and
     another TMAKIT_BACKEND each prepare their own launch; an unchanged call does not; every output is exact."""
-    import importlib
-
     from tmakit.device_array import DeviceArray
 
     transpose_module = importlib.import_module("tmakit.ops.transpose")
@@ -193,7 +167,7 @@ def test_another_geometry_or_setting_prepares_again(backend, monkeypatch):
     monkeypatch.delenv("TMAKIT_BACKEND", raising=False)
     seed = secrets.randbits(32)
     rng = np.random.default_rng(seed)
-    host = _random(rng, (512, 320), np.float32)
+    host = _random_array(rng, (512, 320), np.float32)
     with DeviceArray.from_host(host) as src, DeviceArray.empty(512 * 320, np.float32) as out:
         def check(rows, backend_arg):
             dst = out[:320 * rows].reshape(320, rows)
@@ -223,7 +197,7 @@ def test_a_repeated_fallback_is_logged_every_time(caplog):
     """A pitch TMA cannot describe (6 bytes) under "auto": the cp.async path, logged on the prepared call and
     on every repeat, and recorded on the result."""
     seed = secrets.randbits(32)
-    host = _random(np.random.default_rng(seed), (40, 3), np.uint16)
+    host = _random_array(np.random.default_rng(seed), (40, 3), np.uint16)
     src, dst = _arrays(host, (3, 40))
     with src, dst:
         for _ in range(2):

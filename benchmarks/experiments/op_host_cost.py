@@ -1,9 +1,9 @@
 """Host time of one ops.copy / ops.transpose call: a new geometry (the full path) against a repeat (the launch memo).
 
-Each of --calls pairs of torch tensors has its own geometry (source views one row shorter each), so the first
+Each of --calls pairs of torch tensors has its own geometry (source views four rows shorter each), so the first
 pass over them prepares every call and the second repeats each; torch's ``copy_`` on the same pairs is the
 reference. Kernels are small (a few hundred KB), so the host time is what is measured; the stream is
-synchronised, untimed, after each pass. Prints one JSON line per (op, pass).
+synchronised, untimed, before each pass. Prints one JSON line per op: its first pass and the median repeat.
 
     PYTHONPATH=. python benchmarks/experiments/op_host_cost.py --calls 200
 """
@@ -18,6 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import commit  # noqa: E402
+
+
+def _per_call_us(torch, call, items: list) -> float:
+    """Host microseconds per ``call(dst, src)`` over one pass of ``items``, the stream idle at the start."""
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for dst, src in items:
+        call(dst, src)
+    return (time.perf_counter() - began) * 1e6 / len(items)
 
 
 def main() -> int:
@@ -40,13 +49,7 @@ def main() -> int:
     for op in run:  # compile and load the kernels outside the timing
         run[op](torch.empty(warm.shape[::-1] if op == "transpose" else warm.shape, dtype=warm.dtype, device="cuda"), warm)
     for op, items in pairs.items():
-        per_pass = []
-        for _ in range(1 + args.rounds):
-            torch.cuda.synchronize()
-            began = time.perf_counter()
-            for dst, src in items:
-                run[op](dst, src)
-            per_pass.append((time.perf_counter() - began) * 1e6 / len(items))
+        per_pass = [_per_call_us(torch, run[op], items) for _ in range(1 + args.rounds)]
         torch.cuda.synchronize()
         for dst, src in items:  # the outputs are right, or the timing means nothing
             want = src.t() if op == "transpose" else src
@@ -55,13 +58,7 @@ def main() -> int:
                           "repeat_us": round(statistics.median(per_pass[1:]), 1), "calls": len(items),
                           "commit": commit(), "device": torch.cuda.get_device_name()}))
     items = pairs["copy"]
-    times = []
-    for _ in range(args.rounds):
-        torch.cuda.synchronize()
-        began = time.perf_counter()
-        for dst, src in items:
-            dst.copy_(src)
-        times.append((time.perf_counter() - began) * 1e6 / len(items))
+    times = [_per_call_us(torch, lambda dst, src: dst.copy_(src), items) for _ in range(args.rounds)]
     torch.cuda.synchronize()
     print(json.dumps({"op": "torch copy_", "repeat_us": round(statistics.median(times), 1), "calls": len(items)}))
     return 0

@@ -236,7 +236,7 @@ def _describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, sha
     """
     options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
     if (cache and shape is None and strides is None
-            and (type(array) in _TORCH_LIKE or (array is not None and _is_torch_like(array)))):
+            and _is_torch_like(array)):
         # torch: identity and cheap metadata decide a hit, with no parsing (tmakit/_hotpath.py: the contract)
         return _torch_request(array, box, options, _hotpath.lookup_request(_REQUESTS, array, box, *options))
     return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]

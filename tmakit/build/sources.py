@@ -16,10 +16,21 @@ from ..errors import InvalidArgumentError
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 
 
+_PACKAGED = Path(__file__).resolve().parents[1] / "_sources"  # where a wheel puts cuda_src/ and ptx/
+_REPOSITORY = Path(__file__).resolve().parents[2]  # a source checkout (or an editable install)
+
+
 def source_dirs() -> tuple[Path, Path]:
-    """``(cuda_src, ptx)`` of the repository; ``TMAKIT_SOURCE_DIR`` names another root holding both."""
+    """``(cuda_src, ptx)``: under ``TMAKIT_SOURCE_DIR`` when it is set, else the installed package's copy
+    (``tmakit/_sources/``, mapped from the repository's top-level folders by pyproject.toml), else the
+    repository's top-level ``cuda_src/`` and ``ptx/``."""
     root = os.environ.get("TMAKIT_SOURCE_DIR")
-    base = Path(root).expanduser().resolve() if root else Path(__file__).resolve().parents[2]
+    if root:
+        base = Path(root).expanduser().resolve()
+    elif (_PACKAGED / "cuda_src").is_dir():
+        base = _PACKAGED
+    else:
+        base = _REPOSITORY
     return base / "cuda_src", base / "ptx"
 
 

@@ -6,7 +6,6 @@ result, 0 when every check passed (or, with a message, when there is no GPU).
 """
 from __future__ import annotations
 
-import importlib
 import sys
 
 import numpy as np
@@ -14,7 +13,6 @@ import numpy as np
 
 def main() -> int:
     from tmakit import _driver, ops
-    from tmakit.backend import Backend
     from tmakit.device_array import DeviceArray
     from tmakit.layout import tma_model
     from tmakit.tensormap import describe_tensor
@@ -103,20 +101,14 @@ def main() -> int:
                   result.lead == 32 and dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
         # the persistent grid (a ring of 4 stages, 2 image buffers): each block walks two or three of the 561
         # tiles, shifted odd rows included (a dst pitch of 16 mod 32)
-        transpose_module = importlib.import_module("tmakit.ops.transpose")
-        saved = dict(transpose_module._PLANS)
-        transpose_module._PLANS[Backend(backend)] = (transpose_module.TilePlan.of(128, 4, 4096, image_buffers=2,
-                                                                                    persistent=True),)
-        try:
-            shape = (4112, 2064)
-            host = rng.integers(0, 256, size=shape, dtype=np.uint8)
-            with DeviceArray.from_host(host) as src, DeviceArray.empty(shape[::-1], np.uint8) as dst_t:
-                ops.transpose(dst_t, src, backend=backend)
-                _driver.call("cuCtxSynchronize")
-                check(f"transpose {backend} {shape} uint8, persistent ring",
-                      dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
-        finally:
-            transpose_module._PLANS.update(saved)
+        ring = ops.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True)
+        shape = (4112, 2064)
+        host = rng.integers(0, 256, size=shape, dtype=np.uint8)
+        with DeviceArray.from_host(host) as src, DeviceArray.empty(shape[::-1], np.uint8) as dst_t:
+            ops.transpose(dst_t, src, backend=backend, tile_plan=ring)
+            _driver.call("cuCtxSynchronize")
+            check(f"transpose {backend} {shape} uint8, persistent ring",
+                  dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
     return 1 if failures else 0
 
 

@@ -232,3 +232,78 @@ def fake(monkeypatch):
         _clear_driver_caches()
         gc.enable()
     assert drv.errors == [], drv.errors
+
+
+# ---- fake arrays and launches: the ops' host side without a GPU ---------------------------------------------
+
+class FakeDeviceArray:
+    """A __cuda_array_interface__ object at address 0 (no driver needed to view it): enough for argument checks."""
+
+    def __init__(self, shape, typestr="<f4", strides=None, ptr=0):
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+def device_view(ptr, shape, dtype="float32", strides=None, device=0):
+    """A C-contiguous (or ``strides``) device ArrayView at ``ptr``: a buffer the ops accept without a driver."""
+    from tmakit.arrays import ArrayView
+
+    dtype = np.dtype(dtype)
+    if strides is None:
+        strides, acc = [], dtype.itemsize
+        for dim in reversed(shape):
+            strides.insert(0, acc)
+            acc *= max(int(dim), 1)
+    return ArrayView(ptr, tuple(shape), tuple(strides), dtype.name, dtype.itemsize, device)
+
+
+class FakeBoundLaunch:
+    """What ``Kernel.bind`` returns, recording launches and argument updates."""
+
+    def __init__(self, kernel, args, options):
+        self.kernel, self.args, self.options, self.launches = kernel, list(args), options, 0
+
+    def __call__(self):
+        self.launches += 1
+
+    def update(self, index, value):
+        self.args[index] = value
+
+
+class FakeKernel:
+    def __init__(self, source, entry, defines):
+        self.source, self.entry, self.defines, self.bound = source, entry, defines, []
+
+    def resident_blocks(self, block, shared_mem=0):
+        return 132 * 4
+
+    def bind(self, *args, **options):
+        self.bound.append(FakeBoundLaunch(self, args, options))
+        return self.bound[-1]
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """The ops on an sm_90 that is not there: kernels, device attributes and the backend choice are faked;
+    returns the list of FakeKernels the ops asked for."""
+    import importlib
+
+    from tmakit.backend import choose_backend
+
+    # the modules, not the functions tmakit.ops re-exports under the same names
+    copy_module, transpose_module = (importlib.import_module(f"tmakit.ops.{m}") for m in ("copy", "transpose"))
+
+    kernels = []
+
+    def kernel(source, entry, choice, device, **defines):
+        kernels.append(FakeKernel(source, entry, {**choice.defines, **defines}))
+        return kernels[-1]
+
+    attributes = {"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
+                  "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}
+    for module in (copy_module, transpose_module):
+        monkeypatch.setattr(module, "kernel", kernel)
+        monkeypatch.setattr(module, "choose_backend", lambda backend, device: choose_backend(backend, arch="sm_90"))
+    monkeypatch.setattr(copy_module, "sm_count", lambda device: 132)
+    monkeypatch.setattr(_driver, "device_attribute", lambda name, device: attributes[name])
+    return kernels

@@ -13,6 +13,8 @@ import secrets
 import numpy as np
 import pytest
 
+from _fake_driver import FakeDeviceArray, device_view, fake_launch  # noqa: F401 - fixture
+
 from tmakit import ops
 from tmakit.arch import Arch
 from tmakit.backend import Backend, choose_backend, parse_backend
@@ -30,14 +32,6 @@ def _rng():
 # ----------------------------------------------------------------------------------------------------------
 # CPU tier
 # ----------------------------------------------------------------------------------------------------------
-
-class FakeDeviceArray:
-    """A __cuda_array_interface__ object at address 0: enough for argument checks without a GPU."""
-
-    def __init__(self, shape, typestr="<f4", strides=None, ptr=0):
-        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
-                                         "strides": strides, "version": 3}
-
 
 def test_backend_auto_follows_capability():
     assert choose_backend("auto", arch="sm_90").backend is Backend.TMA
@@ -107,87 +101,6 @@ def test_transpose_rejects_bad_shapes():
         ops.transpose(FakeDeviceArray((3, 4)), FakeDeviceArray((3, 4)))
 
 
-_E8_TWO_CLASS_ORDER = (0, 4, 3, 7, 2, 6, 1, 5)  # transpose.cu's column_chunk for 8-byte elements in two classes
-
-
-def _transpose_warp_offsets(esize: int, warp: int, step: int, classes: int = 1, shifted: int = 0,
-                            diagonal: bool = True) -> tuple[list[int | None], list[int | None], int]:
-    """Shared-memory offsets one warp of cuda_src/transpose.cu touches at `step`: the stage load of row `step`
-    of its (micro-block, slice) items and the destination image store of transposed row `step` (None where
-    the lane is idle or the row belongs to another tile's run), 128B swizzle; and the load width.
-    `classes`/`shifted` are the kernel's row classes and shifted-class mask; warps past the tile's items
-    are the prefix's round (with `shifted`): one more group of 8 micro-block rows (m = -8..-1) of which only
-    m = -1, the V rows before the tile, works; `diagonal=False` is the plain order c = q."""
-    from tmakit.layout import swizzle_offset
-
-    v, slices = 16 // esize, max(1, 4 // esize)
-    width, rows_out, images = 16 // slices, v // slices, 256 * esize // 128
-    class_rows = 128 // esize // classes
-    loads: list[int | None] = []
-    stores: list[int | None] = []
-    for lane in range(32):
-        b = warp * 32 + lane
-        g, p, q, sub = b % 8, (b // 8) % slices, (b // (8 * slices)) % 8, b // (64 * slices)
-        c = ((_E8_TWO_CLASS_ORDER[g] ^ q if esize == 8 and classes == 2 else (g + q) % 8) if diagonal else q)
-        m = sub * 8 + g if sub < images else g - 8
-        if sub > images or (sub == images and (not shifted or m < -1)):  # idle: past the items, or before the prefix
-            loads.append(None)
-            stores.append(None)
-            continue
-        first_row = m * v if m >= 0 else 256  # the prefix is stored after the tile's 256 rows
-        loads.append(int(swizzle_offset((first_row + step % v) * 128 + c * 16, "128B")) + p * width)
-        d = c * v + p * rows_out + step % rows_out
-        k, position = d % classes, m + ((shifted >> (d % classes)) & 1)
-        image = (position // 8 * classes + k) * class_rows * 128
-        stores.append(image + int(swizzle_offset(d // classes * 128 + position % 8 * 16, "128B"))
-                      if 0 <= position < 256 // v else None)
-    return loads, stores, width
-
-
-def _count_conflicts(esize, classes, shifted, warps, diagonal=True):
-    """{(warp, step): (load conflicts, store conflicts)} over the given warps."""
-    from tmakit.layout import bank_conflicts
-
-    out = {}
-    for warp in warps:
-        for step in range(16 // esize):
-            loads, stores, width = _transpose_warp_offsets(esize, warp, step, classes, shifted, diagonal)
-            out[warp, step] = (bank_conflicts(loads, width) if any(a is not None for a in loads) else 0,
-                               bank_conflicts(stores, 16) if any(a is not None for a in stores) else 0)
-    return out
-
-
-@pytest.mark.parametrize("esize", [1, 2, 4, 8])
-@pytest.mark.parametrize("classes, shifted", [(1, 0), (1, 1), (2, 1), (2, 2)])
-def test_transpose_shared_memory_is_bank_conflict_free(esize, classes, shifted):
-    """The item order of transpose.cu, counted with tmakit.layout: no bank conflicts on either side, in the
-    tile and in its prefix, for every row-class plan (sector-aligned runs), where the plain order would
-    conflict; every element size gives the 256 threads the same number of items. The known exception,
-    bounded here: 8-byte elements in two classes store the shifted class 2-way (no lane order avoids it,
-    transpose.cu says why)."""
-    slices = max(1, 4 // esize)
-    items = 64 * (256 * esize // 128) * slices
-    assert items >= 2 * 256 and items % 256 == 0  # whole rounds of the block's 256 threads
-
-    def two_way(step: int) -> bool:  # 8-byte rows: step = class
-        return esize == 8 and classes == 2 and bool((shifted >> step) & 1)
-
-    tile = _count_conflicts(esize, classes, shifted, range(items // 32))
-    assert all(load == 0 for load, _ in tile.values())
-    for (warp, step), (_, store) in tile.items():
-        assert store == (4 if two_way(step) else 0), (esize, classes, shifted, warp, step)  # 4 phases, one extra each
-    if shifted:  # the prefix's round: 8 micro-blocks x slices working, in the tile's lane order
-        prefix = _count_conflicts(esize, classes, shifted, range(items // 32, (items + 64 * slices) // 32))
-        assert all(load == 0 for load, _ in prefix.values())
-        assert all(store <= (4 if two_way(step) else 0) for (_, step), (_, store) in prefix.items())
-        working = sum(a is not None for w in range(items // 32, (items + 64 * slices) // 32)
-                      for a in _transpose_warp_offsets(esize, w, 0, classes, shifted)[0])
-        assert working == 8 * slices  # one micro-block row
-    if classes == 1 and not shifted:
-        naive = _count_conflicts(esize, classes, shifted, range(items // 32), diagonal=False)
-        assert max(max(pair) for pair in naive.values()) > 0
-
-
 def test_sector_plan_aligns_runs_to_32_byte_sectors():
     """Which dst rows start 16 bytes into a sector, and so are written V elements earlier."""
     from tmakit.ops.transpose import SectorPlan, sector_plan
@@ -231,9 +144,9 @@ def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
 
 def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
     """The host's L2Eviction mirrors cache_policy.cuh's values and parses like tmakit's other enums."""
-    from tmakit.ops.transpose import _SOURCE_EVICTION, L2Eviction
+    from tmakit.ops.transpose import L2Eviction
 
-    assert [int(m) for m in L2Eviction] == [0, 1, 2] and _SOURCE_EVICTION is L2Eviction.LAST
+    assert [int(m) for m in L2Eviction] == [0, 1, 2]
     assert L2Eviction.parse("evict_last") is L2Eviction.parse("last") is L2Eviction.parse(2) is L2Eviction.LAST
     with pytest.raises(InvalidArgumentError, match="policy=.*'keep'.*is not a known L2Eviction"):
         L2Eviction.parse("keep", "policy")
@@ -244,21 +157,19 @@ def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
 def test_transpose_tile_plan_fits_the_device():
     """256-row tiles where they fit a block's shared memory, else the 128-row plan; one block per tile with one
     stage and one image buffer, three blocks per SM on sm_90."""
-    from tmakit.backend import Backend
-    from tmakit.ops.transpose import tile_plan
+    from tmakit.ops.transpose import choose_tile_plan
 
-    for backend in Backend:
-        for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
-            big, small = tile_plan(backend, 227 * 1024, prefix), tile_plan(backend, 48 * 1024, prefix)
-            assert (big.rows, small.rows) == (256, 128)
-            assert not big.persistent and (big.stages, big.image_buffers) == (1, 1)
-            assert 3 * (big.shared_mem_for(prefix) + 1024) <= 228 * 1024  # sm_90: 1 KiB reserved per block
-            assert small.shared_mem_for(prefix) <= 48 * 1024
-            assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
-        for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89
-            assert tile_plan(backend, limit, prefix=True).rows == 256
-    with pytest.raises(InvalidArgumentError, match="the transpose needs at least"):
-        tile_plan(Backend.CP_ASYNC, 32 * 1024)
+    for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
+        big, small = choose_tile_plan(227 * 1024, prefix), choose_tile_plan(48 * 1024, prefix)
+        assert (big.rows, small.rows) == (256, 128)
+        assert not big.persistent and (big.stages, big.image_buffers) == (1, 1)
+        assert 3 * (big.shared_mem_for(prefix) + 1024) <= 228 * 1024  # sm_90: 1 KiB reserved per block
+        assert small.shared_mem_for(prefix) <= 48 * 1024
+        assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
+    for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89
+        assert choose_tile_plan(limit, prefix=True).rows == 256
+    with pytest.raises(InvalidArgumentError, match="device=.*the transpose needs at least"):
+        choose_tile_plan(32 * 1024)
 
 
 def test_load_tiles_needs_a_box_for_arrays():
@@ -590,24 +501,17 @@ def test_transpose_line_aligned_source_columns_are_exact(dtype, backend):
 @pytest.mark.parametrize("ring", [False, True], ids=["block_per_tile", "persistent_ring"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_transpose_exact_with_128_row_tiles(dtype, backend, ring, monkeypatch):
-    """128-row tiles, forced here: the plan for small shared-memory limits (one block per tile), and a
+def test_transpose_exact_with_128_row_tiles(dtype, backend, ring):
+    """128-row tiles, asked for: the plan for small shared-memory limits (one block per tile), and a
     persistent grid walking the tiles through a ring of 4 stages (many tiles per block, the ring's phases and
     both image buffers): the same bytes as numpy at edge shapes."""
-    import importlib
-
-    transpose_module = importlib.import_module("tmakit.ops.transpose")
-    from tmakit.backend import Backend
-
-    b = Backend(backend)
-    plan = transpose_module.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True) if ring else transpose_module.TilePlan.of(128)
-    monkeypatch.setitem(transpose_module._PLANS, b, (plan,))
+    tiles = ops.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True) if ring else ops.TilePlan.of(128)
     rng, seed = _rng()
     # TMA-describable pitches, partial tiles; 144 1-byte rows: a pitch of 16 mod 32 (shifted odd rows)
     for shape in [(144, 80), (4112, 1040), (1024, 2048), (16 * 8 + 16 // np.dtype(dtype).itemsize, 272)]:
         host = _random_array(rng, shape, dtype)
         with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
-            ops.transpose(dst, src, backend=backend)
+            assert ops.transpose(dst, src, backend=backend, tile_plan=tiles).tile_plan == tiles
             _sync()
             got = dst.to_host()
         assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} {backend} differs"

@@ -1,16 +1,21 @@
 """High-level ops on device arrays with an automatic, recorded backend ("tma" on sm_90, else "cp.async").
 
-- ``load_tiles``: real box loads -> shared-memory images (to check against ``tmakit.layout``)
-- ``copy``: device-to-device copy through shared memory
-- ``transpose``: 2-D transpose for 1/2/4/8-byte elements
+Each op has a plan (a prepared launch: ``plan()`` runs it again, ``plan(*buffers)`` on new buffers of the same
+geometry) and a one-shot convenience (plan + run once):
+
+- ``plan_load_tiles`` / ``load_tiles``: real box loads -> shared-memory images (to check against ``tmakit.layout``)
+- ``plan_copy`` / ``copy``: device-to-device copy through shared memory
+- ``plan_transpose`` / ``transpose``: 2-D transpose for 1/2/4/8-byte elements
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 """
 from __future__ import annotations
 
-from .copy import CopyResult, copy
-from .load_tiles import LoadTilesResult, load_tiles
+from ._plan import Plan
+from .copy import CopyPlan, CopyResult, copy, plan_copy
+from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
-from .transpose import TransposeResult, transpose
+from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
-__all__ = ["CopyResult", "LoadTilesResult", "PtxTileCopyResult", "TransposeResult", "copy", "load_tiles", "ptx_tile_copy",
-           "transpose"]
+__all__ = ["CopyPlan", "CopyResult", "LoadTilesPlan", "LoadTilesResult", "Plan", "PtxTileCopyResult", "TilePlan",
+           "TransposePlan", "TransposeResult", "copy", "load_tiles", "plan_copy", "plan_load_tiles", "plan_transpose",
+           "ptx_tile_copy", "transpose"]

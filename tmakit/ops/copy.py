@@ -1,4 +1,5 @@
-"""``copy(dst, src)``: a device-to-device copy through shared memory with the chosen async-copy engine.
+"""``plan_copy(dst, src)`` / ``copy(dst, src)``: a device-to-device copy through shared memory with the chosen
+async-copy engine.
 
 TMA path: bulk copies (cp.async.bulk) driven by one thread per block; cp.async path: a per-thread 16-byte
 ring. Both need dst and src to agree modulo 16 bytes (then the edges are copied byte-wise). Arrays that do
@@ -9,36 +10,50 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 from ..backend import BackendChoice, choose_backend
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
-from ._memo import LaunchMemo
+from ._plan import Plan
 
 log = logging.getLogger("tmakit")
 
-_THREADS = {"tma": 32, "cp.async": 256}
-_CHUNK = 8192  # bytes one block moves per ring stage (cuda_src/copy.cu)
-_MEMO = LaunchMemo()  # prepared launches by geometry (ops/_memo.py)
+# Facts of cuda_src/copy.cu, not tuning choices: one warp per block on the TMA path (one thread drives the
+# copy engine), 256 threads on the cp.async path (its slot layout), 8 KiB moved per block per ring stage.
+_KERNEL_THREADS = {"tma": 32, "cp.async": 256}
+_KERNEL_CHUNK = 8192
 
 
 @dataclass(frozen=True)
 class CopyResult:
     backend: BackendChoice
-    path: str  # "bulk" (TMA), "cp.async", or "bytes" (addresses differ modulo 16)
+    path: str  # "bulk" (TMA), "cp.async", "bytes" (addresses differ modulo 16) or "empty"
     nbytes: int
+    blocks: int = 0  # the grid
 
 
-def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> CopyResult:
-    """``dst[...] = src`` for contiguous device arrays of the same shape and dtype. Asynchronous on ``stream``.
-    A repeated call with the same geometry launches the launch prepared the first time (ops/_memo.py)."""
-    key = _MEMO.key((dst, src), (backend, tuple(_THREADS.items()), _CHUNK), stream)
-    return _MEMO.run(key) or _prepare(dst, src, backend, stream, key)
+class CopyPlan(Plan):
+    op, names = "copy", ("dst", "src")
+
+    def _retarget(self, views: tuple) -> None:
+        d, s = views
+        _checks.require_disjoint(d, s)
+        if self.result.path in ("bulk", "cp.async") and (d.ptr - s.ptr) % 16:
+            self._refuse("src", f"address 0x{s.ptr:x}", f"differs from dst (0x{d.ptr:x}) modulo 16 where the plan's "
+                         f"buffers did not, so its {self.result.path} path cannot move 16-byte pieces")
+        if self._launch is not None:
+            self._update(0, d.ptr)
+            self._update(1, s.ptr)
 
 
-def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None) -> CopyResult:
+def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, blocks: int | None = None) -> CopyPlan:
+    """A prepared ``dst[...] = src`` for contiguous device arrays of the same shape and dtype, asynchronous on
+    ``stream``: ``plan()`` copies, ``plan(dst2, src2)`` copies other buffers of the same geometry.
+
+    ``blocks``: the grid (default: as many blocks as the device runs at once, at most one per 8 KiB chunk).
+    """
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if d.shape != s.shape:
         raise InvalidArgumentError("dst", f"shape {d.shape}", f"must equal the shape of src {s.shape}",
@@ -48,26 +63,29 @@ def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
     _checks.require_disjoint(d, s)
+    if blocks is not None and (not isinstance(blocks, int) or isinstance(blocks, bool) or not 1 <= blocks < 2**31):
+        raise InvalidArgumentError("blocks", blocks, "must be an int in [1, 2**31)", "leave it None for the default")
     choice = choose_backend(backend, device=d.device)
-    notes = [(logging.INFO, choice.log_line)]
     nbytes = d.nbytes
     if nbytes == 0:
-        return CopyResult(choice, "empty", 0)
+        return CopyPlan(CopyResult(choice, "empty", 0), (d, s))
     if (d.ptr - s.ptr) % 16:
         if choice.source != "auto":
             raise InvalidArgumentError(
                 "src", f"address 0x{s.ptr:x}", f"differs from dst (0x{d.ptr:x}) modulo 16, so backend "
                 f"{choice.name!r} cannot move 16-byte pieces", 'use backend="auto" (copies byte by byte) or aligned views')
-        notes.append((logging.WARNING, "tmakit.ops.copy: dst and src differ modulo 16 bytes; copying byte by byte"))
-        log.log(*notes[-1])
+        log.warning("tmakit.ops.copy: dst and src differ modulo 16 bytes; copying byte by byte")
         k = kernel("copy.cu", "tmakit_copy_bytes", choice, d.device)
-        grid, threads, path = min(-(-nbytes // 256), sm_count(d.device) * 8), 256, "bytes"
+        threads, path = 256, "bytes"
+        grid = blocks or min(-(-nbytes // 256), sm_count(d.device) * 8)
     else:
         k = kernel("copy.cu", "tmakit_copy", choice, d.device)
-        threads, path = _THREADS[choice.name], "bulk" if choice.name == "tma" else "cp.async"
-        grid = max(1, min(-(-nbytes // _CHUNK), k.resident_blocks(threads)))
-    launch = k.bind(d.ptr, s.ptr, nbytes, grid=(grid, 1, 1), block=(threads, 1, 1), stream=stream, keep_args=False)
-    launch()
-    result = CopyResult(choice, path, nbytes)
-    _MEMO.store(key, launch, result, tuple(notes))
-    return result
+        threads, path = _KERNEL_THREADS[choice.name], "bulk" if choice.name == "tma" else "cp.async"
+        grid = blocks or max(1, min(-(-nbytes // _KERNEL_CHUNK), k.resident_blocks(threads)))
+    return CopyPlan(CopyResult(choice, path, nbytes, grid), (d, s), k, (d.ptr, s.ptr, nbytes),
+                    grid=(grid, 1, 1), block=(threads, 1, 1), stream=stream)
+
+
+def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> CopyResult:
+    """``dst[...] = src`` once (``plan_copy(...)()``); for repeated copies keep the plan."""
+    return plan_copy(dst, src, backend=backend, stream=stream, **tuning)()

@@ -13,8 +13,10 @@ import numpy as np
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
 from ..dtypes import DataType
-from ..errors import InvalidArgumentError, UnsupportedDeviceError
+from ..errors import InvalidArgumentError, TmakitError, UnsupportedDeviceError
+from . import _checks
 from ._kernels import kernel
+from ._plan import Plan, repoint
 
 POISON = 0xA5  # footprint bytes no load writes (swizzle padding) read back as this
 _THREADS = 128
@@ -81,17 +83,76 @@ def _coords(coords: Any, rank: int) -> np.ndarray:
     return arr
 
 
-def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",
-               **describe_kwargs: Any) -> LoadTilesResult:
-    """Load the box at each of ``coords`` (shape (n, rank), numpy order) on the GPU; return the images.
+class LoadTilesPlan(Plan):
+    """Prepared box loads: ``plan()`` loads the boxes again (synchronous; fresh images), ``plan(array)`` loads
+    them from another array of the same geometry (the tensor map re-pointed). It holds the coordinates and the
+    image buffer on the device until ``close()`` (or garbage collection)."""
+
+    op, names = "load_tiles", ("array",)
+
+    def __init__(self, tm: Any, view: Any, choice: BackendChoice, coords: np.ndarray, geo: Any, align: int) -> None:
+        from ..device_array import DeviceArray
+
+        device = int(tm.device)
+        _driver.ensure_context(device)
+        n = len(coords)
+        padded = np.zeros((n, 5), dtype=np.int32)
+        padded[:, :tm.rank] = coords[:, ::-1]  # numpy order -> innermost first
+        self._coords = DeviceArray.from_host(padded, device=device)
+        self._out = DeviceArray.empty((n, geo.smem_bytes), np.uint8, device=device)
+        self._tm, self._geo, self._at, self._choice = tm, geo, coords, choice
+        k = kernel("tile_load.cu", "tmakit_tile_load", choice, device)
+        args = (tm, self._coords.ptr, np.int32(n), np.int32(tm.rank), np.uint32(geo.box_bytes),
+                np.uint32(geo.smem_bytes), np.uint32(align), np.uint32(POISON), self._out.ptr)
+        super().__init__(None, (view,) if view is not None else (), k, args, grid=(min(n, _MAX_BLOCKS), 1, 1),
+                         block=(_THREADS, 1, 1), shared_mem=geo.smem_bytes + align)
+
+    @property
+    def backend(self) -> BackendChoice:
+        return self._choice
+
+    def _repoint(self, buffers: Any) -> None:
+        if not self._views:  # a TensorMap that names no array: only its shape and dtype can be checked
+            v = _checks.view(buffers[0], "array") if len(buffers) == 1 else None
+            if v is None or v.shape != self._tm.shape or v.itemsize != self._geo.elem_size:
+                raise InvalidArgumentError("array", v and f"array of shape {v.shape}", f"must be one array of the "
+                                           f"tensor map's shape {self._tm.shape}", "make a new plan for it")
+            self._views = (v,)
+        super()._repoint(buffers)
+
+    def _retarget(self, views: tuple) -> None:
+        self._tm = repoint(self._tm, views[0])
+        self._update(0, self._tm)
+
+    def __call__(self, *buffers: Any) -> LoadTilesResult:
+        if buffers:
+            self._repoint(buffers)
+        self._out.fill(POISON)  # a byte the kernel failed to write cannot pass for a right one
+        self._launch()
+        _driver.call("cuCtxSynchronize")
+        return LoadTilesResult(self._out.to_host(), self._at, self._tm, self._choice, self._geo.box_bytes,
+                               self._geo.row_pitch)
+
+    def close(self) -> None:
+        self._coords.close()
+        self._out.close()
+
+    def __enter__(self) -> "LoadTilesPlan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",
+                    **describe_kwargs: Any) -> LoadTilesPlan:
+    """Prepare loading the box at each of ``coords`` (shape (n, rank), numpy order) on the GPU.
 
     ``tensor_map_or_array`` is a TensorMap, or a device array described with ``box`` (numpy order) and
     ``describe_kwargs`` (swizzle=, oob_fill=, element_strides=, ...). ``backend`` is "auto", "tma" or
-    "cp.async"; the one that ran is ``result.backend``. Synchronous.
+    "cp.async"; the one that runs is ``plan.backend``.
     """
-    from ..device_array import DeviceArray
     from ..layout.tma_model import box_geometry, check_box_start
-    from ..tensormap.enums import Interleave
 
     tm = _as_tensor_map(tensor_map_or_array, box, describe_kwargs)
     at = _coords(coords, tm.rank)
@@ -113,23 +174,22 @@ def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backen
             check_box_start(geo, row[::-1])
         except ValueError as exc:
             raise InvalidArgumentError("coords", row.tolist(), str(exc), "round the innermost coordinate") from None
-    image_bytes = geo.smem_bytes
     align = int(tm.smem_alignment)
     limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    if image_bytes + align > limit:
-        raise InvalidArgumentError("box", tuple(reversed(tm.box)), f"needs {image_bytes + align} bytes of shared memory; "
-                                   f"the GPU offers {limit} per block", "load a smaller box")
-    _driver.ensure_context(device)
-    n = len(at)
-    padded = np.zeros((n, 5), dtype=np.int32)
-    padded[:, :tm.rank] = at[:, ::-1]  # numpy order -> innermost first
-    with DeviceArray.from_host(padded, device=device) as dcoords, \
-            DeviceArray.empty((n, image_bytes), np.uint8, device=device) as out:
-        out.fill(POISON)  # a byte the kernel failed to write cannot pass for a right one
-        k = kernel("tile_load.cu", "tmakit_tile_load", choice, device)
-        k(tm, dcoords.ptr, np.int32(n), np.int32(tm.rank), np.uint32(geo.box_bytes), np.uint32(image_bytes),
-          np.uint32(align), np.uint32(POISON), out.ptr, grid=(min(n, _MAX_BLOCKS), 1, 1), block=(_THREADS, 1, 1),
-          shared_mem=image_bytes + align)
-        _driver.call("cuCtxSynchronize")
-        images = out.to_host()
-    return LoadTilesResult(images, at, tm, choice, geo.box_bytes, geo.row_pitch)
+    if geo.smem_bytes + align > limit:
+        raise InvalidArgumentError("box", tuple(reversed(tm.box)), f"needs {geo.smem_bytes + align} bytes of shared "
+                                   f"memory; the GPU offers {limit} per block", "load a smaller box")
+    owner = tensor_map_or_array if tm is not tensor_map_or_array else getattr(tm, "owner", None)
+    try:
+        view = _checks.view(owner, "array") if owner is not None else None
+    except TmakitError:  # an owner that is no array view (then plan(array) checks shape and dtype only)
+        view = None
+    return LoadTilesPlan(tm, view, choice, at, geo, align)
+
+
+def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",
+               **describe_kwargs: Any) -> LoadTilesResult:
+    """Load the box at each of ``coords`` (shape (n, rank), numpy order) on the GPU once; return the images
+    (``plan_load_tiles(...)()``, its buffers freed after). Synchronous."""
+    with plan_load_tiles(tensor_map_or_array, coords, box=box, backend=backend, **describe_kwargs) as plan:
+        return plan()

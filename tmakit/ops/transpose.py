@@ -10,18 +10,17 @@ explicit ``backend="tma"`` refuses.
 Every tile writes each dst row in a run that starts and ends on a 32-byte sector boundary (``sector_plan``):
 where dst rows start 16 bytes into a sector (a pitch of 16 mod 32 bytes, or a base of 16 mod 32), those rows'
 runs move V = 16/E elements earlier, each tile loading the V source rows before it. Measured on the H100,
-runs that straddle sectors cost 40% of the bandwidth (benchmarks/experiments/sector_probe.py).
+runs that straddle sectors cost 40% of the bandwidth.
 
 Every tile row is one whole 128-byte L2 line of the source where the rows allow (``source_lead``): a source
 base inside a line, with a pitch of whole lines, moves the tile columns after the first back to the line.
-Measured on the H100, a base 32 or 64 bytes into a line cost 0.08-0.15 of copy speed without it
-(benchmarks/experiments/l2_policy_probe.py).
+Measured on the H100, a base 32 or 64 bytes into a line cost 0.08-0.15 of copy speed without it.
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 from .. import _driver
 from .._enum import ParsableEnum
@@ -33,23 +32,15 @@ from ..tensormap.enums import L2Promotion
 from . import _checks
 from ._boxparams import pack_box_params
 from ._kernels import kernel
-from ._memo import LaunchMemo
+from ._plan import Plan, repoint
 
 log = logging.getLogger("tmakit")
 
 _SPAN = 128  # bytes per image row = the 128B swizzle span
 _SWIZZLE_128B = 3
-_THREADS = 256
 _MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension; past it, blocks walk several tiles
 _MAX_EXTENT = 2**31 - 1024  # tile coordinates (r0 - V .. r0 + 2H) stay in int32
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
-# Sector-aligned runs (sector_plan); the experiment harness turns them off to measure what they gain.
-_ALIGN_SECTORS = True
-# No L2 promotion (tensor map) or cp.async .L2:: prefetch hint. A tile's source rows are 128-byte segments,
-# whole L2 lines only when the source pitch is a multiple of 128; measured on the H100 (transpose_stages.py,
-# 2026-11-23), promoting to 128 B cost 0.06-0.09 of copy speed when it is not (pitch = 64 mod 128), and
-# gained nothing when it is.
-_L2_PROMOTION = L2Promotion.NONE
 
 
 class L2Eviction(ParsableEnum):
@@ -65,12 +56,6 @@ class L2Eviction(ParsableEnum):
         return {f"evict_{m.name.lower()}": m.name for m in cls}
 
 
-# Source rows of 128 bytes straddle two L2 lines where the source pitch is not a multiple of 128, and the
-# next tile column reads the other halves: keeping them (evict_last) gained 0.01-0.04 of copy speed at a
-# pitch of 64 mod 128 on the H100 and was neutral at aligned pitches (l2_policy_probe.py, 2026-11-23).
-_SOURCE_EVICTION = L2Eviction.LAST
-
-
 @dataclass(frozen=True)
 class TilePlan:
     rows: int  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
@@ -82,7 +67,7 @@ class TilePlan:
     persistent: bool  # a grid of resident blocks walking the tiles through the ring, or one block per tile
 
     @classmethod
-    def of(cls, rows: int, stages: int = 1, run_bytes: int = 65536, threads: int = _THREADS, image_buffers: int = 1,
+    def of(cls, rows: int, stages: int = 1, run_bytes: int = 65536, threads: int = 256, image_buffers: int = 1,
            persistent: bool = False) -> "TilePlan":
         return cls(rows, stages, (stages + image_buffers) * rows * _SPAN + 1024, run_bytes, threads, image_buffers,
                    persistent)
@@ -92,27 +77,30 @@ class TilePlan:
         return self.shared_mem + (self.stages * _PREFIX_BYTES if prefix else 0)
 
 
-# Preferred first; the same for both paths. One block per tile, each with one stage and one image buffer
-# (65 KiB with 256-row tiles: three blocks per SM on sm_90, two on sm_80, one on sm_86/89), the resident
-# blocks overlapping each other's loads, turns and stores, in place of a persistent grid (one block per SM
-# with TMA) walking the tiles through a ring of stages. Measured on the H100 (transpose_stages.py, runs
-# 97-99 in benchmarks/results/device_runs.md), against torch's copy in the same rounds: at 16336x32848 the
-# ring made 1-byte TMA 0.73x and cp.async 0.64x, one block per tile 0.85x and 0.78x; at 16384x32768 0.82x
-# became 0.86-0.88x. A Triton TMA transpose (one program per tile) had shown the way: 0.91-0.93x for 4/8-byte
-# elements where the ring made 0.86x. The tiles are ordered in whole columns where they fit 64 KiB runs of
-# dst (run_bytes); 256-row tiles write dst in runs of 256*E bytes; the 128-row plan is for smaller limits.
-_PLANS = {backend: (TilePlan.of(256), TilePlan.of(128)) for backend in Backend}
+# The default candidates, preferred first; the same for both paths. One block per tile, each with one stage
+# and one image buffer (65 KiB with 256-row tiles: three blocks per SM on sm_90, two on sm_80, one on
+# sm_86/89), the resident blocks overlapping each other's loads, turns and stores, in place of a persistent grid
+# (one block per SM with TMA) walking the tiles through a ring of stages. Measured on the H100 against torch's
+# copy in the same rounds: at 16336x32848 the ring made 1-byte TMA 0.73x and cp.async 0.64x, one block per
+# tile 0.85x and 0.78x; at 16384x32768 0.82x became 0.86-0.88x. A Triton TMA transpose (one program per tile)
+# had shown the way: 0.91-0.93x for 4/8-byte elements where the ring made 0.86x. The tiles are ordered in
+# whole columns where they fit 64 KiB runs of dst (run_bytes); 256-row tiles write dst in runs of 256*E
+# bytes; the 128-row plan is for smaller limits. ``plan_transpose(tile_plan=...)`` picks another.
+DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
 
 
-def tile_plan(backend: Backend, shared_mem_limit: int, prefix: bool = False) -> TilePlan:
-    """The first plan of `backend` whose shared memory (with prefixes, for shifted rows) fits a block's
-    opt-in limit (bytes)."""
-    for plan in _PLANS[backend]:
+def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tuple[TilePlan, ...] = DEFAULT_TILE_PLANS,
+              parameter: str = "device") -> TilePlan:
+    """The first of ``candidates`` whose shared memory (with prefixes, for shifted rows) fits a block's opt-in
+    limit (bytes)."""
+    for plan in candidates:
         if plan.shared_mem_for(prefix) <= shared_mem_limit:
             return plan
-    smallest = _PLANS[backend][-1]
-    raise InvalidArgumentError("device", f"{shared_mem_limit} bytes of shared memory per block",
-                               f"the transpose needs at least {smallest.shared_mem_for(prefix)}", "run it on an sm_80+ GPU")
+    smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix))
+    value = f"{shared_mem_limit} bytes of shared memory per block" if parameter == "device" else candidates[0]
+    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix)} "
+                               f"bytes of shared memory per block (the device gives {shared_mem_limit})",
+                               "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows or stages")
 
 
 @dataclass(frozen=True)
@@ -125,10 +113,11 @@ class SectorPlan:
     shifted: int
 
 
-def sector_plan(address: int, pitch: int, dst_rows: int) -> SectorPlan:
+def sector_plan(address: int, pitch: int, dst_rows: int, align: bool = True) -> SectorPlan:
     """The sector plan of a dst whose first row is at ``address`` with ``dst_rows`` rows of ``pitch`` bytes. A
-    dst that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to."""
-    if not _ALIGN_SECTORS or address % 16 or pitch % 16:
+    dst that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to;
+    ``align=False`` turns the alignment off (every row alike, unshifted)."""
+    if not align or address % 16 or pitch % 16:
         return SectorPlan(1, 0)
     if pitch % 32 == 0 or dst_rows < 2:
         return SectorPlan(1, int(address % 32 == 16))
@@ -170,6 +159,8 @@ class TransposeResult:
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
     sectors: "SectorPlan | None" = None  # how dst rows were aligned to sectors (None: nothing to transpose)
     lead: int = 0  # source columns by which the tile columns after the first started early (source_lead)
+    tile_plan: "TilePlan | None" = None  # the tiles, ring and block that ran (None: nothing to transpose)
+    tiles: tuple[int, int] = (0, 0)  # (tile rows, tile columns)
 
 
 def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
@@ -183,18 +174,96 @@ def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
     return "", None, ""
 
 
-_MEMO = LaunchMemo()  # prepared launches by geometry (ops/_memo.py)
+@dataclass(frozen=True)
+class _Layout:
+    """The decisions a transpose reads from the buffers' addresses (a new buffer must make the same)."""
+
+    tma_broken: str  # the TMA rule an array breaks, or ""
+    sectors: SectorPlan
+    lead: int
 
 
-def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None) -> TransposeResult:
-    """``dst = src.T`` for contiguous 2-D device arrays; asynchronous on ``stream``. A repeated call with the
-    same geometry launches the launch prepared the first time (ops/_memo.py)."""
-    settings = (tuple(_PLANS.items()), _ALIGN_SECTORS, _L2_PROMOTION, _SOURCE_EVICTION)  # read by _prepare
-    key = _MEMO.key((dst, src), (backend, settings), stream)
-    return _MEMO.run(key) or _prepare(dst, src, backend, stream, key)
+def _layout(d: ArrayView, s: ArrayView, align_sectors: bool) -> _Layout:
+    rows, cols = s.shape
+    return _Layout(_tma_rule_broken({"src": s, "dst": d})[2], sector_plan(d.ptr, rows * s.itemsize, cols, align_sectors),
+                   source_lead(s.ptr, cols * s.itemsize, s.itemsize))
 
 
-def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None) -> TransposeResult:
+class TransposePlan(Plan):
+    op, names = "transpose", ("dst", "src")
+
+    def __init__(self, result: TransposeResult, views: tuple, layout: _Layout | None = None, align_sectors: bool = True,
+                 l2_promotion: L2Promotion = L2Promotion.NONE, kernel: Any = None, tail: tuple = (),
+                 **launch_options: Any) -> None:
+        self.result, self._layout, self._align_sectors, self._l2_promotion = result, layout, align_sectors, l2_promotion
+        args = (*self._operands(*views), *tail) if kernel is not None else ()
+        super().__init__(result, views, kernel, args, **launch_options)
+
+    def _retarget(self, views: tuple) -> None:
+        d, s = views
+        _checks.require_disjoint(d, s)
+        layout = _layout(d, s, self._align_sectors)
+        if layout != self._layout:
+            name = "src" if layout.lead != self._layout.lead else "dst"
+            v = s if name == "src" else d
+            self._refuse(name, f"address 0x{v.ptr:x}", f"must sit where the plan's buffers sat relative to 16-byte "
+                         f"units, 32-byte sectors and 128-byte lines (the plan's {self._layout}, this one's {layout})")
+        if self._launch is not None:
+            for index, operand in enumerate(self._operands(d, s, self._args[:4])):
+                self._update(index, operand)
+
+    def _operands(self, d: ArrayView, s: ArrayView, previous: list | None = None) -> list:
+        """(source, source prefix, target of class 0, target of class 1): tensor maps on the TMA path (described,
+        or re-pointed from ``previous``), BoxParams on the cp.async path."""
+        rows, cols = s.shape
+        esize, width, v = s.itemsize, _SPAN // s.itemsize, 16 // s.itemsize
+        classes = self._layout.sectors.classes
+        views = [d] if classes == 1 else [_class_rows(d, k, classes) for k in range(classes)]
+        if self.result.backend.backend is Backend.TMA:
+            if previous is not None:
+                out = [repoint(previous[0], s), repoint(previous[1], s)] + [repoint(previous[2 + k], c)
+                                                                         for k, c in enumerate(views)]
+            else:
+                from ..tensormap import describe_tensor
+
+                def src_box(box_rows: int) -> Any:
+                    return describe_tensor(s, box=(box_rows, width), swizzle="128B", oob_fill="zero",
+                                           l2_promotion=self._l2_promotion.short)
+
+                source = src_box(self.result.tile_plan.rows)
+                out = [source, src_box(v) if self._layout.sectors.shifted else source]
+                out += [describe_tensor(c, box=(width // classes, width), swizzle="128B") for c in views]
+        else:
+            dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+
+            def src_box(box_rows: int) -> Any:
+                return pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, box_rows), esize, dtype,
+                                       swizzle=_SWIZZLE_128B, l2_promotion=int(self._l2_promotion))
+
+            source = src_box(self.result.tile_plan.rows)
+            out = [source, src_box(v) if self._layout.sectors.shifted else source]
+            out += [pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (width, width // classes),
+                                    esize, dtype, swizzle=_SWIZZLE_128B) for c in views]
+        if classes == 1:
+            out.append(out[2])
+        return out
+
+
+def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
+                   tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "none",
+                   source_eviction: Any = "last") -> TransposePlan:
+    """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
+    transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
+
+    Tuning (the defaults are the measured best on the H100):
+    - ``tile_plan``: a ``TilePlan`` (tile rows, ring stages, image buffers, persistent grid); default the first
+      of ``DEFAULT_TILE_PLANS`` whose shared memory fits the device.
+    - ``align_sectors``: write dst rows in runs aligned to 32-byte sectors (``sector_plan``).
+    - ``l2_promotion``: the source's L2 promotion ("none", "64B", "128B", "256B"); promoting cost 0.06-0.09 of
+      copy speed where the source pitch is not a multiple of 128 bytes, and gained nothing where it is.
+    - ``source_eviction``: the L2 priority of the source lines (``L2Eviction``); "last" gained 0.01-0.04 of copy
+      speed at a pitch of 64 mod 128 bytes (the next tile column reads the other halves of the lines).
+    """
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if len(s.shape) != 2:
         raise InvalidArgumentError("src", f"shape {s.shape}", "must be 2-D", "reshape it to (rows, cols)")
@@ -204,8 +273,12 @@ def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None
     if max(s.shape) > _MAX_EXTENT:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"each dimension must be at most {_MAX_EXTENT} (tile "
                                    "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
+    if tile_plan is not None and not isinstance(tile_plan, TilePlan):
+        raise InvalidArgumentError("tile_plan", tile_plan, "must be a tmakit.ops.transpose.TilePlan or None",
+                                   "TilePlan.of(rows, stages, ...) or None for the default")
+    candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
-    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for plans in _PLANS.values() for p in plans), True, _SPAN)
+    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for p in candidates), True, _SPAN)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
@@ -217,12 +290,13 @@ def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None
     esize = s.itemsize
     if esize not in (1, 2, 4, 8):
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
+    promotion = L2Promotion.parse(l2_promotion, "l2_promotion")
+    eviction = L2Eviction.parse(source_eviction, "source_eviction")
     choice = choose_backend(backend, device=s.device)
-    notes = [(logging.INFO, choice.log_line)]
     rows, cols = s.shape
     reason = choice.reason
     if rows * cols == 0:
-        return TransposeResult(choice, "empty")
+        return TransposePlan(TransposeResult(choice, "empty"), (d, s))
     name, view, broken = _tma_rule_broken({"src": s, "dst": d})
     if choice.backend is Backend.TMA and broken:
         if choice.source != "auto":
@@ -231,51 +305,23 @@ def _prepare(dst: Any, src: Any, backend: Any, stream: Any, key: Hashable | None
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
         choice = choose_backend("cp.async", device=s.device)
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
-        notes += [(logging.INFO, choice.log_line), (logging.INFO, f"tmakit.ops.transpose: {reason}")]
-        log.log(*notes[-1])
-    width, v = _SPAN // esize, 16 // esize  # elements per image row; per 16-byte chunk
-    sectors = sector_plan(d.ptr, rows * esize, cols)
-    prefix = sectors.shifted != 0
-    plan = tile_plan(choice.backend, _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-                                                              s.device), prefix)
+        log.info("tmakit.ops.transpose: %s", reason)
+    layout = _layout(d, s, align_sectors)
+    prefix = layout.sectors.shifted != 0
+    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
+    chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device")
+    tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead)
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
+               TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
+               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers)
+    shared_mem = chosen.shared_mem_for(prefix)
+    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
+    result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c))
+    tail = (tiles_r, tiles_c, layout.lead, esize, layout.sectors.classes, layout.sectors.shifted)
+    return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
+                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
 
-    def class_views() -> list[ArrayView]:
-        """dst's rows of each class as strided views; built only where used (a one-class TMA map describes dst)."""
-        return [_class_rows(d, k, sectors.classes) for k in range(sectors.classes)]
 
-    if choice.backend is Backend.TMA:
-        from ..tensormap import describe_tensor
-
-        def src_box(box_rows: int) -> Any:
-            return describe_tensor(src, box=(box_rows, width), swizzle="128B", oob_fill="zero",
-                                   l2_promotion=_L2_PROMOTION.short)
-
-        # one class: the caller's dst object (a torch tensor takes describe_tensor's fast path)
-        targets = [describe_tensor(c, box=(width // sectors.classes, width), swizzle="128B")
-                   for c in ([dst] if sectors.classes == 1 else class_views())]
-    else:
-        dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
-
-        def src_box(box_rows: int) -> Any:
-            return pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, box_rows), esize, dtype,
-                                   swizzle=_SWIZZLE_128B, l2_promotion=int(_L2_PROMOTION))
-
-        targets = [pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (width, width // sectors.classes),
-                                   esize, dtype, swizzle=_SWIZZLE_128B) for c in class_views()]
-    source = src_box(plan.rows)
-    source_prefix = src_box(v) if prefix else source
-    if sectors.classes == 1:
-        targets.append(targets[0])
-    lead = source_lead(s.ptr, cols * esize, esize)
-    tiles_r, tiles_c = tile_grid(rows, cols, esize, plan.rows, prefix, lead)
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=plan.stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=plan.rows, TMAKIT_TRANSPOSE_RUN_BYTES=plan.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(_SOURCE_EVICTION), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=plan.image_buffers)
-    shared_mem = plan.shared_mem_for(prefix)
-    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(plan.threads, shared_mem) if plan.persistent else _MAX_GRID))
-    launch = k.bind(source, source_prefix, *targets, tiles_r, tiles_c, lead, esize, sectors.classes, sectors.shifted,
-                    grid=(grid, 1, 1), block=(plan.threads, 1, 1), shared_mem=shared_mem, stream=stream, keep_args=False)
-    launch()
-    result = TransposeResult(choice, reason, sectors, lead)
-    _MEMO.store(key, launch, result, tuple(notes))
-    return result
+def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> TransposeResult:
+    """``dst = src.T`` once (``plan_transpose(...)()``); for repeated transposes keep the plan."""
+    return plan_transpose(dst, src, backend=backend, stream=stream, **tuning)()

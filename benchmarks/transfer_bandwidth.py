@@ -7,7 +7,7 @@ Measures (medians over CUDA events after warm-up, buffers far larger than the 50
   - device-to-device: tmakit.copy_d2d vs torch (reference, not a goal)
   - the pipeline: vector add over two inputs, one stream (sequential) vs three streams; end-to-end against the
     slowest stage (goal <= 1.10x) and against the sum of the stages
-Writes benchmarks/results/transfer_bandwidth.md and .json (device, date, commit); ``--out DIR`` copies them there.
+Writes benchmarks/results/transfer_bandwidth.md (device, date, commit); ``--out DIR`` copies it there.
 
     PYTHONPATH=. python benchmarks/transfer_bandwidth.py [--quick] [--out DIR]
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import shutil
 import statistics
@@ -180,14 +179,13 @@ def write(rows: list[dict], pipe: dict, args: argparse.Namespace) -> list[Path]:
               f"{'met' if ovl['vs_ideal'] <= 1.10 else 'MISSED'}).", ""]
     results = ROOT / "benchmarks" / "results"
     results.mkdir(parents=True, exist_ok=True)
-    md, js = results / "transfer_bandwidth.md", results / "transfer_bandwidth.json"
+    md = results / "transfer_bandwidth.md"
     md.write_text("\n".join(lines))
-    js.write_text(json.dumps({"meta": meta, "copies": rows, "pipeline": pipe}, indent=2))
     print("\n".join(lines))
-    paths = [md, js]
+    paths = [md]
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        paths += [Path(shutil.copy(p, args.out)) for p in (md, js)]
+        paths.append(Path(shutil.copy(md, args.out)))
     return paths
 
 

@@ -14,9 +14,9 @@ from tmakit import DataType, Swizzle
 from tmakit.layout import bank_conflicts, box_geometry, swizzle_offset, tma_load_image, tma_store
 from tmakit.layout.tma_model import NAN_FILL
 
-RESULTS = Path(__file__).parent.parent / "benchmarks" / "results"
-PROBE = RESULTS / "tma_probe_h100_2026-11-22.jsonl"
-INTERLEAVE_PROBES = sorted(RESULTS.glob("interleave_probe_h100*.jsonl"))
+DATA = Path(__file__).parent / "data"  # tests/data/README.md says how each dump was recorded
+PROBE = DATA / "tma_load_images_h100.jsonl"
+INTERLEAVE_PROBE = DATA / "tma_interleave_images_h100.jsonl"
 
 
 def spec(dtype, dims, box, es=None, swizzle=0, oob=0, strides=None, interleave=0):
@@ -38,9 +38,6 @@ def probe_records():
 
 @pytest.mark.parametrize("record", probe_records(), ids=lambda r: r["name"])
 def test_model_matches_recorded_hardware_images(record):
-    if record["interleave"]:
-        pytest.skip("this early probe of an interleaved layout used wrapping 1-byte data and the model's byte count "
-                    "as expect_tx; interleave is replayed from interleave_probe_h100*.jsonl")
     s = spec(record["dtype"], record["dims"], record["box"], record["element_strides"], record["swizzle"],
              record["oob"], record["strides"])
     es = record["esize"]
@@ -57,8 +54,7 @@ def test_model_matches_recorded_hardware_images(record):
 
 
 def interleave_records():
-    return [json.loads(line) for path in INTERLEAVE_PROBES for line in path.read_text().splitlines()
-            if '"image"' in line]
+    return [json.loads(line) for line in INTERLEAVE_PROBE.read_text().splitlines() if '"image"' in line]
 
 
 @pytest.mark.parametrize("record", interleave_records(), ids=lambda r: r["name"])
@@ -94,6 +90,7 @@ def test_interleave_probe_covers_both_modes_oob_and_swizzles():
 
 
 def test_probe_covers_every_swizzle_oob_and_element_strides():
+    assert not any(r["interleave"] for r in probe_records())  # interleaved loads: tma_interleave_images_h100.jsonl
     names = {r["name"] for r in probe_records()}
     assert {"sw128_full", "sw64_full", "sw32_full", "sw128_half", "oob_nan_f64", "es_4_3", "oob_full"} <= names
 
@@ -156,7 +153,7 @@ def test_misaligned_dim0_start_is_refused():
 
 def test_tf32_conversion_matches_the_hardware_probe():
     """4096 bit patterns (ties, denormals, NaNs, infinities, random) loaded by TMA as tf32/f32_ftz on an H100."""
-    probe = json.loads((PROBE.parent / "tf32_probe_h100.json").read_text())
+    probe = json.loads((DATA / "tf32_probe_h100.json").read_text())
     values = np.array(probe["input"], dtype=np.uint32)
     for name, code in (("tf32", 11), ("f32_ftz", 10), ("tf32_ftz", 12), ("f32", 7)):
         s = spec(code, [values.size], [256])

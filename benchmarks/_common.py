@@ -15,8 +15,8 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def commit() -> str:
-    """The commit measured: git where there is a checkout, else $TMAKIT_COMMIT or the file .device_commit that
-    the device batch leaves at the repository root (the GPU machine gets the working tree without .git)."""
+    """The commit measured: git where there is a checkout, else $TMAKIT_COMMIT or the file .device_commit at the
+    repository root (for a copy of the working tree without .git)."""
     if os.environ.get("TMAKIT_COMMIT"):
         return os.environ["TMAKIT_COMMIT"]
     marker = Path(__file__).resolve().parents[1] / ".device_commit"
@@ -74,8 +74,9 @@ def interleaved_host_times_us(fns: dict[str, Callable[[], object]], iterations: 
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
-def write_results(name: str, title: str, rows: list[dict], notes: list[str], out_dir: str | None) -> Path:
-    """Write benchmarks/results/<name>.md and .json (and copy both to ``out_dir``)."""
+def write_results(name: str, title: str, rows: list[dict], notes: list[str], out_dir: str | None,
+                  also_json: bool = True) -> Path:
+    """Write benchmarks/results/<name>.md (and .json unless ``also_json=False``), and copy them to ``out_dir``."""
     RESULTS.mkdir(exist_ok=True)
     meta = {"benchmark": name, "device": device_name(), "date": datetime.date.today().isoformat(), "commit": commit()}
     columns = list(rows[0]) if rows else []
@@ -86,11 +87,13 @@ def write_results(name: str, title: str, rows: list[dict], notes: list[str], out
     lines += [""] + [f"- {n}" for n in notes]
     md = RESULTS / f"{name}.md"
     md.write_text("\n".join(lines) + "\n")
-    js = RESULTS / f"{name}.json"
-    js.write_text(json.dumps({**meta, "rows": rows, "notes": notes}, indent=1))
+    written = [md]
+    if also_json:
+        written.append(RESULTS / f"{name}.json")
+        written[-1].write_text(json.dumps({**meta, "rows": rows, "notes": notes}, indent=1))
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        shutil.copy(md, out_dir)
-        shutil.copy(js, out_dir)
+        for path in written:
+            shutil.copy(path, out_dir)
     print("\n".join(lines))
     return md

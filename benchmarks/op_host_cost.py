@@ -1,0 +1,115 @@
+"""Host time of the ops: a plan's rerun against torch's ``copy_``, a plan re-pointed at new buffers, and the
+one-shot ``ops.copy`` / ``ops.transpose`` on a new geometry each call.
+
+Kernels are small (a few hundred KB: the GPU keeps up), so what is timed is the caller's time per call:
+- ``plan()`` (the same buffers) and torch ``dst.copy_(src)`` on the same buffers, interleaved in rounds; goal:
+  ``plan()`` <= 1.1x torch's copy_;
+- ``plan(dst2, src2)``, alternating between two pairs of buffers (tensor maps re-pointed, arguments replaced);
+- ``ops.copy`` / ``ops.transpose`` over --calls pairs of tensors that each have their own geometry (views four
+  rows shorter each), one pass: every call describes, plans and launches; goal: <= 100 us per call.
+The outputs are checked after the timing. Writes benchmarks/results/op_host_cost.md (device, date, commit).
+
+    PYTHONPATH=. python benchmarks/op_host_cost.py [--calls 200] [--out DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import interleaved_host_times_us, write_results  # noqa: E402
+
+NAME = "op_host_cost"
+
+
+def _pass_us(torch, call, items: list) -> float:
+    """Host microseconds per ``call(dst, src)`` over one pass of ``items``, the stream idle at the start."""
+    torch.cuda.synchronize()
+    began = time.perf_counter()
+    for dst, src in items:
+        call(dst, src)
+    return (time.perf_counter() - began) * 1e6 / len(items)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200, help="new geometries per one-shot pass (default 200)")
+    parser.add_argument("--iterations", type=int, default=200, help="calls per timed sample of a rerun (default 200)")
+    parser.add_argument("--out", default=None, help="also copy the results file into this folder")
+    args = parser.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("op_host_cost: torch is not installed; nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("op_host_cost: no CUDA GPU; nothing measured")
+        return 0
+    from tmakit import ops
+
+    shape = (512, 256)  # float32: 512 KiB, a pitch of 1 KiB (TMA-describable, sector-aligned)
+    a, b = torch.randn(shape, device="cuda"), torch.randn(shape, device="cuda")
+    out_copy = [torch.empty_like(a), torch.empty_like(b)]
+    out_t = [torch.empty(shape[::-1], device="cuda"), torch.empty(shape[::-1], device="cuda")]
+    stream = torch.cuda.current_stream()
+    copy_plan = ops.plan_copy(out_copy[0], a, stream=stream)
+    transpose_plan = ops.plan_transpose(out_t[0], a, stream=stream)
+    flip = [0]
+
+    def repoint(plan, outs):
+        def run():
+            flip[0] ^= 1
+            plan(outs[flip[0]], (a, b)[flip[0]])
+        return run
+
+    timed = {"torch dst.copy_(src)": lambda: out_copy[0].copy_(a),
+             "plan_copy: plan()": copy_plan,
+             "plan_transpose: plan()": transpose_plan,
+             "plan_copy: plan(dst2, src2)": repoint(copy_plan, out_copy),
+             "plan_transpose: plan(dst2, src2)": repoint(transpose_plan, out_t)}
+    host = interleaved_host_times_us(timed, args.iterations, between=torch.cuda.synchronize)
+    torch.cuda.synchronize()
+    ok = torch.equal(out_copy[0], a) and torch.equal(out_copy[1], b)
+    ok &= torch.equal(out_t[0], a.t()) and torch.equal(out_t[1], b.t())
+
+    # one-shot calls, each on its own geometry: float32 views 4 rows apart (every pitch TMA-describable)
+    rows, cols = 512 + 4 * args.calls, 256
+    base = torch.randn(rows, cols, device="cuda")
+    sources = [base[4 * i:] for i in range(args.calls)]
+    pairs = {"copy": [(torch.empty_like(s), s) for s in sources],
+             "transpose": [(torch.empty(s.shape[::-1], device="cuda"), s) for s in sources]}
+    one_shot = {"copy": ops.copy, "transpose": ops.transpose}
+    new_geometry = {}
+    for op, items in pairs.items():
+        new_geometry[op] = _pass_us(torch, one_shot[op], items)
+        torch.cuda.synchronize()
+        ok &= all(torch.equal(d, s.t() if op == "transpose" else s) for d, s in items)
+    torch_copy_new = _pass_us(torch, lambda d, s: d.copy_(s), pairs["copy"])
+    if not ok:
+        print("op_host_cost: WRONG RESULTS; nothing written")
+        return 1
+
+    reference = host["torch dst.copy_(src)"]
+    rows_out = []
+    for name, us in host.items():
+        goal = "<= 1.1x torch copy_" if name.endswith("plan()") else ""
+        rows_out.append({"call": name, "host us": round(us, 2), "vs torch copy_": round(us / reference, 2),
+                         "goal": goal + (f" ({'met' if us / reference <= 1.1 else 'MISSED'})" if goal else "")})
+    for op, us in new_geometry.items():
+        rows_out.append({"call": f"ops.{op}, a new geometry each call", "host us": round(us, 1),
+                         "vs torch copy_": round(us / reference, 2),
+                         "goal": f"<= 100 us ({'met' if us <= 100 else 'MISSED'})"})
+    rows_out.append({"call": "torch copy_, the same new-geometry pairs", "host us": round(torch_copy_new, 1),
+                     "vs torch copy_": round(torch_copy_new / reference, 2), "goal": ""})
+    notes = [f"reruns: median over 15 interleaved rounds of {args.iterations} calls on {shape[0]}x{shape[1]} float32 "
+             "(512 KiB), the stream synchronised between rounds",
+             f"new geometry: one pass over {args.calls} pairs of float32 views {rows}x{cols} shrinking by 4 rows",
+             "every output checked against torch after the timing"]
+    write_results(NAME, "Op host cost", rows_out, notes, args.out, also_json=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""Every python block in README.md and docs/*.md runs as pasted, in a fresh namespace of its own.
+
+A block whose first line is ``# requires: gpu`` (or ``sm90``, ``sm80``) runs under the matching marker; the rest
+run on the CPU, here and in CI.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
+_REQUIRES = re.compile(r"#\s*requires:\s*(\w+)")
+MARKS = {"gpu": pytest.mark.requires_gpu, "sm90": pytest.mark.requires_sm90, "sm80": pytest.mark.requires_sm80}
+
+
+def _blocks() -> list:
+    cases = []
+    for path in DOCS:
+        text = path.read_text()
+        for match in _BLOCK.finditer(text):
+            code = match.group(1)
+            line = text.count("\n", 0, match.start()) + 2
+            need = _REQUIRES.match(code.splitlines()[0]) if code.strip() else None
+            if need and need.group(1) not in MARKS:
+                raise ValueError(f"{path.name}:{line}: unknown requirement {need.group(1)!r} (use {sorted(MARKS)})")
+            marks = [MARKS[need.group(1)]] if need else []
+            cases.append(pytest.param(path, line, code, id=f"{path.name}:{line}", marks=marks))
+    return cases
+
+
+def test_the_readme_has_blocks_of_both_kinds_and_fits_150_lines():
+    blocks = [p for p in _blocks() if p.values[0].name == "README.md"]
+    assert any(not p.marks for p in blocks) and any(p.marks for p in blocks)
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
+
+
+@pytest.mark.parametrize("path, line, code", _blocks())
+def test_block_runs_as_pasted(path: Path, line: int, code: str, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a block must not depend on the repository being the working directory
+    exec(compile(code, f"{path.name}:{line}", "exec"), {"__name__": "__docs__"})

@@ -10,12 +10,11 @@ from typing import Any
 
 from .. import _driver
 from ..backend import Backend, BackendChoice
+from ..build import load_module
 
 
 @functools.lru_cache(maxsize=None)
 def _kernel(source: str, entry: str, backend: Backend, device: int, defines: tuple[tuple[str, int], ...]) -> Any:
-    from ..build import load_module  # deferred: importing tmakit.ops must not need NVRTC
-
     module = load_module(source, device=device, defines={**backend.defines, **dict(defines)})
     return module.kernel(entry)  # the Kernel keeps its Module alive
 

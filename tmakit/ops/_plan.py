@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from ..arrays import ArrayView
 from ..errors import InvalidArgumentError
+from ..tensormap import describe_tensor
 from . import _checks
 
 
@@ -35,8 +36,7 @@ def repoint(tensor_map: Any, view: ArrayView) -> Any:
     """``tensor_map`` re-pointed at ``view``'s address (same geometry, checked by the caller)."""
     if hasattr(tensor_map, "with_address"):
         return tensor_map.with_address(view.ptr)
-    from ..tensormap import describe_tensor  # SHIM until TensorMap.with_address is on main
-
+    # SHIM until TensorMap.with_address is on main
     return describe_tensor(view, box=tensor_map.box_shape, swizzle=tensor_map.swizzle, oob_fill=tensor_map.oob_fill,
                            l2_promotion=tensor_map.l2_promotion)
 

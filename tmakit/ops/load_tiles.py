@@ -12,8 +12,11 @@ import numpy as np
 
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device_array import DeviceArray
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError, TmakitError, UnsupportedDeviceError
+from ..layout.tma_model import box_geometry, check_box_start
+from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel
 from ._plan import Plan, repoint
@@ -46,8 +49,6 @@ class LoadTilesResult:
 
         This is the raw shared-memory order: with a swizzle, 16-byte chunks are still permuted.
         """
-        from ..layout.tma_model import box_geometry
-
         geo = box_geometry(self.tensor_map)
         dtype = np.dtype(self.tensor_map.dtype.numpy_dtype)
         outer = tuple(reversed(geo.counts[1:]))
@@ -63,8 +64,6 @@ def _as_tensor_map(source: Any, box: Any, describe_kwargs: dict) -> Any:
     if box is None:
         raise InvalidArgumentError("box", None, "is required when the first argument is an array",
                                    "pass box=(rows, cols) in numpy order, or a TensorMap from tmakit.describe_tensor")
-    from ..tensormap import describe_tensor
-
     return describe_tensor(source, box=box, **describe_kwargs)
 
 
@@ -91,8 +90,6 @@ class LoadTilesPlan(Plan):
     op, names = "load_tiles", ("array",)
 
     def __init__(self, tm: Any, view: Any, choice: BackendChoice, coords: np.ndarray, geo: Any, align: int) -> None:
-        from ..device_array import DeviceArray
-
         device = int(tm.device)
         _driver.ensure_context(device)
         n = len(coords)
@@ -152,8 +149,6 @@ def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, b
     ``describe_kwargs`` (swizzle=, oob_fill=, element_strides=, ...). ``backend`` is "auto", "tma" or
     "cp.async"; the one that runs is ``plan.backend``.
     """
-    from ..layout.tma_model import box_geometry, check_box_start
-
     tm = _as_tensor_map(tensor_map_or_array, box, describe_kwargs)
     at = _coords(coords, tm.rank)
     if tm.device is None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backend import BackendChoice, choose_backend
+from ..build import load_module
 from ..errors import InvalidArgumentError
+from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import sm_count
 
@@ -29,8 +31,6 @@ class PtxTileCopyResult:
 
 @functools.lru_cache(maxsize=None)
 def _ptx_kernel(file: str, entry: str, device: int) -> Any:
-    from ..build import load_module
-
     return load_module(file, device=device).kernel(entry)
 
 
@@ -56,8 +56,6 @@ def ptx_tile_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = No
     if rows * cols == 0:
         return PtxTileCopyResult(choice)
     if choice.name == "tma":
-        from ..tensormap import describe_tensor
-
         box = (_TILE_ROWS, _TILE_BYTES_WIDE // s.itemsize)
         tm_src = describe_tensor(src, box=box, swizzle="none")
         tm_dst = describe_tensor(dst, box=box, swizzle="none")

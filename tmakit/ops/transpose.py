@@ -28,6 +28,7 @@ from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
+from ..tensormap import describe_tensor
 from ..tensormap.enums import L2Promotion
 from . import _checks
 from ._boxparams import pack_box_params
@@ -221,11 +222,10 @@ class TransposePlan(Plan):
         views = [d] if classes == 1 else [_class_rows(d, k, classes) for k in range(classes)]
         if self.result.backend.backend is Backend.TMA:
             if previous is not None:
-                out = [repoint(previous[0], s), repoint(previous[1], s)] + [repoint(previous[2 + k], c)
-                                                                         for k, c in enumerate(views)]
+                source = repoint(previous[0], s)
+                out = [source, source if previous[1] is previous[0] else repoint(previous[1], s)]
+                out += [repoint(previous[2 + k], c) for k, c in enumerate(views)]
             else:
-                from ..tensormap import describe_tensor
-
                 def src_box(box_rows: int) -> Any:
                     return describe_tensor(s, box=(box_rows, width), swizzle="128B", oob_fill="zero",
                                            l2_promotion=self._l2_promotion.short)

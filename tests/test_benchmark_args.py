@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -16,3 +18,10 @@ def test_copy_bandwidth_refuses_a_batch_below_one():
     done = _run(BENCHMARKS / "copy_bandwidth.py", "--batch", "0")
     assert done.returncode == 2
     assert "argument --batch: 0 is below 1" in done.stderr and "use 1 to time single calls" in done.stderr
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")
+                                          and p.name != "sanitize_driver.py"))
+def test_every_benchmark_explains_itself(script):
+    done = _run(BENCHMARKS / script, "--help")
+    assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr

@@ -24,7 +24,8 @@ from .device_array import DeviceArray
 from .kernel_signature import ParamInfo
 from .launch import BoundLaunch, Kernel
 from .memory import PinnedBuffer, is_pinned, pinned_empty, pinned_like, registered
-from .streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms, timed, use_device
+from .copies import copy_d2d, copy_d2h, copy_h2d
+from .streams import Event, Stream, as_stream, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
 from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
 from .tensormap import (

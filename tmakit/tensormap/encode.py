@@ -1,13 +1,19 @@
-"""The tensor-map encoder: the one place (besides ``_driver``) that calls ``cuTensorMapEncode*``.
+"""The tensor-map encoder: the one place (besides ``_driver``) that calls ``cuTensorMapEncode*`` and
+``cuTensorMapReplaceAddress``.
 
 ``encode_*_raw`` return the driver's verdict without raising (the driver-truth corpus needs verdicts);
-``encode_*`` raise ``CudaDriverError`` naming the call. Parameters are in driver order and units.
+``encode_spec`` returns the 128 descriptor bytes or None when the driver refuses; ``replace_address`` re-points
+a copy of a descriptor. Parameters are in driver order and units.
 """
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Sequence
 
 from .. import _driver
+from .spec import Im2colSpec, TiledSpec
+
+DESCRIPTOR_SIZE = 128
 
 
 def _args(drv: Any, dtype: int, interleave: int, swizzle: int, l2: int, oob: int) -> tuple:
@@ -25,8 +31,11 @@ def _strides_arg(drv: Any, dims: Sequence[int], strides: Sequence[int]) -> list:
 def encode_tiled_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
                      element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple[Any, Any]:
     """``(CUresult, CUtensorMap)`` straight from the driver; a context must be current."""
-    return encode_prepared(prepare_tiled(dtype, dims, strides, box, element_strides, interleave, swizzle, l2, oob),
-                           address)
+    drv = _driver.driver()
+    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
+    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
+    return drv.cuTensorMapEncodeTiled(dt, len(dims), address, [u64(d) for d in dims], _strides_arg(drv, dims, strides),
+                                      [u32(b) for b in box], [u32(e) for e in element_strides], il, sw, l2p, of)
 
 
 def encode_im2col_raw(dtype: int, address: int, dims: Sequence[int], strides: Sequence[int],
@@ -42,11 +51,20 @@ def encode_im2col_raw(dtype: int, address: int, dims: Sequence[int], strides: Se
                                        [u32(e) for e in element_strides], il, sw, l2p, of)
 
 
+def raw_encoder(spec: TiledSpec | Im2colSpec) -> Any:
+    """The raw encode function for the spec's mode (takes ``*spec.encode_args()``)."""
+    return encode_tiled_raw if isinstance(spec, TiledSpec) else encode_im2col_raw
+
+
 def descriptor_bytes(tensor_map: Any) -> bytes:
     """The 128 opaque bytes of a ``CUtensorMap``."""
-    import ctypes
+    return ctypes.string_at(int(tensor_map.getPtr()), DESCRIPTOR_SIZE)
 
-    return ctypes.string_at(int(tensor_map.getPtr()), 128)
+
+def encode_spec(spec: TiledSpec | Im2colSpec) -> tuple[Any, bytes | None]:
+    """``(CUresult, descriptor bytes or None)`` for a spec; a context of the address's device must be current."""
+    err, tmap = raw_encoder(spec)(*spec.encode_args())
+    return err, (descriptor_bytes(tmap) if int(err) == 0 else None)
 
 
 def encode_tiled(*args: Any) -> bytes:
@@ -57,17 +75,12 @@ def encode_im2col(*args: Any) -> bytes:
     return descriptor_bytes(_driver.check("cuTensorMapEncodeIm2col", encode_im2col_raw(*args)))
 
 
-def prepare_tiled(dtype: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
-                  element_strides: Sequence[int], interleave: int, swizzle: int, l2: int, oob: int) -> tuple:
-    """The driver-typed arguments of cuTensorMapEncodeTiled except the address, built once per shape class."""
+def replace_address(descriptor: bytes, address: int) -> bytes:
+    """A copy of ``descriptor`` pointing at ``address`` (cuTensorMapReplaceAddress on a fresh CUtensorMap; the
+    original bytes are never written). Raises ``CudaDriverError`` when the driver refuses."""
     drv = _driver.driver()
-    dt, il, sw, l2p, of = _args(drv, dtype, interleave, swizzle, l2, oob)
-    u64, u32 = drv.cuuint64_t, drv.cuuint32_t  # cuda-bindings 13.3 refuses plain ints in these lists
-    return (dt, len(dims), [u64(d) for d in dims], _strides_arg(drv, dims, strides), [u32(b) for b in box],
-            [u32(e) for e in element_strides], il, sw, l2p, of)
-
-
-def encode_prepared(prepared: tuple, address: int) -> tuple[Any, Any]:
-    """``(CUresult, CUtensorMap)`` for prepared arguments at ``address``."""
-    dt, rank, dims, strides, box, es, il, sw, l2p, of = prepared
-    return _driver.bindings().cuTensorMapEncodeTiled(dt, rank, address, dims, strides, box, es, il, sw, l2p, of)
+    tmap = drv.CUtensorMap()
+    ptr = int(tmap.getPtr())
+    ctypes.memmove(ptr, descriptor, DESCRIPTOR_SIZE)
+    _driver.check("cuTensorMapReplaceAddress", drv.cuTensorMapReplaceAddress(tmap, address))
+    return ctypes.string_at(ptr, DESCRIPTOR_SIZE)

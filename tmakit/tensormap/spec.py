@@ -1,10 +1,9 @@
 """Tensor-map parameters as a frozen value, and the one helper that converts numpy order to driver order."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ..arch import Arch
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
@@ -23,8 +22,6 @@ class _SpecMixin:
         return len(self.dims)
 
     def replace(self, **changes: Any):
-        from dataclasses import replace
-
         return replace(self, **changes)
 
 
@@ -46,14 +43,6 @@ class TiledSpec(_SpecMixin):
     def encode_args(self) -> tuple:
         return (int(self.dtype), self.address, self.dims, self.strides, self.box, self.element_strides,
                 int(self.interleave), int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
-
-    def check(self, arch: Arch) -> list:
-        from .rules import check_tiled
-
-        return check_tiled(self.dtype, self.address, self.dims, self.strides, self.box, self.element_strides,
-                           interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
-                           oob_fill=self.oob_fill, arch=arch)
-
 
 
 @dataclass(frozen=True)
@@ -78,15 +67,6 @@ class Im2colSpec(_SpecMixin):
         return (int(self.dtype), self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
                 self.channels_per_pixel, self.pixels_per_column, self.element_strides, int(self.interleave),
                 int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
-
-    def check(self, arch: Arch) -> list:
-        from .rules import check_im2col
-
-        return check_im2col(self.dtype, self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
-                            self.channels_per_pixel, self.pixels_per_column, self.element_strides,
-                            interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
-                            oob_fill=self.oob_fill, arch=arch)
-
 
 
 def int_sequence(name: str, values: Any) -> list[int]:

@@ -13,6 +13,10 @@ def _norm(text: str) -> str:
     return text.strip().upper().replace("-", "_").replace(" ", "_")
 
 
+# enum class -> {accepted spelling: member}: every name, driver name and alias, built on first use
+_TABLES: dict[type, dict[str, Any]] = {}
+
+
 class ParsableEnum(enum.IntEnum):
     """An IntEnum whose ``parse`` accepts the member, its int, the driver's member and name, and aliases.
 
@@ -33,7 +37,7 @@ class ParsableEnum(enum.IntEnum):
         if type(value) is cls:
             return value
         if type(value) is str:  # the names every enum accepts, built once per class (a table, not a memo)
-            table = cls._names()
+            table = _TABLES.get(cls) or cls._names()
             member = table.get(value)
             if member is None:
                 member = table.get(_norm(value))
@@ -43,7 +47,7 @@ class ParsableEnum(enum.IntEnum):
 
     @classmethod
     def _names(cls: type[E]) -> dict[str, E]:
-        table = cls.__dict__.get("_name_table")
+        table = _TABLES.get(cls)
         if table is None:
             table = {}
             prefix = cls._driver_prefix()
@@ -57,7 +61,7 @@ class ParsableEnum(enum.IntEnum):
                 table.setdefault(key.lower(), member)
             for alias, name in cls.aliases().items():
                 table.setdefault(alias, cls.__members__[name])
-            type.__setattr__(cls, "_name_table", table)
+            _TABLES[cls] = table
         return table
 
     @classmethod

@@ -103,8 +103,8 @@ def _from_torch_like(obj: Any) -> ArrayView:
         raise InvalidArgumentError("array", f"tensor on {dev}", "must be a CUDA device array",
                                    "move it to the GPU first (tensor.cuda())")
     itemsize = int(obj.element_size())
-    shape = tuple(int(s) for s in obj.shape)
-    strides = tuple(int(s) * itemsize for s in obj.stride())
+    shape = tuple(map(int, obj.shape))
+    strides = tuple([int(s) * itemsize for s in obj.stride()])
     name = str(obj.dtype).rsplit(".", 1)[-1]
     return ArrayView(int(obj.data_ptr()), shape, strides, name, itemsize, int(dev.index or 0), obj)
 

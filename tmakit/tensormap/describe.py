@@ -109,7 +109,7 @@ def split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) ->
         raise InvalidArgumentError(parameter, tuple(strides),
                                    f"the innermost dimension must be contiguous (stride {dt.size} bytes), not {strides[-1]}",
                                    "make it contiguous (x.contiguous()) or transpose so the last dim is contiguous")
-    return to_driver_order(strides[:-1])
+    return tuple(strides[-2::-1])  # dims 1..rank-1, innermost first (to_driver_order of strides[:-1])
 
 
 def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
@@ -203,10 +203,11 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     device = view.device if view is not None else None
     resolved = resolve_arch(arch, device)
     address = view.ptr if view is not None else 0
-    dims, gstrides, box_d, es_d = shp[::-1], split_strides(dt, shp, st, "strides"), box_np[::-1], es_np[::-1]
+    gstrides = split_strides(dt, shp, st, "strides")
+    dims, box_d, es_d = shp[::-1], box_np[::-1], es_np[::-1]  # numpy order -> driver order, as to_driver_order
     if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
         raise TensorMapError(rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved))
-    spec = TiledSpec(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
+    spec = TiledSpec.checked(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
     return finish(spec, resolved, device, encode, reason, array)
 
 

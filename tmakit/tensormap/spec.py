@@ -24,6 +24,13 @@ class _SpecMixin:
     def replace(self, **changes: Any):
         return replace(self, **changes)
 
+    def at(self, address: int):
+        """This spec at another address (a copy; cheaper than ``replace``: it is on with_address's path)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__["address"] = address
+        return new
+
 
 @dataclass(frozen=True)
 class TiledSpec(_SpecMixin):
@@ -43,6 +50,17 @@ class TiledSpec(_SpecMixin):
     def encode_args(self) -> tuple:
         return (int(self.dtype), self.address, self.dims, self.strides, self.box, self.element_strides,
                 int(self.interleave), int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
+
+    @classmethod
+    def checked(cls, dtype: DataType, address: int, dims: tuple, strides: tuple, box: tuple, element_strides: tuple,
+                interleave: Interleave, swizzle: Swizzle, l2_promotion: L2Promotion, oob_fill: OOBFill) -> "TiledSpec":
+        """A spec from values already parsed and checked (describe_tensor's path: the frozen dataclass's own
+        ``__init__`` sets each field through ``object.__setattr__``, a third of the cost of building it)."""
+        new = object.__new__(cls)
+        new.__dict__.update(dtype=dtype, address=address, dims=dims, strides=strides, box=box,
+                            element_strides=element_strides, interleave=interleave, swizzle=swizzle,
+                            l2_promotion=l2_promotion, oob_fill=oob_fill)
+        return new
 
 
 @dataclass(frozen=True)

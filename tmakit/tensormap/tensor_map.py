@@ -187,7 +187,7 @@ class TensorMap:
                     raise
                 with _driver.context_for(self.device or 0):
                     descriptor = replace_address(descriptor, address)
-        return TensorMap(self.spec.replace(address=address), self.arch, device, descriptor, self.swizzle_reason, owner)
+        return TensorMap(self.spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)
 
     def _check_same_geometry(self, view: Any) -> None:
         if self.device is not None and view.device != self.device:

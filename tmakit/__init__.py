@@ -1,8 +1,10 @@
 """tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python.
 
-Layers: ``_driver`` (the CUresult chokepoint), ``tensormap`` (rules, encode, describe), ``layout`` (CPU model
-of TMA), ``memory``/``device_array``/``streams``/``transfer`` (host side), ``build``/``launch`` (compile,
-cache, launch), ``ops`` (load_tiles, copy, transpose), ``cli``.
+Layers, lowest first (docs/CONTRACTS.md; tests/test_architecture.py keeps the import graph acyclic):
+``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint) -> ``arrays`` (the one array adapter),
+``streams`` (the one stream adapter), ``memory``, ``copies``, ``device_array``, ``transfer`` -> ``tensormap``
+(spec, rules, encode, tensor_map, describe, im2col) and ``layout`` (CPU model of TMA) -> ``kernel_signature``,
+``launch_args``, ``launch`` -> ``build`` (compile, disk cache, modules) -> ``ops`` -> ``cli``.
 """
 from __future__ import annotations
 

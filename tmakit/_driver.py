@@ -143,6 +143,17 @@ def _primary_contexts(ordinal: int) -> Any:
     return call("cuDevicePrimaryCtxRetain", device_handle(ordinal))
 
 
+@functools.lru_cache(maxsize=None)
+def _primary_address(ordinal: int) -> int:
+    return int(primary_context(ordinal))
+
+
+def is_current(ordinal: int) -> bool:
+    """Whether the current context is device ``ordinal``'s primary context (one driver call; False when unsure)."""
+    result = driver().cuCtxGetCurrent()
+    return not result[0] and result[1] is not None and int(result[1]) == _primary_address(ordinal)
+
+
 def _current_context_of(ordinal: int) -> Any:
     """The current context when it belongs to device ``ordinal``, else None (hot path: one driver call)."""
     err, ctx = driver().cuCtxGetCurrent()

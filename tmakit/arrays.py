@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,8 +16,9 @@ from . import _driver
 from .errors import InvalidArgumentError
 
 
-@dataclass(frozen=True)
-class ArrayView:
+class ArrayView(NamedTuple):
+    """What tmakit reads from an array (a named tuple: built on every describe, with_address and launch)."""
+
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # bytes, numpy order (outermost first)

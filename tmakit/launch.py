@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 from . import _driver
+from .arrays import is_array
 from .errors import CudaDriverError, InvalidArgumentError, LaunchError
 from .kernel_signature import ParamInfo, merge_driver_layout
 from .launch_args import ArgPacker
@@ -107,8 +108,9 @@ class Kernel:
         ``bound.update(index, value)`` replaces one argument, ``bound(stream=s)`` launches on another stream.
 
         Arrays are bound by their address at bind time. The bound launch keeps its arguments and its stream
-        alive. With ``keep_args=False`` it holds them weakly instead and refuses to launch once one is gone
-        (for callers that manage the memory themselves)."""
+        alive. With ``keep_args=False`` it holds only the packed bytes and the stream, plus weak references to
+        the array arguments, and refuses to launch once one of those is gone (for callers that manage the
+        memory themselves, e.g. by keying launches on the arrays' addresses)."""
         self._require_module()
         config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
         packer = ArgPacker(self.params, self.name, self.device)
@@ -194,31 +196,29 @@ class BoundLaunch:
 
     It owns its parameter buffer: ``update(index, value)`` rewrites that argument's bytes only, and the
     kernel's own launches never touch it. It keeps its arguments (and stream) alive, so the device pointers
-    taken from them stay valid; bound with ``keep_args=False`` it holds weak references and refuses to launch
-    once an argument is gone."""
+    taken from them stay valid; bound with ``keep_args=False`` it keeps the stream and weak references to the
+    array arguments, and refuses to launch once one of those is gone."""
 
-    __slots__ = ("kernel", "_launch", "_func", "_config", "_packer", "_address", "_alive", "_args", "_stream",
-                 "_weak", "_blocking")
+    __slots__ = ("kernel", "_launch", "_func", "_config", "_packer", "_writers", "_address", "_alive", "_args",
+                 "_stream", "_weak", "_blocking")
 
     def __init__(self, kernel: Kernel, config: Any, packer: ArgPacker, args: list, stream: Any,
                  keep_args: bool = True) -> None:
         self.kernel, self._config, self._packer = kernel, config, packer
-        self._address = packer.pointers_address
+        self._address, self._writers = packer.pointers_address, packer._writers
         self._launch, self._func, self._alive = kernel._launch, kernel._func, kernel._module_alive
         self._blocking = kernel._blocking
         self._weak: list | None = None
+        self._stream = stream  # a foreign stream object owns its handle: always held
         if keep_args:
-            self._args, self._stream = args, stream
+            self._args = args
         else:
-            self._args, self._stream = None, None
-            self._weak = [_weak_or_none(a) for a in args] + [_weak_or_none(stream)]
+            self._args, self._weak = None, [_weak_if_array(a) for a in args]
 
     def __call__(self, stream: Any = None) -> None:
         config = self._config if stream is None else self._config_on(stream)
-        if not self._alive.alive:
-            raise LaunchError(f"kernel {self.kernel.name}: its module was closed; load it again")
-        if self._weak is not None:
-            self._require_arguments()
+        if self._weak is not None or not self._alive.alive:
+            self._require_launchable()
         result = self._launch(config, self._func, self._address, 0)
         if (result[0] if type(result) is tuple else result) != 0:
             with self.kernel._lock:
@@ -228,11 +228,14 @@ class BoundLaunch:
 
     def update(self, index: int, value: Any) -> None:
         """Replace positional argument ``index`` (checked like at bind time; only its bytes are written)."""
-        self._packer.write(index, value)
+        writers = self._writers
+        if type(index) is not int or not 0 <= index < len(writers):
+            raise LaunchError(f"kernel {self.kernel.name}: argument index {index!r} is not in 0..{len(writers) - 1}")
+        writers[index](value)
         if self._args is not None:
             self._args[index] = value
         else:
-            self._weak[index] = _weak_or_none(value)  # type: ignore[index]
+            self._weak[index] = _weak_if_array(value)  # type: ignore[index]
 
     def _config_on(self, stream: Any) -> Any:
         """This launch's configuration on another stream (a new CUlaunchConfig; the bound one is unchanged)."""
@@ -245,12 +248,13 @@ class BoundLaunch:
         config.attrs, config.numAttrs = c.attrs, c.numAttrs
         return config
 
-    def _require_arguments(self) -> None:
-        for i, ref in enumerate(self._weak):  # type: ignore[arg-type]
+    def _require_launchable(self) -> None:
+        if not self._alive.alive:
+            raise LaunchError(f"kernel {self.kernel.name}: its module was closed; load it again")
+        for i, ref in enumerate(self._weak or ()):
             if ref is not None and ref() is None:
-                what = "its stream" if i == len(self._weak) - 1 else f"argument {i}"  # type: ignore[arg-type]
-                raise LaunchError(f"kernel {self.kernel.name}: {what} was freed after bind(keep_args=False); the "
-                                  "device pointer it gave is no longer valid: bind again")
+                raise LaunchError(f"kernel {self.kernel.name}: argument {i} was freed after bind(keep_args=False); "
+                                  "the device pointer it gave is no longer valid: bind again")
 
     @property
     def alive(self) -> bool:
@@ -268,9 +272,10 @@ class BoundLaunch:
                 f"block=({c.blockDimX}, {c.blockDimY}, {c.blockDimZ}) shared_mem={c.sharedMemBytes}>")
 
 
-def _weak_or_none(obj: Any) -> Any:
-    """A weak reference to an object that can have one; None for values (ints, bytes) that need none."""
-    if obj is None or isinstance(obj, (int, float, bytes, str)):
+def _weak_if_array(obj: Any) -> Any:
+    """A weak reference to an array argument (the object a device pointer was taken from); None for values
+    (ints, bytes, TensorMaps: their bytes are packed) and for arrays that cannot be referenced weakly."""
+    if not is_array(obj):
         return None
     try:
         return weakref.ref(obj)

@@ -34,14 +34,14 @@ def auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str
     span are not padded). Wider spans would only pad more: TMA pads every row to the span."""
     if interleave is not Interleave.NONE:
         return Swizzle.B32 if interleave is Interleave.B32 else Swizzle.NONE, "interleave decides"
-    for sw, span in ((Swizzle.B32, 32), (Swizzle.B64, 64), (Swizzle.B128, 128)):
-        if inner_bytes <= span and inner_bytes * 2 > span:
-            if inner_bytes == span:
-                return sw, f"auto: {inner_bytes}-byte rows fill the {sw.short} span"
-            return sw, f"auto: {inner_bytes}-byte rows, padded to the {sw.short} span"
-    if inner_bytes < 32:
+    if inner_bytes <= 16:
         return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
-    return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+    if inner_bytes > 128:
+        return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+    sw, span = (Swizzle.B32, 32) if inner_bytes <= 32 else (Swizzle.B64, 64) if inner_bytes <= 64 else (Swizzle.B128, 128)
+    if inner_bytes == span:
+        return sw, f"auto: {inner_bytes}-byte rows fill the {span}B span"
+    return sw, f"auto: {inner_bytes}-byte rows, padded to the {span}B span"
 
 
 def parse_swizzle(swizzle: Any, inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
@@ -126,8 +126,11 @@ def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
 def encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
     """The descriptor, encoded in the device's context; a driver refusal of a spec the checker passed is
     reported as a ``TensorMapError`` naming the parameter that, relaxed alone, makes the driver accept."""
-    with _driver.context_for(device):
+    if _driver.is_current(device):  # the common case: no context to push
         err, descriptor = encode_spec(spec)
+    else:
+        with _driver.context_for(device):
+            err, descriptor = encode_spec(spec)
     if descriptor is not None:
         return descriptor
     call = "cuTensorMapEncodeTiled" if isinstance(spec, TiledSpec) else "cuTensorMapEncodeIm2col"

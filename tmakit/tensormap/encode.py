@@ -78,9 +78,11 @@ def encode_im2col(*args: Any) -> bytes:
 def replace_address(descriptor: bytes, address: int) -> bytes:
     """A copy of ``descriptor`` pointing at ``address`` (cuTensorMapReplaceAddress on a fresh CUtensorMap; the
     original bytes are never written). Raises ``CudaDriverError`` when the driver refuses."""
-    drv = _driver.driver()
+    drv = _driver.bindings()
     tmap = drv.CUtensorMap()
-    ptr = int(tmap.getPtr())
+    ptr = tmap.getPtr()
     ctypes.memmove(ptr, descriptor, DESCRIPTOR_SIZE)
-    _driver.check("cuTensorMapReplaceAddress", drv.cuTensorMapReplaceAddress(tmap, address))
+    result = drv.cuTensorMapReplaceAddress(tmap, address)
+    if result[0]:
+        _driver.check("cuTensorMapReplaceAddress", result)
     return ctypes.string_at(ptr, DESCRIPTOR_SIZE)

@@ -162,7 +162,7 @@ class TensorMap:
         """A TensorMap of the same geometry for another buffer: an array (checked: device, dtype, shape and
         strides must match this map; the new map keeps it alive) or a raw device address (caller-owned). The
         descriptor is a re-pointed copy (cuTensorMapReplaceAddress); without one, only the spec moves."""
-        if is_array(target):
+        if type(target) is not int and is_array(target):
             view = as_array_view(target, "array")
             self._check_same_geometry(view)
             address, device, owner = view.ptr, view.device, target
@@ -190,20 +190,23 @@ class TensorMap:
         return TensorMap(self.spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)
 
     def _check_same_geometry(self, view: Any) -> None:
+        """``view`` (numpy order) must have this map's device, element type, shape and byte strides."""
+        spec = self.spec
         if self.device is not None and view.device != self.device:
             raise InvalidArgumentError("array", f"array on device {view.device}", f"must be on device {self.device}, "
                                        "where this map was encoded", "describe the array on its own device")
-        dt = dtype_from_any(view.dtype_name, "array")
-        if dt is not self.dtype and not (self.dtype in _BITS_ONLY and view.itemsize == self.dtype.size):
-            raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
-                                       f"{self.dtype.short}", "describe the array anew (describe_tensor)")
-        if view.shape != self.shape:
-            raise InvalidArgumentError("array", f"shape {view.shape}", f"must match the map's shape {self.shape}",
+        dtype = spec.dtype
+        if dtype not in _BITS_ONLY or view.itemsize != dtype.size:
+            if dtype_from_any(view.dtype_name, "array") is not dtype:
+                raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
+                                           f"{dtype.short}", "describe the array anew (describe_tensor)")
+        shape, strides = view.shape, view.strides
+        if shape[::-1] != spec.dims:
+            raise InvalidArgumentError("array", f"shape {shape}", f"must match the map's shape {self.shape}",
                                        "describe the array anew (describe_tensor)")
-        inner_ok = view.shape[-1] == 1 or view.strides[-1] == view.itemsize
-        if not inner_ok or tuple(reversed(view.strides[:-1])) != tuple(self.strides):
-            expected = tuple(reversed(self.strides)) + (self.dtype.size,)
-            raise InvalidArgumentError("array", f"strides {view.strides} (bytes)", f"must match the map's strides "
+        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != view.itemsize):
+            expected = tuple(reversed(spec.strides)) + (view.itemsize,)
+            raise InvalidArgumentError("array", f"strides {strides} (bytes)", f"must match the map's strides "
                                        f"{expected} (bytes, numpy order)", "make it contiguous or describe it anew")
 
     # ---- kernel parameters -----------------------------------------------------------------------

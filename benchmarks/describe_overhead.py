@@ -62,7 +62,10 @@ def main(argv=None) -> int:
     }
     notes = []
     try:
-        from cuda.core.utils import StridedMemoryView
+        try:
+            from cuda.core import StridedMemoryView
+        except ImportError:  # cuda.core 1.2.0 keeps it in utils
+            from cuda.core.utils import StridedMemoryView
 
         probe = StridedMemoryView(views[0], stream_ptr=-1)
         probe.as_tensor_map(box_dim=box)

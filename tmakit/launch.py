@@ -22,6 +22,10 @@ from .streams import stream_handle
 
 
 def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
+    if type(value) is int and value >= 1:  # the common forms first
+        return (value, 1, 1)
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d >= 1 for d in value):
+        return value
     dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
     if not dims or len(dims) > 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
         raise InvalidArgumentError(parameter, value, "must be a positive int or a tuple of 1-3 positive ints",

@@ -332,3 +332,31 @@ def test_describe_tensor_signature():
     params = inspect.signature(describe_tensor).parameters
     assert list(params)[:2] == ["array", "box"] and params["swizzle"].default == "auto"
     assert "cache" not in params
+
+
+def test_encode_pushes_the_device_context_only_when_none_is_current(monkeypatch):
+    """One GPU: the encode runs at once; a driver answer of 'no context' retries once in the device's context."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from tmakit import _driver
+    from tmakit.tensormap import describe as describe_mod
+
+    calls, pushed = [], []
+    answers = [(SimpleNamespace(name="CUDA_ERROR_INVALID_CONTEXT"), None), (SimpleNamespace(name="CUDA_SUCCESS"), b"d" * 128)]
+
+    def fake_encode(spec):
+        calls.append(spec.address)
+        return answers[len(calls) - 1]
+
+    @contextlib.contextmanager
+    def fake_context(device):
+        pushed.append(device)
+        yield
+
+    monkeypatch.setattr(_driver, "device_count", lambda: 1)
+    monkeypatch.setattr(_driver, "context_for", fake_context)
+    monkeypatch.setattr(describe_mod, "encode_spec", fake_encode)
+    spec = describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), encode=False).spec.at(1 << 20)
+    assert describe_mod.encode_or_explain(spec, 0) == b"d" * 128
+    assert calls == [1 << 20, 1 << 20] and pushed == [0]

@@ -98,15 +98,15 @@ def is_array(obj: Any) -> bool:
 
 
 def _from_torch_like(obj: Any) -> ArrayView:
-    dev = obj.device
-    if getattr(dev, "type", "cuda") != "cuda":
-        raise InvalidArgumentError("array", f"tensor on {dev}", "must be a CUDA device array",
-                                   "move it to the GPU first (tensor.cuda())")
+    get_device = getattr(obj, "get_device", None)  # torch: an int, -1 on the CPU (cheaper than .device)
+    device = get_device() if get_device is not None else getattr(obj.device, "index", 0)
+    if device is None or device < 0 or (get_device is None and getattr(obj.device, "type", "cuda") != "cuda"):
+        raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
+                                   "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
     itemsize = int(obj.element_size())
-    shape = tuple(map(int, obj.shape))
-    strides = tuple([int(s) * itemsize for s in obj.stride()])
     name = str(obj.dtype).rsplit(".", 1)[-1]
-    return ArrayView(int(obj.data_ptr()), shape, strides, name, itemsize, int(dev.index or 0), obj)
+    return ArrayView(int(obj.data_ptr()), tuple(obj.shape), tuple([int(s) * itemsize for s in obj.stride()]), name,
+                     itemsize, int(device), obj)
 
 
 class _DLDevice(ctypes.Structure):

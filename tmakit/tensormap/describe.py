@@ -22,7 +22,7 @@ from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceErro
 from . import rules
 from .encode import encode_spec, raw_encoder
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
-from .rules import Violation
+from .rules import _SIZE, Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
 from .tensor_map import TensorMap
 
@@ -126,8 +126,13 @@ def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
 def encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
     """The descriptor, encoded in the device's context; a driver refusal of a spec the checker passed is
     reported as a ``TensorMapError`` naming the parameter that, relaxed alone, makes the driver accept."""
-    if _driver.is_current(device):  # the common case: no context to push
+    # One GPU: any current context is the device's, so encode at once (and push its context only when the
+    # driver says none is current). Several: make sure the device's own context is current first.
+    if _driver.device_count() == 1 or _driver.is_current(device):
         err, descriptor = encode_spec(spec)
+        if descriptor is None and err.name == "CUDA_ERROR_INVALID_CONTEXT":
+            with _driver.context_for(device):
+                err, descriptor = encode_spec(spec)
     else:
         with _driver.context_for(device):
             err, descriptor = encode_spec(spec)
@@ -178,8 +183,12 @@ def finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, encode:
     return TensorMap(spec, arch, device, descriptor, reason, owner)
 
 
-def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swizzle: Any = "auto",
-                    oob_fill: Any = "zero", l2_promotion: Any = "none", interleave: Any = "none",
+_AUTO, _ZERO, _NONE = "auto", "zero", "none"  # describe_tensor's defaults: recognised by identity, no parsing
+_ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", "float32", ...) -> DataType
+
+
+def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swizzle: Any = _AUTO,
+                    oob_fill: Any = _ZERO, l2_promotion: Any = _NONE, interleave: Any = _NONE,
                     element_strides: Sequence[int] | None = None, arch: Any = None, encode: bool = True,
                     shape: Sequence[int] | None = None, dtype: Any = None,
                     strides: Sequence[int] | None = None) -> TensorMap:
@@ -190,8 +199,15 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     Every rule is checked on every call; a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the
     descriptor is encoded in the array's context. The returned TensorMap holds ``array`` (``tm.owner``).
     """
-    encode = check_encode_flag(encode)
-    view, dt, shp, st = source(array, shape, dtype, strides)
+    if type(encode) is not bool:
+        check_encode_flag(encode)
+    if array is not None and shape is None and strides is None and dtype is None:  # the common call
+        view = as_array_view(array, "array")
+        shp, st, address, device = view.shape, view.strides, view.ptr, view.device
+        dt = _ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "dtype")
+    else:
+        view, dt, shp, st = source(array, shape, dtype, strides)
+        address, device = (view.ptr, view.device) if view is not None else (0, None)
     rank = len(shp)
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
@@ -199,19 +215,36 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
         raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
     box_np = _sizes("box", box, rank)
     es_np = (1,) * rank if element_strides is None else _sizes("element_strides", element_strides, rank)
-    il = Interleave.parse(interleave, "interleave")
-    sw, reason = parse_swizzle(swizzle, box_np[-1] * dt.size, il)
-    l2 = L2Promotion.parse(l2_promotion, "l2_promotion")
-    oob = OOBFill.parse(oob_fill, "oob_fill")
-    device = view.device if view is not None else None
-    resolved = resolve_arch(arch, device)
-    address = view.ptr if view is not None else 0
-    gstrides = split_strides(dt, shp, st, "strides")
-    dims, box_d, es_d = shp[::-1], box_np[::-1], es_np[::-1]  # numpy order -> driver order, as to_driver_order
+    il = Interleave.NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
+    size = _SIZE[dt]
+    if swizzle is _AUTO:
+        sw, reason = auto_swizzle(box_np[-1] * size, il)
+    else:
+        sw, reason = parse_swizzle(swizzle, box_np[-1] * size, il)
+    l2 = L2Promotion.NONE if l2_promotion is _NONE else L2Promotion.parse(l2_promotion, "l2_promotion")
+    oob = OOBFill.NONE if oob_fill is _ZERO else OOBFill.parse(oob_fill, "oob_fill")
+    if arch is None and device is not None:
+        try:
+            resolved = _driver.device_arch(device)
+        except UnsupportedDeviceError:
+            resolved = _DEFAULT_ARCH
+    else:
+        resolved = resolve_arch(arch, device)
+    # numpy order -> driver order (what spec.to_driver_order does, as slices): dims, box, traversal strides,
+    # and globalStrides = the byte strides of dims 1..rank-1 (the innermost must be the element size)
+    for s in st:
+        if s < 0:
+            split_strides(dt, shp, st, "strides")  # raises, naming the negative stride
+    if shp[-1] > 1 and st[-1] != size:
+        split_strides(dt, shp, st, "strides")  # raises: the innermost dimension is not contiguous
+    dims, gstrides, box_d, es_d = shp[::-1], tuple(st[-2::-1]), box_np[::-1], es_np[::-1]
     if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
         raise TensorMapError(rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved))
     spec = TiledSpec.checked(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
-    return finish(spec, resolved, device, encode, reason, array)
+    descriptor = None
+    if encode and device is not None and resolved.major >= 9:
+        descriptor = encode_or_explain(spec, device)
+    return TensorMap(spec, resolved, device, descriptor, reason, array)
 
 
 def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],

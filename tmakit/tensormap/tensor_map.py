@@ -27,6 +27,7 @@ BOX_PARAMS_SIZE = 160
 _BITS_ONLY = frozenset({DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.TFLOAT32,
                         DataType.TFLOAT32_FTZ, DataType.FLOAT32_FTZ})
 _PACKED16 = frozenset({DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B})
+_ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", ...) -> DataType
 
 
 def address_alignment(dtype: DataType, interleave: Interleave) -> int:
@@ -197,7 +198,7 @@ class TensorMap:
                                        "where this map was encoded", "describe the array on its own device")
         dtype = spec.dtype
         if dtype not in _BITS_ONLY or view.itemsize != dtype.size:
-            if dtype_from_any(view.dtype_name, "array") is not dtype:
+            if (_ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "array")) is not dtype:
                 raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
                                            f"{dtype.short}", "describe the array anew (describe_tensor)")
         shape, strides = view.shape, view.strides

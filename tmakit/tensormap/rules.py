@@ -5,6 +5,10 @@ driver's order and units: ``dims``, ``box``, ``element_strides`` innermost first
 dims 1..rank-1. Each rule has a stable id, the parameter and value it concerns, the rule in words, the
 driver-doc reference (or, for rules the driver enforces without documenting them, the evidence) and a fix.
 The driver-truth corpus in tests/data/ (recorded on an H100) checks that the verdicts agree.
+
+Two halves: ``tiled_ok`` tests every tiled rule with plain comparisons on parsed values and builds nothing
+(describe_tensor's path); ``collect_tiled`` builds the Violation of each broken rule, all of them, only when the
+pass test fails. ``check_tiled`` = parse + pass test + collect; tests/test_rules.py checks the halves agree.
 """
 from __future__ import annotations
 

@@ -252,6 +252,8 @@ def stream_handle(obj: Any, parameter: str = "stream") -> int:
     (the legacy default stream). What a launch needs on every call."""
     if obj is None:
         return 0
+    if type(obj) is int and obj >= 0:
+        return obj
     if type(obj) is Stream:
         return int(obj.raw)
     found = _foreign_handle(obj)

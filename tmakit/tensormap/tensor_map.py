@@ -163,20 +163,23 @@ class TensorMap:
         """A TensorMap of the same geometry for another buffer: an array (checked: device, dtype, shape and
         strides must match this map; the new map keeps it alive) or a raw device address (caller-owned). The
         descriptor is a re-pointed copy (cuTensorMapReplaceAddress); without one, only the spec moves."""
-        if type(target) is not int and is_array(target):
+        spec = self.spec
+        if type(target) is int:  # a raw address, the cheapest form
+            address, device, owner = target, self.device, None
+            if not 0 <= target < 1 << 64:
+                raise InvalidArgumentError("array_or_ptr", target, "must be a 64-bit unsigned device address",
+                                           "pass array.data_ptr()")
+        elif is_array(target):
             view = as_array_view(target, "array")
             self._check_same_geometry(view)
             address, device, owner = view.ptr, view.device, target
         elif isinstance(target, bool) or not hasattr(target, "__index__"):
             raise InvalidArgumentError("array_or_ptr", target, "must be a device array or an integer device address",
                                        "pass a torch/cupy/tmakit array of this map's geometry, or array.data_ptr()")
-        else:
-            address, device, owner = int(target.__index__()), self.device, None
-            if not 0 <= address < 1 << 64:
-                raise InvalidArgumentError("array_or_ptr", target, "must be a 64-bit unsigned device address",
-                                           "pass array.data_ptr()")
-        need = address_alignment(self.spec.dtype, self.spec.interleave)
-        if address % need:
+        else:  # numpy integers and other int-likes
+            return self.with_address(int(target.__index__()))
+        if address & 15 or (address & 31 and (spec.interleave is Interleave.B32 or spec.dtype in _PACKED16)):
+            need = address_alignment(spec.dtype, spec.interleave)
             raise InvalidArgumentError("address", hex(address), f"must be {need}-byte aligned for this map",
                                        f"start the buffer at a {need}-byte boundary")
         descriptor = self.descriptor
@@ -188,7 +191,7 @@ class TensorMap:
                     raise
                 with _driver.context_for(self.device or 0):
                     descriptor = replace_address(descriptor, address)
-        return TensorMap(self.spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)
+        return TensorMap(spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)
 
     def _check_same_geometry(self, view: Any) -> None:
         """``view`` (numpy order) must have this map's device, element type, shape and byte strides."""

@@ -260,6 +260,25 @@ def test_repeated_launches_write_every_time(module, buffer) -> None:
 
 
 @pytest.mark.requires_gpu
+def test_bound_launch_update_and_stream_on_gpu(module, buffer) -> None:
+    """bound.update rewrites one argument between relaunches (the kernel sees each value); bound(stream=s)
+    runs on another stream; a TensorMap-like by-value argument is echoed byte for byte throughout."""
+    from tmakit import Stream
+
+    kernel = module.kernel("echo")
+    desc = bytes(range(128))
+    bound = kernel.bind(buffer, 1, 0.5, FakeDescriptor(desc), 3, 2.0, 7, grid=1, block=32)
+    with Stream(0) as other:
+        for step, value in enumerate((11, -4, 123456)):
+            buffer.upload(b"\xcd" * buffer.nbytes)
+            bound.update(1, value)
+            bound(stream=other) if step == 1 else bound()
+            other.sync()
+            got = buffer.download()[:ECHO_BYTES]
+            assert got == struct.pack("<if", value, 0.5) + desc + struct.pack("<b", 3) + struct.pack("<dQ", 2.0, 7)
+
+
+@pytest.mark.requires_gpu
 def test_launch_on_cuda_core_stream(module, buffer) -> None:
     from cuda.core import Device
 

@@ -27,18 +27,21 @@ from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_
 from .tensor_map import TensorMap
 
 _DEFAULT_ARCH = Arch(9, 0)
+# enum members as module constants: an attribute of an Enum class costs a lookup through its metaclass
+_IL_NONE, _IL_B32, _L2_NONE, _OOB_ZERO = Interleave.NONE, Interleave.B32, L2Promotion.NONE, OOBFill.NONE
+_SW_NONE, _SW_B32, _SW_B64, _SW_B128 = Swizzle.NONE, Swizzle.B32, Swizzle.B64, Swizzle.B128
 
 
 def auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
     """The smallest swizzle span that holds a row of the box (the narrowest padding; rows that exactly fill the
     span are not padded). Wider spans would only pad more: TMA pads every row to the span."""
-    if interleave is not Interleave.NONE:
-        return Swizzle.B32 if interleave is Interleave.B32 else Swizzle.NONE, "interleave decides"
+    if interleave is not _IL_NONE:
+        return _SW_B32 if interleave is _IL_B32 else _SW_NONE, "interleave decides"
     if inner_bytes <= 16:
-        return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
+        return _SW_NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
     if inner_bytes > 128:
-        return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
-    sw, span = (Swizzle.B32, 32) if inner_bytes <= 32 else (Swizzle.B64, 64) if inner_bytes <= 64 else (Swizzle.B128, 128)
+        return _SW_NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+    sw, span = (_SW_B32, 32) if inner_bytes <= 32 else (_SW_B64, 64) if inner_bytes <= 64 else (_SW_B128, 128)
     if inner_bytes == span:
         return sw, f"auto: {inner_bytes}-byte rows fill the {span}B span"
     return sw, f"auto: {inner_bytes}-byte rows, padded to the {span}B span"
@@ -215,14 +218,14 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
         raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
     box_np = _sizes("box", box, rank)
     es_np = (1,) * rank if element_strides is None else _sizes("element_strides", element_strides, rank)
-    il = Interleave.NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
+    il = _IL_NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
     size = _SIZE[dt]
     if swizzle is _AUTO:
         sw, reason = auto_swizzle(box_np[-1] * size, il)
     else:
         sw, reason = parse_swizzle(swizzle, box_np[-1] * size, il)
-    l2 = L2Promotion.NONE if l2_promotion is _NONE else L2Promotion.parse(l2_promotion, "l2_promotion")
-    oob = OOBFill.NONE if oob_fill is _ZERO else OOBFill.parse(oob_fill, "oob_fill")
+    l2 = _L2_NONE if l2_promotion is _NONE else L2Promotion.parse(l2_promotion, "l2_promotion")
+    oob = _OOB_ZERO if oob_fill is _ZERO else OOBFill.parse(oob_fill, "oob_fill")
     if arch is None and device is not None:
         try:
             resolved = _driver.device_arch(device)

@@ -308,6 +308,9 @@ _SIZE = {dt: dt.size for dt in DataType}
 _FLOAT_UNPACKED = frozenset(dt for dt in DataType if dt.is_float and not dt.is_packed)
 _PACKED16 = frozenset((DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B))
 _SPAN = {sw: sw.span for sw in Swizzle}
+# enum members as module constants: an attribute of an Enum class costs a lookup through its metaclass
+_IL_NONE, _IL_B32, _SW_NONE, _OOB_NAN = Interleave.NONE, Interleave.B32, Swizzle.NONE, OOBFill.NAN_REQUEST_ZERO_FMA
+_U4_8B, _U6_16B = DataType.U4X16_ALIGN8B, DataType.U6X16_ALIGN16B
 
 
 def tiled_ok(dt: DataType, address: int, dims: tuple, strides: tuple, box: tuple, element_strides: tuple,
@@ -318,8 +321,8 @@ def tiled_ok(dt: DataType, address: int, dims: tuple, strides: tuple, box: tuple
     rank = len(dims)
     if not 1 <= rank <= MAX_RANK or len(strides) != rank - 1 or len(box) != rank or len(element_strides) != rank:
         return False
-    need = 32 if (interleave is Interleave.B32 or dt in _PACKED16) else 16
-    if address % need or (interleave is not Interleave.NONE and rank < 3):
+    need = 32 if (interleave is _IL_B32 or dt in _PACKED16) else 16
+    if address % need or (interleave is not _IL_NONE and rank < 3):
         return False
     for d in dims:
         if not 1 <= d <= MAX_DIM:
@@ -336,14 +339,14 @@ def tiled_ok(dt: DataType, address: int, dims: tuple, strides: tuple, box: tuple
     if nbytes > MAX_BOX_BYTES:
         return False
     inner = box[0] * size
-    if inner % 16 or (interleave is Interleave.NONE and swizzle is not Swizzle.NONE and inner > _SPAN[swizzle]):
+    if inner % 16 or (interleave is _IL_NONE and swizzle is not _SW_NONE and inner > _SPAN[swizzle]):
         return False
     if dt >= 13:  # packed types (Blackwell): the rare rules
-        if (dt in _PACKED16 and (dims[0] % 128 or box[0] != 128)) or (dt is DataType.U4X16_ALIGN8B and dims[0] % 2):
+        if (dt in _PACKED16 and (dims[0] % 128 or box[0] != 128)) or (dt is _U4_8B and dims[0] % 2):
             return False
-        if dt is DataType.U6X16_ALIGN16B and interleave is not Interleave.NONE:
+        if dt is _U6_16B and interleave is not _IL_NONE:
             return False
-    if oob is OOBFill.NAN_REQUEST_ZERO_FMA and dt not in _FLOAT_UNPACKED:
+    if oob is _OOB_NAN and dt not in _FLOAT_UNPACKED:
         return False
     return True
 

@@ -27,6 +27,7 @@ BOX_PARAMS_SIZE = 160
 _BITS_ONLY = frozenset({DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.TFLOAT32,
                         DataType.TFLOAT32_FTZ, DataType.FLOAT32_FTZ})
 _PACKED16 = frozenset({DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B})
+_IL_B32 = Interleave.B32  # a module constant: an Enum class attribute costs a metaclass lookup
 _ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", ...) -> DataType
 
 
@@ -178,7 +179,7 @@ class TensorMap:
                                        "pass a torch/cupy/tmakit array of this map's geometry, or array.data_ptr()")
         else:  # numpy integers and other int-likes
             return self.with_address(int(target.__index__()))
-        if address & 15 or (address & 31 and (spec.interleave is Interleave.B32 or spec.dtype in _PACKED16)):
+        if address & 15 or (address & 31 and (spec.interleave is _IL_B32 or spec.dtype in _PACKED16)):
             need = address_alignment(spec.dtype, spec.interleave)
             raise InvalidArgumentError("address", hex(address), f"must be {need}-byte aligned for this map",
                                        f"start the buffer at a {need}-byte boundary")

@@ -55,7 +55,8 @@ def gbps(nbytes: int, ms: float) -> float:
 def measure(nbytes: int, reps: int, quick: bool) -> tuple[list[dict], dict]:
     from tmakit.device_array import DeviceArray
     from tmakit.memory import pinned_empty
-    from tmakit.streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms
+    from tmakit.copies import copy_d2d, copy_d2h, copy_h2d
+    from tmakit.streams import Event, Stream, as_stream, elapsed_ms
 
     rows: list[dict] = []
     n = nbytes // 4

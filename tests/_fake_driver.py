@@ -206,7 +206,8 @@ def _detach_fake_finalizers() -> None:
 
 def _clear_driver_caches() -> None:
     """Device facts the driver layer caches belong to whichever driver answered; drop them on a switch."""
-    for cached in (_driver._primary_contexts, _driver.device_count, _driver.device_handle, _driver.device_arch):
+    for cached in (_driver._primary_contexts, _driver._primary_address, _driver.device_count, _driver.device_handle,
+                   _driver.device_arch):
         cached.cache_clear()
 
 

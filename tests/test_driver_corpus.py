@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tmakit.tensormap.corpus import driver_verdict, generate
-from tmakit.tensormap.rules import replay_case
+from tmakit.tensormap.corpus import driver_verdict, generate, replay_case
 
 CORPUS = Path(__file__).parent / "data" / "tensormap_corpus.jsonl"
 

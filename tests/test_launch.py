@@ -9,8 +9,10 @@ import pytest
 
 from tmakit import InvalidArgumentError, LaunchError, UnsupportedDeviceError
 from tmakit.arrays import ArrayView
-from tmakit.kernel_signature import ArgPacker, ParamInfo, merge_driver_layout, parse_ptx_entries, ptx_targets
-from tmakit.launch import _dim3, stream_handle
+from tmakit.kernel_signature import ParamInfo, merge_driver_layout, parse_ptx_entries, ptx_targets
+from tmakit.launch import _dim3
+from tmakit.launch_args import ArgPacker
+from tmakit.streams import stream_handle
 
 # ----------------------------------------------------------------------------------------------- CPU tests
 
@@ -240,19 +242,40 @@ def test_echo_arguments_byte_for_byte(module, buffer) -> None:
 
 
 @pytest.mark.requires_gpu
-def test_repeated_launches_through_the_armed_path_write_every_time(module, buffer) -> None:
-    """From the third identical launch on, the C repeat path calls cuLaunchKernelEx itself; each launch must
-    still write (poisoned in between), and a changed grid goes back through the checked path."""
-    from tmakit import _hotpath
-
+def test_repeated_launches_write_every_time(module, buffer) -> None:
+    """Repeated identical launches each run (poisoned in between); a changed grid takes effect, and a bound
+    launch updated between relaunches writes the new value."""
     kernel = module.kernel("block_ids")
-    for blocks in (7, 7, 7, 7, 5, 5, 5):
+    for blocks in (7, 7, 7, 5, 5):
         buffer.upload(b"\xcd" * buffer.nbytes)
         kernel(buffer.ptr, grid=(blocks,), block=(32, 1, 1))
         got = np.frombuffer(buffer.download(), dtype=np.uint32)
         assert list(got[:blocks]) == list(range(1, blocks + 1)) and got[blocks] == 0xCDCDCDCD
-    assert kernel._armed is not None and kernel._armed._config.gridDimX == 5
-    assert (kernel._raw_launch != 0) == (_hotpath.IMPLEMENTATION == "native")
+    bound = kernel.bind(buffer, grid=(3,), block=(32, 1, 1))
+    for _ in range(2):
+        buffer.upload(b"\xcd" * buffer.nbytes)
+        bound()
+        got = np.frombuffer(buffer.download(), dtype=np.uint32)
+        assert list(got[:3]) == [1, 2, 3] and got[3] == 0xCDCDCDCD
+
+
+@pytest.mark.requires_gpu
+def test_bound_launch_update_and_stream_on_gpu(module, buffer) -> None:
+    """bound.update rewrites one argument between relaunches (the kernel sees each value); bound(stream=s)
+    runs on another stream; a TensorMap-like by-value argument is echoed byte for byte throughout."""
+    from tmakit import Stream
+
+    kernel = module.kernel("echo")
+    desc = bytes(range(128))
+    bound = kernel.bind(buffer, 1, 0.5, FakeDescriptor(desc), 3, 2.0, 7, grid=1, block=32)
+    with Stream(0) as other:
+        for step, value in enumerate((11, -4, 123456)):
+            buffer.upload(b"\xcd" * buffer.nbytes)
+            bound.update(1, value)
+            bound(stream=other) if step == 1 else bound()
+            other.sync()
+            got = buffer.download()[:ECHO_BYTES]
+            assert got == struct.pack("<if", value, 0.5) + desc + struct.pack("<b", 3) + struct.pack("<dQ", 2.0, 7)
 
 
 @pytest.mark.requires_gpu
@@ -430,7 +453,6 @@ def test_kernel_launch_passes_params_by_pointer(fake_kernel) -> None:
     assert (config.gridDimX, config.gridDimY, config.gridDimZ) == (4, 2, 1)
     assert (config.blockDimX, config.sharedMemBytes, int(config.hStream)) == (128, 0, 0x55)
     kernel(1, 8, FakeDescriptor(payload), 1.0, 4, grid=(4, 2), block=128, stream=0x55)
-    assert drv.launches[-1][0] is config, "the launch configuration is cached"
     assert drv.launches[-1][1][1] == b"\x08"
 
 
@@ -468,12 +490,11 @@ def test_kernel_cluster_and_limits(fake_kernel, monkeypatch: pytest.MonkeyPatch)
 
 
 def test_kernel_retries_once_without_context_and_reports_driver_errors(fake_kernel, monkeypatch) -> None:
-    from tmakit import CudaDriverError
-    from tmakit.build import module as module_mod
+    from tmakit import CudaDriverError, _driver
 
     kernel, drv, _ = fake_kernel
     made_current = []
-    monkeypatch.setattr(module_mod, "make_current", lambda device: made_current.append(device))
+    monkeypatch.setattr(_driver, "make_current", lambda device: made_current.append(device))
     args = (0, 0, b"\0" * 128, 0.0, 0)
     drv.fail_next = [drv.real.CUresult.CUDA_ERROR_INVALID_CONTEXT]
     kernel(*args, grid=1, block=32)
@@ -489,101 +510,6 @@ def test_kernel_refuses_after_module_close(fake_kernel) -> None:
     with pytest.raises(LaunchError, match="module was closed"):
         kernel(0, 0, b"\0" * 128, 0.0, 0, grid=1, block=32)
     assert drv.launches == []
-
-
-def _twin_kernel(kernel):
-    """The same kernel object running the Python twin of the repeat path (tmakit._hotpath.PyRepeatLaunch)."""
-    from tmakit._hotpath import PyRepeatLaunch
-    from tmakit.launch import Kernel
-
-    if isinstance(kernel, PyRepeatLaunch):
-        return kernel
-    twin = type("TwinKernel", (PyRepeatLaunch, Kernel), {})
-    kernel.__class__ = twin
-    return kernel
-
-
-@pytest.mark.parametrize("implementation", ["default", "python"])
-def test_kernel_repeat_launch_reuses_packed_arguments_only_when_identical(fake_kernel, implementation) -> None:
-    """A launch repeating the previous one (same config, same ints) is armed on its second occurrence and
-    later repeats launch from that frozen copy; any change repacks."""
-    kernel, drv, _ = fake_kernel
-    if implementation == "python":
-        kernel = _twin_kernel(kernel)
-    payload = bytes(range(128))
-    kernel(16, 7, payload, 0.5, 3, grid=2, block=64)
-    kernel(16, 7, payload, 0.5, 3, grid=2, block=64)  # a float: not repeatable, packed again (still the same bytes)
-    assert kernel._armed is None
-    assert drv.launches[-1][1] == drv.launches[-2][1]
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # all ints/bytes: a candidate
-    assert kernel._armed is None
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # seen twice in a row: armed
-    frozen = kernel._armed
-    assert frozen is not None and frozen._address != kernel._packer.pointers_address
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # served from the frozen copy
-    assert drv.launches[-1][1] == drv.launches[-2][1] == drv.launches[-3][1]
-    assert kernel._armed is frozen
-    kernel(16, 8, payload, 1, 3, grid=2, block=64)  # one int changed: repacked
-    assert drv.launches[-1][1][1] == b"\x08"
-    kernel(16, 8, payload, 1, 3, grid=4, block=64)  # another grid: a new configuration
-    assert drv.launches[-1][0].gridDimX == 4
-    kernel(16, True, payload, 1, 3, grid=4, block=64)  # True == 1 but a bool: not taken for the int
-    assert drv.launches[-1][1][1] == b"\x01"
-    kernel(16, 7, payload, 1, 3, grid=2, block=64, stream=0)  # a keyword more: not the armed launch
-    kernel(16, 7, payload, 1, 3, grid=(2,), block=64)  # (2,) is not 2: repacked, same bytes
-    assert drv.launches[-1][1] == drv.launches[-2][1] and kernel._armed is frozen
-    with pytest.raises(TypeError, match="grid"):
-        kernel(16, 7, payload, 1, 3, block=64)  # a missing keyword is reported like a signature error
-    with pytest.raises(TypeError, match="gird"):
-        kernel(16, 7, payload, 1, 3, gird=2, block=64)
-    count = len(drv.launches)
-    kernel(16, 7, payload, 1, 3, grid=2, block=64)  # still armed after other launches
-    assert len(drv.launches) == count + 1 and drv.launches[-1][1] == drv.launches[-2][1]
-    assert drv.launches[-1][0].gridDimX == 2
-
-
-@pytest.mark.parametrize("implementation", ["default", "python"])
-def test_repeat_launch_after_module_close_is_refused(fake_kernel, implementation) -> None:
-    kernel, drv, module = fake_kernel
-    if implementation == "python":
-        kernel = _twin_kernel(kernel)
-    for _ in range(3):
-        kernel(1, 2, bytes(128), 1, 3, grid=1, block=32)
-    assert kernel._armed is not None
-    module._finalizer()
-    with pytest.raises(LaunchError, match="module was closed"):
-        kernel(1, 2, bytes(128), 1, 3, grid=1, block=32)
-    assert len(drv.launches) == 3
-
-
-def test_native_repeat_calls_the_entry_point_with_the_frozen_buffer(fake_kernel) -> None:
-    """The C repeat path with a real function pointer (a ctypes stand-in for cuLaunchKernelEx): it passes the
-    armed configuration, function and parameter array, and a failure goes through the driver-error path."""
-    from tmakit import CudaDriverError, _hotpath
-
-    if _hotpath.IMPLEMENTATION != "native":
-        pytest.skip(f"the C extension is not in use: {_hotpath.STATUS}")
-    kernel, drv, _ = fake_kernel
-    calls, codes = [], []
-    prototype = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-
-    @prototype
-    def fake_launch(config, func, params, extra):
-        pointers = (ctypes.c_void_p * 5).from_address(params)
-        calls.append((config, func, extra, ctypes.string_at(pointers[1], 1)))
-        return codes.pop(0) if codes else 0
-
-    kernel._raw_launch = ctypes.cast(fake_launch, ctypes.c_void_p).value
-    kernel._func = 0xF00D  # the fake driver accepts any handle; the entry point receives it as a pointer
-    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)
-    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)  # armed
-    assert len(drv.launches) == 2 and calls == []
-    kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)  # through the entry point
-    bound = kernel._armed
-    assert calls == [(bound._config.getPtr(), 0xF00D, None, b"\x09")] and len(drv.launches) == 2
-    codes.append(int(drv.real.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES))
-    with pytest.raises(CudaDriverError, match="cuLaunchKernelEx failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"):
-        kernel(1, 9, bytes(128), 1, 3, grid=1, block=32)
 
 
 def test_bound_launch_packs_once_and_is_not_disturbed_by_other_launches(fake_kernel) -> None:
@@ -603,6 +529,71 @@ def test_bound_launch_packs_once_and_is_not_disturbed_by_other_launches(fake_ker
     with pytest.raises(LaunchError, match="module was closed"):
         bound()
     assert len(drv.launches) == 3
+
+
+def test_bound_launch_update_writes_only_that_argument(fake_kernel) -> None:
+    kernel, drv, _ = fake_kernel
+    payload = bytes(range(128))
+    bound = kernel.bind(16, 7, payload, 0.5, 3, grid=2, block=64)
+    bound()
+    bound.update(1, 9)
+    bound()
+    bound.update(3, -2.0)
+    bound()
+    a, b, c = (args for _, args in drv.launches)
+    assert a[1] == b"\x07" and b[1] == b"\x09" and b[0] == a[0] and b[2] == a[2] and b[3] == a[3]
+    assert c[3] == struct.pack("<d", -2.0) and c[1] == b"\x09"
+    assert bound.args[1] == 9 and bound.args[3] == -2.0
+    with pytest.raises(LaunchError, match="argument 1 .*floats are not converted"):
+        bound.update(1, 1.5)
+    with pytest.raises(LaunchError, match="argument index 5 is not in 0..4"):
+        bound.update(5, 1)
+    kernel(99, 1, payload, 1.0, 4, grid=1, block=32)  # the kernel's own buffer: the bound one is untouched
+    bound()
+    assert drv.launches[-1][1] == c
+
+
+def test_bound_launch_on_another_stream(fake_kernel) -> None:
+    kernel, drv, _ = fake_kernel
+    bound = kernel.bind(16, 7, bytes(128), 0.5, 3, grid=2, block=64, stream=0x55)
+
+    class TorchLikeStream:
+        cuda_stream = 0x77
+
+    bound()
+    bound(stream=TorchLikeStream())
+    bound()
+    streams = [int(config.hStream) for config, _ in drv.launches]
+    assert streams == [0x55, 0x77, 0x55]
+    assert drv.launches[1][0].gridDimX == 2 and drv.launches[1][0].blockDimX == 64
+
+
+def test_bound_launch_keeps_its_arguments_alive_or_refuses_once_gone(fake_kernel) -> None:
+    import gc
+    import weakref
+
+    kernel, drv, _ = fake_kernel
+
+    class FakeArray:  # a device array stand-in: the bound launch took its pointer
+        def __init__(self, ptr):
+            self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4", "version": 3}
+
+    arr = FakeArray(0x10000)
+    alive = weakref.ref(arr)
+    bound = kernel.bind(arr, 7, bytes(128), 0.5, 3, grid=1, block=32)
+    del arr
+    gc.collect()
+    assert alive() is not None, "a bound launch keeps the arrays it took pointers from"
+    bound()
+    assert drv.launches[-1][1][0] == struct.pack("<Q", 0x10000)
+    arr2 = FakeArray(0x20000)
+    weak_bound = kernel.bind(arr2, 7, bytes(128), 0.5, 3, grid=1, block=32, keep_args=False)
+    weak_bound()
+    del arr2
+    gc.collect()
+    with pytest.raises(LaunchError, match="argument 0 was freed after bind\\(keep_args=False\\)"):
+        weak_bound()
+    assert len(drv.launches) == 2
 
 
 def test_resident_blocks_is_occupancy_times_sms_and_refuses_what_cannot_fit(fake_kernel, monkeypatch) -> None:

@@ -12,7 +12,8 @@ from _fake_driver import fake  # noqa: F401 - fixture
 from conftest import gpu_probe
 from tmakit import InvalidArgumentError, UnsupportedDeviceError, memory
 from tmakit.device_array import DeviceArray, live_device
-from tmakit.streams import Stream, copy_d2h, copy_h2d
+from tmakit.copies import copy_d2h, copy_h2d
+from tmakit.streams import Stream
 
 
 # ---------------------------------------------------------------- CPU

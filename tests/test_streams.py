@@ -11,7 +11,8 @@ from conftest import gpu_probe
 from tmakit import InvalidArgumentError, TmakitError, UnsupportedDeviceError, _driver
 from tmakit.device_array import DeviceArray
 from tmakit.memory import pinned_empty
-from tmakit.streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms, timed, use_device
+from tmakit.copies import copy_d2d, copy_d2h, copy_h2d
+from tmakit.streams import Event, Stream, as_stream, elapsed_ms, timed, use_device
 
 
 # ---------------------------------------------------------------- CPU

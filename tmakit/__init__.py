@@ -1,8 +1,10 @@
 """tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python.
 
-Layers: ``_driver`` (the CUresult chokepoint), ``tensormap`` (rules, encode, describe), ``layout`` (CPU model
-of TMA), ``memory``/``device_array``/``streams``/``transfer`` (host side), ``build``/``launch`` (compile,
-cache, launch), ``ops`` (load_tiles, copy, transpose), ``cli``.
+Layers, lowest first (docs/CONTRACTS.md; tests/test_architecture.py keeps the import graph acyclic):
+``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint) -> ``arrays`` (the one array adapter),
+``streams`` (the one stream adapter), ``memory``, ``copies``, ``device_array``, ``transfer`` -> ``tensormap``
+(spec, rules, encode, tensor_map, describe, im2col) and ``layout`` (CPU model of TMA) -> ``kernel_signature``,
+``launch_args``, ``launch`` -> ``build`` (compile, disk cache, modules) -> ``ops`` -> ``cli``.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from .device_array import DeviceArray
 from .kernel_signature import ParamInfo
 from .launch import BoundLaunch, Kernel
 from .memory import PinnedBuffer, is_pinned, pinned_empty, pinned_like, registered
-from .streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms, timed, use_device
+from .copies import copy_d2d, copy_d2h, copy_h2d
+from .streams import Event, Stream, as_stream, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
 from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
 from .tensormap import (

@@ -7,7 +7,6 @@ or GPU becomes ``UnsupportedDeviceError``.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Any
 
@@ -144,6 +143,17 @@ def _primary_contexts(ordinal: int) -> Any:
     return call("cuDevicePrimaryCtxRetain", device_handle(ordinal))
 
 
+@functools.lru_cache(maxsize=None)
+def _primary_address(ordinal: int) -> int:
+    return int(primary_context(ordinal))
+
+
+def is_current(ordinal: int) -> bool:
+    """Whether the current context is device ``ordinal``'s primary context (one driver call; False when unsure)."""
+    result = driver().cuCtxGetCurrent()
+    return not result[0] and result[1] is not None and int(result[1]) == _primary_address(ordinal)
+
+
 def _current_context_of(ordinal: int) -> Any:
     """The current context when it belongs to device ``ordinal``, else None (hot path: one driver call)."""
     err, ctx = driver().cuCtxGetCurrent()
@@ -207,18 +217,7 @@ def pointer_device(ptr: int) -> int | None:
     return int(value)
 
 
-@functools.lru_cache(maxsize=None)
-def entry_point(symbol: str) -> int:
-    """The address of a driver function (cuGetProcAddress), for the C hot paths in ``tmakit._native``.
-
-    The stream flavour follows cuda.bindings (legacy default stream unless CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM
-    is set), so stream 0 means the same thing on both paths."""
-    drv = driver()
-    per_thread = os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0") not in ("", "0")
-    flags = drv.CUdriverProcAddress_flags
-    flag = flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
-    major, minor = driver_version()
-    pfn, status = call("cuGetProcAddress", symbol.encode(), major * 1000 + minor * 10, flag)
-    if not pfn or int(status) != 0:
-        raise UnsupportedDeviceError(f"the driver has no entry point {symbol} (cuGetProcAddress: {status!r})")
-    return int(pfn)
+def make_current(device: int) -> None:
+    """Make the device's primary context current unless a context of that device already is."""
+    if current_device_ordinal() != device:
+        call("cuCtxSetCurrent", primary_context(device))

@@ -13,10 +13,8 @@ def _norm(text: str) -> str:
     return text.strip().upper().replace("-", "_").replace(" ", "_")
 
 
-# (enum class, type of the value, value) -> member, for the str and int values parse has accepted: describing
-# a tensor map parses about ten options, and a repeat of a string costs a dict probe instead of normalising it.
-_PARSED: dict[tuple[type, type, Any], Any] = {}
-_PARSED_LIMIT = 4096
+# enum class -> {accepted spelling: member}: every name, driver name and alias, built on first use
+_TABLES: dict[type, dict[str, Any]] = {}
 
 
 class ParsableEnum(enum.IntEnum):
@@ -36,18 +34,35 @@ class ParsableEnum(enum.IntEnum):
 
     @classmethod
     def parse(cls: type[E], value: Any, parameter: str | None = None) -> E:
-        tp = type(value)
-        if tp is cls:
+        if type(value) is cls:
             return value
-        if tp is str or tp is int:
-            found = _PARSED.get((cls, tp, value))
-            if found is not None:
-                return found
-            member = cls._parse(value, parameter)
-            if len(_PARSED) < _PARSED_LIMIT:
-                _PARSED[cls, tp, value] = member
-            return member
+        if type(value) is str:  # the names every enum accepts, built once per class (a table, not a memo)
+            table = _TABLES.get(cls) or cls._names()
+            member = table.get(value)
+            if member is None:
+                member = table.get(_norm(value))
+            if member is not None:
+                return member
         return cls._parse(value, parameter)
+
+    @classmethod
+    def _names(cls: type[E]) -> dict[str, E]:
+        table = _TABLES.get(cls)
+        if table is None:
+            table = {}
+            prefix = cls._driver_prefix()
+            for name, member in cls.__members__.items():
+                table[name] = member
+                if prefix:
+                    table[prefix + name] = member
+            for alias, name in cls.aliases().items():
+                table.setdefault(_norm(alias), cls.__members__[name])
+            for key, member in list(table.items()):  # the spellings users type: "none", "zero", "128b"
+                table.setdefault(key.lower(), member)
+            for alias, name in cls.aliases().items():
+                table.setdefault(alias, cls.__members__[name])
+            _TABLES[cls] = table
+        return table
 
     @classmethod
     def _parse(cls: type[E], value: Any, parameter: str | None) -> E:

@@ -1,22 +1,24 @@
-"""Interop: a uniform view of any device array (``__cuda_array_interface__``, torch-like, DLPack) or numpy array.
+"""The one array adapter: any device array (torch-like, ``__cuda_array_interface__``, DLPack) -> ``ArrayView``.
 
-``ArrayView`` carries the pointer, shape and byte strides in numpy order, the element type's name and the
-device; it holds a reference to the source object so the memory outlives the view.
+``as_array_view(obj)`` is the only place tmakit reads an array object (describe, with_address, kernel
+arguments, ops, copies). ``ArrayView`` carries the pointer, shape and byte strides in numpy order, the element
+type's name and the device; it holds a reference to the source object so the memory outlives the view.
 """
 from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from . import _driver
 from .errors import InvalidArgumentError
 
 
-@dataclass(frozen=True)
-class ArrayView:
+class ArrayView(NamedTuple):
+    """What tmakit reads from an array (a named tuple: built on every describe, with_address and launch)."""
+
     ptr: int
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # bytes, numpy order (outermost first)
@@ -75,36 +77,36 @@ def _from_cai(obj: Any, cai: dict) -> ArrayView:
 
 
 def _device_of_pointer(ptr: int) -> int:
-    from . import _driver
-
     dev = _driver.pointer_device(ptr) if ptr else None
     return 0 if dev is None else dev
 
 
-TORCH_LIKE: set[type] = set()  # types seen to pass is_torch_like (the C describe front reads it too)
-
-
 def is_torch_like(array: Any) -> bool:
-    """torch tensors (and look-alikes): data_ptr(), stride(), get_device(); remembered per type, so the
-    per-call cost is a set lookup."""
-    if type(array) in TORCH_LIKE:
-        return True
-    if hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device"):
-        TORCH_LIKE.add(type(array))
-        return True
-    return False
+    """torch tensors (and look-alikes): data_ptr(), stride(), get_device()."""
+    return hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device")
+
+
+def _has_torch_api(obj: Any) -> bool:
+    """What the adapter reads from a torch tensor: data_ptr(), element_size(), stride()."""
+    return hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride")
+
+
+def is_array(obj: Any) -> bool:
+    """Whether ``obj`` is an array ``as_array_view`` reads (or refuses as host memory), not a number."""
+    return (isinstance(obj, (ArrayView, np.ndarray)) or _has_torch_api(obj)
+            or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"))
 
 
 def _from_torch_like(obj: Any) -> ArrayView:
-    dev = obj.device
-    if getattr(dev, "type", "cuda") != "cuda":
-        raise InvalidArgumentError("array", f"tensor on {dev}", "must be a CUDA device array",
-                                   "move it to the GPU first (tensor.cuda())")
+    get_device = getattr(obj, "get_device", None)  # torch: an int, -1 on the CPU (cheaper than .device)
+    device = get_device() if get_device is not None else getattr(obj.device, "index", 0)
+    if device is None or device < 0 or (get_device is None and getattr(obj.device, "type", "cuda") != "cuda"):
+        raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
+                                   "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
     itemsize = int(obj.element_size())
-    shape = tuple(int(s) for s in obj.shape)
-    strides = tuple(int(s) * itemsize for s in obj.stride())
     name = str(obj.dtype).rsplit(".", 1)[-1]
-    return ArrayView(int(obj.data_ptr()), shape, strides, name, itemsize, int(dev.index or 0), obj)
+    return ArrayView(int(obj.data_ptr()), tuple(obj.shape), tuple([int(s) * itemsize for s in obj.stride()]), name,
+                     itemsize, int(device), obj)
 
 
 class _DLDevice(ctypes.Structure):
@@ -168,13 +170,35 @@ def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
         raise InvalidArgumentError(parameter, f"numpy.ndarray{obj.shape}", "is host memory; a TMA descriptor needs a device array",
                                    "copy it to the GPU (tmakit.DeviceArray.from_host, torch.as_tensor(x, device='cuda'))")
     # torch first: its __cuda_array_interface__ refuses bfloat16 and fp8
-    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride"):
+    if _has_torch_api(obj):
         return _from_torch_like(obj)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
+        if not isinstance(cai, dict) or not {"data", "shape", "typestr"} <= cai.keys():
+            raise InvalidArgumentError(parameter, type(obj).__name__, "has a malformed __cuda_array_interface__ "
+                                       "(needs 'data', 'shape' and 'typestr')", "pass a well-formed device array")
         return _from_cai(obj, cai)
     if hasattr(obj, "__dlpack__"):
         return _from_dlpack(obj)
     raise InvalidArgumentError(parameter, type(obj).__name__,
                                "is not a device array (no __cuda_array_interface__, DLPack or torch tensor API)",
                                "pass a torch/cupy array, a tmakit.DeviceArray or a cuda.core Buffer view")
+
+
+def array_pointer(obj: Any, parameter: str = "array") -> int | None:
+    """The device pointer of an array (the part of ``as_array_view`` a kernel argument needs: torch's
+    ``data_ptr()`` or the interface's ``data`` without building a view), or None when ``obj`` is no array."""
+    if _has_torch_api(obj):
+        if getattr(obj.device, "type", "cuda") != "cuda":
+            raise InvalidArgumentError(parameter, f"tensor on {obj.device}", "must be a CUDA device array",
+                                       "move it to the GPU first (tensor.cuda())")
+        return int(obj.data_ptr())
+    if not is_array(obj):
+        return None
+    cai = getattr(obj, "__cuda_array_interface__", None)
+    if isinstance(cai, dict) and isinstance(cai.get("data"), tuple):
+        return int(cai["data"][0])
+    return device_array_view(obj, parameter).ptr
+
+
+as_array_view = device_array_view  # the adapter's name; device_array_view stays for existing callers

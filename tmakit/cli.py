@@ -88,8 +88,7 @@ def cmd_swizzle(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_corpus_check(args: argparse.Namespace, console: Console) -> int:
-    from .tensormap.corpus import driver_verdict, generate
-    from .tensormap.rules import replay_case
+    from .tensormap.corpus import driver_verdict, generate, replay_case
     from . import _driver
 
     _driver.ensure_context(args.device)

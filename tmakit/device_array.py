@@ -19,7 +19,8 @@ from ._accounting import LiveCounter
 from .arrays import _DLDataType, _DLDevice, _DLTensor, _c_strides, is_c_contiguous
 from .errors import InvalidArgumentError
 from .memory import _normalize, _UseTracker
-from .streams import as_stream, copy_d2h, copy_h2d, keep_alive, use_device
+from .copies import copy_d2h, copy_h2d, keep_alive
+from .streams import as_stream, use_device
 
 _live = LiveCounter()
 

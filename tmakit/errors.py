@@ -10,10 +10,7 @@ TmakitError
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .tensormap.rules import Violation
+from typing import Any, Sequence
 
 
 class TmakitError(Exception):
@@ -51,9 +48,10 @@ class UnsupportedDeviceError(TmakitError):
 
 
 class TensorMapError(TmakitError, ValueError):
-    """Tensor-map parameters violate one or more rules; ``violations`` holds all of them."""
+    """Tensor-map parameters violate one or more rules; ``violations`` holds all of them
+    (``tmakit.tensormap.rules.Violation``)."""
 
-    def __init__(self, violations: "Sequence[Violation]", header: str = "invalid tensor map"):
+    def __init__(self, violations: Sequence[Any], header: str = "invalid tensor map"):
         self.violations = list(violations)
         lines = [f"{header}: {len(self.violations)} violation(s)"]
         lines += [f"  - {v}" for v in self.violations]

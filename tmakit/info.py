@@ -15,12 +15,12 @@ def _version(module: str) -> str:
 
 
 def collect_info() -> dict[str, Any]:
-    from . import __version__, _driver, _hotpath
+    from . import __version__, _driver
 
     info: dict[str, Any] = {
         "tmakit": __version__, "python": platform.python_version(), "cuda-bindings": _version("cuda-bindings"),
         "cuda-core": _version("cuda-core"), "nvidia-cuda-nvrtc": _version("nvidia-cuda-nvrtc"),
-        "numpy": _version("numpy"), "rich": _version("rich"), "hot_paths": _hotpath.STATUS, "driver": "none",
+        "numpy": _version("numpy"), "rich": _version("rich"), "driver": "none",
         "gpu_status": "", "devices": [],
     }
     try:

@@ -1,59 +1,31 @@
-"""Kernel launch through ``cuLaunchKernelEx``: checked arguments, cached launch configurations, clusters.
+"""Kernel launch through ``cuLaunchKernelEx``: checked arguments, launch configurations, clusters.
 
-Per-launch host work is kept to: write the changing argument bytes into the kernel's parameter buffer
-(laid out once, ``ArgPacker``), look up the ``CUlaunchConfig`` for (grid, block, shared memory, stream,
-cluster) in a dict, and call the driver. Everything that is checked once per configuration (dimension
-limits, the shared-memory opt-in, cluster rules) happens on a config-cache miss.
+``kernel(*args, grid=, block=, ...)`` is one launch: build the ``CUlaunchConfig`` (dimension limits, the
+shared-memory opt-in and cluster rules checked), pack every argument into the kernel's parameter buffer
+(``launch_args.ArgPacker``) and call the driver. ``kernel.bind(...)`` does the first two once and returns a
+``BoundLaunch`` with its own buffer: ``bound()`` is one driver call, ``bound.update(i, value)`` rewrites one
+argument's bytes. Nothing is cached between launches. Stream objects are read by ``streams.stream_handle``.
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+import weakref
+from typing import Any
 
-from . import _driver, _hotpath
+from . import _driver
+from .arrays import is_array
 from .errors import CudaDriverError, InvalidArgumentError, LaunchError
-from .kernel_signature import ArgPacker, ParamInfo, merge_driver_layout
-from .tensormap.tensor_map import TensorMap
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .build.module import Module
-
-_MAX_CONFIGS = 256  # launch configurations remembered per kernel
-# Argument types whose value cannot change behind tmakit's back: a launch that repeats the previous one with
-# only these skips packing.
-_REPEATABLE: frozenset[type] = frozenset({int, bytes, TensorMap})
-_stream_getters: dict[type, Callable[[Any], int]] = {}
-
-
-def stream_handle(stream: Any) -> int:
-    """The CUstream handle (int) of None (the legacy default stream), an int, a CUstream, an object with
-    ``__cuda_stream__`` (cuda.core Stream), or a torch/cupy stream (``.cuda_stream`` / ``.ptr``)."""
-    if stream is None:
-        return 0
-    tp = type(stream)
-    getter = _stream_getters.get(tp)
-    if getter is None:
-        if isinstance(stream, int) and not isinstance(stream, bool):
-            getter = int
-        elif hasattr(stream, "__cuda_stream__"):  # the CUDA stream protocol: () -> (version, handle)
-            getter = lambda s: int(s.__cuda_stream__()[1])  # noqa: E731
-        elif hasattr(stream, "cuda_stream"):  # torch.cuda.Stream, and cupy's too
-            getter = lambda s: int(s.cuda_stream)  # noqa: E731
-        elif hasattr(stream, "handle"):  # cuda.core Stream
-            getter = lambda s: int(s.handle)  # noqa: E731
-        elif hasattr(stream, "ptr"):  # cupy.cuda.Stream
-            getter = lambda s: int(s.ptr)  # noqa: E731
-        elif tp.__name__ == "CUstream":
-            getter = int
-        else:
-            raise InvalidArgumentError("stream", stream, "is not a CUDA stream",
-                                       "pass a cuda.core Stream, a torch/cupy stream, a CUstream or its int handle")
-        _stream_getters[tp] = getter
-    return getter(stream)
+from .kernel_signature import ParamInfo, merge_driver_layout
+from .launch_args import ArgPacker
+from .streams import stream_handle
 
 
 def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
+    if type(value) is int and value >= 1:  # the common forms first
+        return (value, 1, 1)
+    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d >= 1 for d in value):
+        return value
     dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
     if not dims or len(dims) > 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
         raise InvalidArgumentError(parameter, value, "must be a positive int or a tuple of 1-3 positive ints",
@@ -61,23 +33,17 @@ def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
     return (dims + (1, 1))[:3]  # type: ignore[return-value]
 
 
-def _launch_options(*, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-                    cluster: Any = None) -> tuple:
-    """The launch keywords of ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None)``."""
-    return grid, block, shared_mem, stream, cluster
-
-
-class Kernel(_hotpath.RepeatLaunch):
+class Kernel:
     """A kernel of a loaded ``Module`` (which it keeps alive), launched with
     ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None)``."""
 
-    def __init__(self, module: "Module", name: str, func: Any, ptx_params: list[ParamInfo] | None):
+    def __init__(self, module: Any, name: str, func: Any, ptx_params: list[ParamInfo] | None):
         self.module, self.name, self._func = module, name, func
         self.device = module.device
         self.params: list[ParamInfo] = merge_driver_layout(ptx_params, self._driver_layout(len(ptx_params or [])), name)
         self._packer = ArgPacker(self.params, name, self.device)
         self._module_alive = module._finalizer
-        self._configs: dict[Any, Any] = {}
+        self._max_threads: int | None = None  # read from the function on first use
         self._resident: dict[tuple, int] = {}  # (block, shared_mem) -> resident_blocks()
         self._lock = threading.Lock()
         self._dynamic_smem_limit: int | None = None  # read from the function on first use
@@ -86,11 +52,6 @@ class Kernel(_hotpath.RepeatLaunch):
         # The hot path calls the binding directly and tests the CUresult inline; any failure still goes
         # through _driver.check (in _launch_failed), so errors read like every other driver error.
         self._launch = _driver.driver().cuLaunchKernelEx
-        # The C repeat path calls the driver's entry point itself, but only where launches go to the real
-        # driver (tests stand in their own); with 0 it runs the armed BoundLaunch instead.
-        real = self._launch is _driver.bindings().cuLaunchKernelEx
-        self._raw_launch = _driver.entry_point("cuLaunchKernelEx") if real and _hotpath.IMPLEMENTATION == "native" else 0
-        self._candidate: tuple | None = None  # the last repeatable launch, armed when it comes again
 
     def _driver_layout(self, expected: int) -> list[tuple[int, int]]:
         """(offset, size) of each parameter from cuFuncGetParamInfo. With the PTX signature known, exactly
@@ -131,75 +92,38 @@ class Kernel(_hotpath.RepeatLaunch):
             blocks = self._resident[key] = per_sm * sms
         return blocks
 
-    # kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None) is RepeatLaunch.__call__ (C in
-    # tmakit/_native.c, or its Python twin): a repeat of the armed launch launches its frozen parameter buffer
-    # directly; everything else comes here.
-    def _launch_slow(self, args: tuple, kwargs: dict) -> None:
-        grid, block, shared_mem, stream, cluster = _launch_options(**kwargs)
+    def __call__(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
+                 cluster: Any = None) -> None:
+        """Launch once: check the configuration, pack every argument, call cuLaunchKernelEx."""
         self._require_module()
-        config = self._config_for(grid, block, shared_mem, stream, cluster)
-        types = tuple(map(type, args))
+        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
             packer = self._packer
             packer.pack(args)
             result = self._launch(config, self._func, packer.pointers_address, 0)
             if (result[0] if type(result) is tuple else result) != 0:
                 self._launch_failed(result, config, packer.pointers_address)  # retries, still under the lock
-            # Arm on the second identical launch in a row, so arguments that change every launch pay for no
-            # copies. Only immutable argument types (ints, bytes, TensorMaps) can be repeated from a frozen
-            # copy; the tuple compares types before values, so == never compares arrays.
-            request = (types, args, kwargs)
-            if self._blocking or not _REPEATABLE.issuperset(types):
-                self._candidate = None
-            elif self._candidate != request:
-                self._candidate = request
-            else:
-                self._candidate = None
-                bound = BoundLaunch(self, config, *packer.frozen_copy())
-                self._arm(args, kwargs, bound, self._module_alive, self._raw_launch,
-                          config.getPtr() if self._raw_launch else 0, int(self._func) if self._raw_launch else 0,
-                          bound._address)
         if self._blocking:
             _driver.call("cuStreamSynchronize", config.hStream)
 
-    def _repeat_failed(self, code: int) -> None:
-        """The armed launch's driver call returned ``code`` (called by RepeatLaunch)."""
-        bound = self._armed
-        with self._lock:
-            self._launch_failed(_driver.bindings().CUresult(code), bound._config, bound._address)
-
     def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
              cluster: Any = None, keep_args: bool = True) -> "BoundLaunch":
-        """Check and pack the arguments and the configuration once; the returned object launches exactly this
-        (``bound()``) at the binding's own cost plus a few attribute reads: for hot loops of identical launches.
-        Arrays are bound by their address at bind time. It keeps the arguments and the stream alive unless
-        ``keep_args=False``: then it holds only the packed bytes, for callers that key the launch by the
-        arrays' addresses and layouts themselves (the ops' launch memo)."""
+        """Check the configuration and pack the arguments once; ``bound()`` launches exactly this,
+        ``bound.update(index, value)`` replaces one argument, ``bound(stream=s)`` launches on another stream.
+
+        Arrays are bound by their address at bind time. The bound launch keeps its arguments and its stream
+        alive. With ``keep_args=False`` it holds only the packed bytes and the stream, plus weak references to
+        the array arguments, and refuses to launch once one of those is gone (for callers that manage the
+        memory themselves, e.g. by keying launches on the arrays' addresses)."""
         self._require_module()
-        config = self._config_for(grid, block, shared_mem, stream, cluster)
-        with self._lock:
-            self._packer.pack(args)
-            address, keep_alive = self._packer.frozen_copy()
-        return BoundLaunch(self, config, address, (keep_alive, args, stream) if keep_args else keep_alive)
+        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
+        packer = ArgPacker(self.params, self.name, self.device)
+        packer.pack(args)
+        return BoundLaunch(self, config, packer, list(args), stream, keep_args)
 
     def _require_module(self) -> None:
         if not self._module_alive.alive:
             raise LaunchError(f"kernel {self.name}: its module was closed; load it again")
-
-    def _config_for(self, grid: Any, block: Any, shared_mem: Any, stream: Any, cluster: Any) -> Any:
-        handle = stream_handle(stream)
-        key = (grid, block, shared_mem, handle, cluster)
-        try:
-            return self._configs[key]
-        except (KeyError, TypeError):  # TypeError: grid/block given as lists
-            config = self._configure(grid, block, shared_mem, handle, cluster)
-            try:
-                if len(self._configs) >= _MAX_CONFIGS:
-                    self._configs.clear()
-                self._configs[key] = config
-            except TypeError:
-                pass  # an unhashable key (lists) is just not remembered
-            return config
 
     def _launch_failed(self, result: Any, config: Any, pointers_address: int) -> None:
         try:
@@ -208,15 +132,15 @@ class Kernel(_hotpath.RepeatLaunch):
             if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
                 raise
         # This thread has no (or another device's) context current: make ours current and launch once more.
-        from .build.module import make_current
-
-        make_current(self.device)
+        _driver.make_current(self.device)
         _driver.check("cuLaunchKernelEx", self._launch(config, self._func, pointers_address, 0))
 
     def _configure(self, grid: Any, block: Any, shared_mem: Any, handle: int, cluster: Any) -> Any:
         drv = _driver.driver()
         g, b = _dim3(grid, "grid"), _dim3(block, "block")
-        threads, limit = b[0] * b[1] * b[2], self.attribute("MAX_THREADS_PER_BLOCK")
+        if self._max_threads is None:
+            self._max_threads = self.attribute("MAX_THREADS_PER_BLOCK")
+        threads, limit = b[0] * b[1] * b[2], self._max_threads
         if threads > limit:
             raise LaunchError(f"kernel {self.name}: block={b} has {threads} threads, this kernel allows at most "
                               f"{limit} (registers/launch bounds); use a smaller block")
@@ -272,30 +196,92 @@ class Kernel(_hotpath.RepeatLaunch):
 
 
 class BoundLaunch:
-    """One launch of a kernel with fixed arguments and configuration (``Kernel.bind``); call it to launch."""
+    """One launch of a kernel with bound arguments and configuration (``Kernel.bind``); call it to launch.
 
-    __slots__ = ("kernel", "_launch", "_func", "_config", "_address", "_alive", "_keep_alive")
+    It owns its parameter buffer: ``update(index, value)`` rewrites that argument's bytes only, and the
+    kernel's own launches never touch it. It keeps its arguments (and stream) alive, so the device pointers
+    taken from them stay valid; bound with ``keep_args=False`` it keeps the stream and weak references to the
+    array arguments, and refuses to launch once one of those is gone."""
 
-    def __init__(self, kernel: Kernel, config: Any, address: int, keep_alive: Any) -> None:
-        self.kernel, self._config, self._address, self._keep_alive = kernel, config, address, keep_alive
+    __slots__ = ("kernel", "_launch", "_func", "_config", "_packer", "_writers", "_address", "_alive", "_args",
+                 "_stream", "_weak", "_blocking")
+
+    def __init__(self, kernel: Kernel, config: Any, packer: ArgPacker, args: list, stream: Any,
+                 keep_args: bool = True) -> None:
+        self.kernel, self._config, self._packer = kernel, config, packer
+        self._address, self._writers = packer.pointers_address, packer._writers
         self._launch, self._func, self._alive = kernel._launch, kernel._func, kernel._module_alive
+        self._blocking = kernel._blocking
+        self._weak: list | None = None
+        self._stream = stream  # a foreign stream object owns its handle: always held
+        if keep_args:
+            self._args = args
+        else:
+            self._args, self._weak = None, [_weak_if_array(a) for a in args]
 
-    def __call__(self) -> None:
-        if not self._alive.alive:
-            raise LaunchError(f"kernel {self.kernel.name}: its module was closed; load it again")
-        result = self._launch(self._config, self._func, self._address, 0)
+    def __call__(self, stream: Any = None) -> None:
+        config = self._config if stream is None else self._config_on(stream)
+        if self._weak is not None or not self._alive.alive:
+            self._require_launchable()
+        result = self._launch(config, self._func, self._address, 0)
         if (result[0] if type(result) is tuple else result) != 0:
             with self.kernel._lock:
-                self.kernel._launch_failed(result, self._config, self._address)
-        if self.kernel._blocking:
-            _driver.call("cuStreamSynchronize", self._config.hStream)
+                self.kernel._launch_failed(result, config, self._address)
+        if self._blocking:
+            _driver.call("cuStreamSynchronize", config.hStream)
+
+    def update(self, index: int, value: Any) -> None:
+        """Replace positional argument ``index`` (checked like at bind time; only its bytes are written)."""
+        writers = self._writers
+        if type(index) is not int or not 0 <= index < len(writers):
+            raise LaunchError(f"kernel {self.kernel.name}: argument index {index!r} is not in 0..{len(writers) - 1}")
+        writers[index](value)
+        if self._args is not None:
+            self._args[index] = value
+        else:
+            self._weak[index] = _weak_if_array(value)  # type: ignore[index]
+
+    def _config_on(self, stream: Any) -> Any:
+        """This launch's configuration on another stream (a new CUlaunchConfig; the bound one is unchanged)."""
+        drv = _driver.driver()
+        c, config = self._config, drv.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = c.gridDimX, c.gridDimY, c.gridDimZ
+        config.blockDimX, config.blockDimY, config.blockDimZ = c.blockDimX, c.blockDimY, c.blockDimZ
+        config.sharedMemBytes = c.sharedMemBytes
+        config.hStream = drv.CUstream(stream_handle(stream))
+        config.attrs, config.numAttrs = c.attrs, c.numAttrs
+        return config
+
+    def _require_launchable(self) -> None:
+        if not self._alive.alive:
+            raise LaunchError(f"kernel {self.kernel.name}: its module was closed; load it again")
+        for i, ref in enumerate(self._weak or ()):
+            if ref is not None and ref() is None:
+                raise LaunchError(f"kernel {self.kernel.name}: argument {i} was freed after bind(keep_args=False); "
+                                  "the device pointer it gave is no longer valid: bind again")
 
     @property
     def alive(self) -> bool:
         """Whether the kernel's module is still loaded (else calling raises)."""
         return self._alive.alive
 
+    @property
+    def args(self) -> tuple:
+        """The bound arguments (empty when bound with keep_args=False)."""
+        return tuple(self._args) if self._args is not None else ()
+
     def __repr__(self) -> str:
         c = self._config
         return (f"<tmakit.BoundLaunch {self.kernel.name} grid=({c.gridDimX}, {c.gridDimY}, {c.gridDimZ}) "
                 f"block=({c.blockDimX}, {c.blockDimY}, {c.blockDimZ}) shared_mem={c.sharedMemBytes}>")
+
+
+def _weak_if_array(obj: Any) -> Any:
+    """A weak reference to an array argument (the object a device pointer was taken from); None for values
+    (ints, bytes, TensorMaps: their bytes are packed) and for arrays that cannot be referenced weakly."""
+    if not is_array(obj):
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None

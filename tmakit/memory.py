@@ -22,6 +22,7 @@ import numpy as np
 from . import _driver
 from ._accounting import LiveCounter
 from .errors import InvalidArgumentError
+from .streams import use_device
 
 # cuMemHostAlloc / cuMemHostRegister flags (stable ABI values)
 _ALLOC_PORTABLE, _ALLOC_DEVICEMAP, _ALLOC_WRITECOMBINED = 1, 2, 4
@@ -93,8 +94,6 @@ class PinnedBuffer(_UseTracker):
     def __init__(self, nbytes: int, *, portable: bool = False, mapped: bool = False, write_combined: bool = False,
                  device: int = 0):
         super().__init__()
-        from .streams import use_device
-
         self.nbytes = int(nbytes)
         self._shape, self._dtype = (self.nbytes,), np.dtype(np.uint8)  # what np.asarray(buffer) shows
         self.portable, self.mapped, self.write_combined, self.device = portable, mapped, write_combined, device
@@ -182,8 +181,6 @@ class Registration(_UseTracker):
 
     def __init__(self, array: np.ndarray, *, portable: bool, mapped: bool, device: int):
         super().__init__()
-        from .streams import use_device
-
         self.array, self.ptr, self.nbytes = array, int(array.ctypes.data), int(array.nbytes)
         ctx = use_device(device)
         flags = (_REGISTER_PORTABLE if portable else 0) | (_REGISTER_DEVICEMAP if mapped else 0)

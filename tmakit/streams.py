@@ -1,4 +1,5 @@
-"""Streams, events, timing and async copies between host and device.
+"""Streams and events: the one stream adapter (``as_stream``, ``stream_handle``), timing, and the watcher that
+keeps objects alive until the work queued before an event has completed. Async copies are ``copies.py``.
 
 ``Stream`` and ``Event`` own driver handles (created through ``tmakit._driver``, so every failure is a
 ``CudaDriverError`` naming the call). Foreign streams (cuda.core, torch, cupy, a raw ``CUstream`` int)
@@ -21,7 +22,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _driver
-from .arrays import ArrayView, device_array_view
+from .arrays import is_array
 from .errors import InvalidArgumentError, TmakitError
 
 # Driver constants (stable ABI values; plain ints keep this module free of cuda.bindings enums).
@@ -221,6 +222,46 @@ def _stream_device(handle: int) -> int:
     return int(_driver.call("cuStreamGetDevice", handle))
 
 
+def _foreign_handle(obj: Any) -> tuple[int, Any] | None:
+    """(handle, owner) of a stream object that is not a tmakit Stream, or None when ``obj`` is no stream:
+    the ``__cuda_stream__`` protocol (cuda.core, cupy 14), torch/cupy (``.cuda_stream`` / ``.ptr``), a
+    ``CUstream`` or a non-negative int handle."""
+    if hasattr(obj, "__cuda_stream__"):
+        return int(obj.__cuda_stream__()[1]), obj
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        value = getattr(obj, attr, None)
+        if isinstance(value, int) and not is_array(obj):
+            return value, obj
+    if type(obj).__name__ == "CUstream":
+        return int(obj), None
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool) and int(obj) >= 0:
+        return int(obj), None
+    return None
+
+
+def _not_a_stream(obj: Any, parameter: str) -> InvalidArgumentError:
+    if is_array(obj):
+        return InvalidArgumentError(parameter, type(obj).__name__, "is an array, not a stream",
+                                    "pass the stream as stream=..., and the array where the data goes")
+    return InvalidArgumentError(parameter, type(obj).__name__, "is not a CUDA stream",
+                                "pass a tmakit.Stream, cuda.core Stream, torch/cupy stream or a CUstream int")
+
+
+def stream_handle(obj: Any, parameter: str = "stream") -> int:
+    """The ``CUstream`` handle (an int) of anything ``as_stream`` adopts, without adopting it; None -> 0
+    (the legacy default stream). What a launch needs on every call."""
+    if obj is None:
+        return 0
+    if type(obj) is int and obj >= 0:
+        return obj
+    if type(obj) is Stream:
+        return int(obj.raw)
+    found = _foreign_handle(obj)
+    if found is None:
+        raise _not_a_stream(obj, parameter)
+    return found[0]
+
+
 def as_stream(obj: Any = None, *, device: int | None = None, parameter: str = "stream") -> Stream:
     """Adopt a stream: a tmakit Stream, cuda.core Stream, any ``__cuda_stream__`` object, a torch or cupy
     stream, or a raw ``CUstream`` int. ``None`` means the legacy default stream of ``device`` (or the
@@ -231,19 +272,10 @@ def as_stream(obj: Any = None, *, device: int | None = None, parameter: str = "s
         dev = device if device is not None else (_driver.current_device_ordinal() or 0)
         use_device(dev)
         return Stream._borrow(0, None, dev)
-    if hasattr(obj, "__cuda_stream__"):
-        version, handle = obj.__cuda_stream__()
-        return Stream._borrow(int(handle), obj, None)
-    if hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"):
-        raise InvalidArgumentError(parameter, type(obj).__name__, "is an array, not a stream",
-                                   "pass the stream as stream=..., and the array where the data goes")
-    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
-        if isinstance(getattr(obj, attr, None), int):
-            return Stream._borrow(getattr(obj, attr), obj, None)
-    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool) and int(obj) >= 0:
-        return Stream._borrow(int(obj), None, None)
-    raise InvalidArgumentError(parameter, type(obj).__name__, "is not a CUDA stream",
-                               "pass a tmakit.Stream, cuda.core Stream, torch/cupy stream or a CUstream int")
+    found = _foreign_handle(obj)
+    if found is None:
+        raise _not_a_stream(obj, parameter)
+    return Stream._borrow(found[0], found[1], None)
 
 
 # ---------------------------------------------------------------- keep-alive until copies complete
@@ -281,97 +313,9 @@ class _Watcher:
 _watcher = _Watcher()
 
 
-def keep_alive(stream: Stream, *objs: Any) -> Event:
-    """Keep ``objs`` referenced until the work queued on ``stream`` so far has completed."""
-    return _watcher.hold(stream, tuple(_owner_of(o) for o in objs))
-
-
-def _owner_of(obj: Any) -> Any:
-    """What must stay alive for ``obj``'s memory: the allocation owner rather than a view."""
-    if isinstance(obj, np.ndarray):
-        from .memory import host_owner
-
-        return host_owner(obj) or obj
-    return getattr(obj, "_alloc", None) or obj
-
-
-# ---------------------------------------------------------------- async copies
-def _host(arr: Any, parameter: str, *, writable: bool) -> np.ndarray:
-    from .memory import host_owner
-
-    if not isinstance(arr, np.ndarray):
-        raise InvalidArgumentError(parameter, type(arr).__name__, "must be a numpy array in host memory",
-                                   "pass a numpy array (tmakit.pinned_empty for fast async copies)")
-    host_owner(arr, parameter)  # raises when its pinned buffer was freed
-    if not arr.flags.c_contiguous:
-        raise InvalidArgumentError(parameter, f"array with strides {arr.strides}", "must be C-contiguous",
-                                   "pass numpy.ascontiguousarray(a) (or copy into a pinned buffer)")
-    if writable and not arr.flags.writeable:
-        raise InvalidArgumentError(parameter, "read-only array", "must be writable to receive a copy", "pass a writable array")
-    return arr
-
-
-def _device(arr: Any, parameter: str) -> ArrayView:
-    view = device_array_view(arr, parameter)
-    if not view.is_c_contiguous:
-        raise InvalidArgumentError(parameter, f"device array with strides {view.strides}", "must be C-contiguous",
-                                   "copy it to a contiguous array first")
-    return view
-
-
-def _match(dst_shape: tuple, dst_dtype: str, src_shape: tuple, src_dtype: str) -> None:
-    if dst_dtype != src_dtype:
-        raise InvalidArgumentError("dst", dst_dtype, f"has a different dtype from src ({src_dtype})",
-                                   "convert one side first (numpy astype) so both have the same dtype")
-    if tuple(dst_shape) != tuple(src_shape):
-        raise InvalidArgumentError("dst", f"shape {tuple(dst_shape)}", f"differs from src shape {tuple(src_shape)}",
-                                   "copy between arrays of the same shape (slice or reshape one side)")
-
-
-def _on_device(stream: Stream, view: ArrayView, parameter: str) -> None:
-    if view.device != stream.device:
-        raise InvalidArgumentError("stream", f"stream on device {stream.device}",
-                                   f"cannot copy {parameter} which lives on device {view.device}",
-                                   f"use a stream of device {view.device} (tmakit.Stream({view.device}))")
-
-
-def copy_h2d(dst: Any, src: np.ndarray, stream: Any = None) -> Event:
-    """Enqueue host->device ``dst[...] = src`` on ``stream``; returns the event marking its completion."""
-    s = as_stream(stream)
-    use_device(s.device)  # pointer queries and the copy need a context of the stream's device
-    host = _host(src, "src", writable=False)
-    view = _device(dst, "dst")
-    _match(view.shape, view.dtype_name, host.shape, host.dtype.name)
-    _on_device(s, view, "dst")
-    if host.nbytes:
-        _driver.call("cuMemcpyHtoDAsync", view.ptr, host.ctypes.data, host.nbytes, s.raw)
-    return keep_alive(s, host, dst)
-
-
-def copy_d2h(dst: np.ndarray, src: Any, stream: Any = None) -> Event:
-    """Enqueue device->host ``dst[...] = src`` on ``stream``; ``dst`` is valid once the returned event is done."""
-    s = as_stream(stream)
-    use_device(s.device)
-    host = _host(dst, "dst", writable=True)
-    view = _device(src, "src")
-    _match(host.shape, host.dtype.name, view.shape, view.dtype_name)
-    _on_device(s, view, "src")
-    if host.nbytes:
-        _driver.call("cuMemcpyDtoHAsync", host.ctypes.data, view.ptr, host.nbytes, s.raw)
-    return keep_alive(s, host, src)
-
-
-def copy_d2d(dst: Any, src: Any, stream: Any = None) -> Event:
-    """Enqueue device->device ``dst[...] = src`` on ``stream`` (same device)."""
-    s = as_stream(stream)
-    use_device(s.device)
-    d, v = _device(dst, "dst"), _device(src, "src")
-    _match(d.shape, d.dtype_name, v.shape, v.dtype_name)
-    _on_device(s, d, "dst")
-    _on_device(s, v, "src")
-    if d.nbytes:
-        _driver.call("cuMemcpyDtoDAsync", d.ptr, v.ptr, d.nbytes, s.raw)
-    return keep_alive(s, dst, src)
+def hold_until_done(stream: Stream, owners: tuple[Any, ...]) -> Event:
+    """Keep ``owners`` referenced until the work queued on ``stream`` so far has completed."""
+    return _watcher.hold(stream, owners)
 
 
 # ---------------------------------------------------------------- timing

@@ -7,7 +7,8 @@ reused only after the chunk that used it before has finished (a stream wait on t
 when pinned staging buffers are involved). Pageable inputs/outputs are staged through pinned buffers.
 
 The report times every stage with events and shows the overlap achieved: end-to-end time against the
-sum of the stages (what one stream would take) and the slowest stage (the ideal).
+sum of the stages (what one stream would take) and the slowest stage (the ideal). Pictures of it (text, rich,
+PNG) and the progress bar are ``transfer_render.py``.
 """
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import transfer_render
 from .device_array import DeviceArray
 from .errors import InvalidArgumentError
 from .memory import host_owner, pinned_empty
-from .streams import Event, Stream, as_stream, copy_d2h, copy_h2d, elapsed_ms
+from .copies import copy_d2h, copy_h2d
+from .streams import Event, Stream, as_stream, elapsed_ms
 
 
 @dataclass(frozen=True)
@@ -158,71 +161,21 @@ class TransferReport:
 
     __str__ = summary
 
-    # ---- pictures
+    # ---- pictures (drawn by transfer_render)
     def timeline_rows(self, width: int = 100) -> list[tuple[int, str]]:
         """One text row per stream: H = host->device, K = kernel, D = device->host, '.' = idle."""
-        if width < 10:
-            raise InvalidArgumentError("width", width, "is too narrow for a timeline", "use width >= 10")
-        scale = width / self.total_ms if self.total_ms > 0 else 0.0
-        rows: dict[int, list[str]] = {s: ["."] * width for s in sorted({c.stream for c in self.chunks})}
-        for c in self.chunks:
-            for stage, mark in zip(_STAGES, "HKD"):
-                lo, hi = getattr(c, stage)
-                if hi <= lo:
-                    continue
-                a = min(width - 1, int(lo * scale))
-                b = max(a + 1, min(width, int(round(hi * scale))))
-                for x in range(a, b):
-                    rows[c.stream][x] = mark
-        return [(s, "".join(cells)) for s, cells in rows.items()]
+        return transfer_render.timeline_rows(self, width)
 
     def timeline_text(self, width: int = 100) -> str:
-        label = f"0 ms{'':{max(0, width - 14)}}{self.total_ms:8.2f} ms"
-        body = [f"stream {s:2d} |{row}|" for s, row in self.timeline_rows(width)]
-        return "\n".join([f"{'':10}{label}", *body, f"{'':10}H = host->device  K = kernel  D = device->host  . = idle"])
+        return transfer_render.timeline_text(self, width)
 
     def print_timeline(self, width: int | None = None, console: Any = None) -> None:
         """Print the summary and a coloured timeline with rich."""
-        from rich.console import Console
-        from rich.text import Text
-
-        console = console or Console()
-        width = width or max(20, min(120, console.width - 14))
-        colours = {"H": "bold blue", "K": "bold green", "D": "bold magenta", ".": "dim"}
-        console.print(self.summary())
-        for s, row in self.timeline_rows(width):
-            text = Text(f"stream {s:2d} |")
-            for ch in row:
-                text.append(ch, style=colours[ch])
-            text.append("|")
-            console.print(text)
-        console.print(Text("H = host->device  K = kernel  D = device->host", style="dim"))
+        transfer_render.print_timeline(self, width, console)
 
     def save_timeline_png(self, path: str) -> str:
         """Draw the stream timeline as a PNG (needs matplotlib: pip install 'tmakit[plot]')."""
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as exc:
-            raise ImportError("save_timeline_png needs matplotlib; install it with: pip install 'tmakit[plot]'") from exc
-        streams = sorted({c.stream for c in self.chunks})
-        fig, ax = plt.subplots(figsize=(12, 1 + 0.6 * len(streams)))
-        colours = {"h2d": "tab:blue", "kernel": "tab:green", "d2h": "tab:purple"}
-        for stage, colour in colours.items():
-            for s in streams:
-                spans = [getattr(c, stage) for c in self.chunks if c.stream == s]
-                ax.broken_barh([(lo, hi - lo) for lo, hi in spans], (s - 0.4, 0.8), color=colour,
-                               label=stage if s == streams[0] else None)
-        ax.set_yticks(streams, [f"stream {s}" for s in streams])
-        ax.set_xlabel("ms")
-        ax.set_title(f"end-to-end {self.total_ms:.1f} ms, {self.vs_ideal:.2f}x the slowest stage")
-        ax.legend(loc="upper right")
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        return path
+        return transfer_render.save_timeline_png(self, path)
 
     def as_dict(self) -> dict:
         keys = ("bytes_h2d", "bytes_d2h", "total_ms", "h2d_ms", "kernel_ms", "d2h_ms", "h2d_gbps", "d2h_gbps",
@@ -411,7 +364,7 @@ class _Runner:
             s.wait(self.t0)
         busy: list[_Pending | None] = [None] * self.n_slots
         done: list[_Pending] = []
-        with _Progress(show_progress, n_chunks) as progress:
+        with transfer_render.Progress(show_progress, n_chunks) as progress:
             for i in range(n_chunks):
                 slot, s = i % self.n_slots, self.streams[i % len(self.streams)]
                 if busy[slot] is not None:
@@ -472,39 +425,3 @@ class _Runner:
     def _timing(self, p: _Pending) -> ChunkTiming:
         start, h2d, ker, d2h = (elapsed_ms(self.t0, e) for e in p.events)
         return ChunkTiming(p.index, p.stream, p.slot, (p.lo, p.hi), (start, h2d), (h2d, ker), (ker, d2h))
-
-
-class _Progress:
-    """A rich progress bar counting finished chunks (or nothing)."""
-
-    def __init__(self, enabled: bool, n_chunks: int):
-        self.enabled, self.n_chunks, self.finished = enabled, n_chunks, 0
-        self._bar: Any = None
-
-    def __enter__(self) -> "_Progress":
-        if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._bar = Progress(TextColumn("transfer"), BarColumn(), TextColumn("{task.completed}/{task.total} chunks"),
-                                 TimeRemainingColumn(), transient=True)
-            self._bar.__enter__()
-            self._task = self._bar.add_task("transfer", total=self.n_chunks)
-        return self
-
-    def poll(self, chunks: list[_Pending], wait: bool = False) -> None:
-        """Advance over chunks that have finished, in order (without waiting unless ``wait``)."""
-        if self._bar is None:
-            return
-        while self.finished < len(chunks):
-            last = chunks[self.finished].events[3]
-            if wait:
-                last.sync()
-            elif not last.query():
-                break
-            self.finished += 1
-            if self._bar is not None:
-                self._bar.advance(self._task)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)

@@ -6,8 +6,10 @@
 from __future__ import annotations
 
 from .cache import cache_dir, cache_enabled
-from .compile import CompiledKernelCode, assemble_ptx, compile_cuda, load_ptx, nvrtc_version
-from .module import Module, load_module
+from .code import CompiledKernelCode
+from .compile import assemble_ptx, compile_cuda, load_module, load_ptx
+from .module import Module
+from .versions import nvrtc_version
 from .sources import source_dirs
 
 __all__ = [

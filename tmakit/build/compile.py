@@ -6,79 +6,23 @@ kernel signatures and entry names on a machine without a GPU, and lands in ``TMA
 """
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from .. import _driver
 from ..arch import Arch
 from ..errors import CompileError, UnsupportedDeviceError
-from ..kernel_signature import ParamInfo, parse_ptx_entries, ptx_targets
+from ..kernel_signature import ptx_targets
 from . import cache
+from .code import CompiledKernelCode
+from .versions import driver_version_tag, nvrtc_version
 from .options import program_options
 from .sources import Source, cuda_include_dirs, included_headers, resolve_source, source_dirs
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .module import Module
-
-
-@dataclass(frozen=True, eq=False)
-class CompiledKernelCode:
-    """Loadable kernel code: a cubin (with the PTX it came from) or hand-written PTX."""
-
-    code: bytes
-    kind: str  # "cubin" | "ptx"
-    arch: Arch
-    options: tuple[str, ...]
-    cache_key: str
-    log: str
-    name: str
-    ptx: str  # for a cubin: the PTX of the same compile (signatures); for PTX: the text itself
-    from_cache: bool = False
-    _entries: dict[str, list[ParamInfo]] = field(default_factory=dict, repr=False)
-
-    def entry_names(self) -> list[str]:
-        return list(self._signatures())
-
-    def params(self, entry: str) -> list[ParamInfo] | None:
-        """The entry's parameter list from the PTX, or None when the PTX has no such entry."""
-        return self._signatures().get(entry)
-
-    def _signatures(self) -> dict[str, list[ParamInfo]]:
-        if not self._entries:
-            self._entries.update(parse_ptx_entries(self.ptx))
-        return self._entries
-
-    def load(self, device: int = 0) -> "Module":
-        from .module import Module
-
-        return Module(self, device)
-
-
-@functools.lru_cache(maxsize=1)
-def nvrtc_version() -> tuple[int, int]:
-    from cuda.bindings import nvrtc
-
-    err, major, minor = nvrtc.nvrtcVersion()
-    if int(err) != 0:
-        raise UnsupportedDeviceError(f"NVRTC is not usable ({err}); pip install 'nvidia-cuda-nvrtc>=13.0,<13.1'")
-    return int(major), int(minor)
-
-
-@functools.lru_cache(maxsize=1)
-def driver_version_tag() -> str:
-    """The driver version for cache keys: a driver may change what it accepts; 'none' without a GPU."""
-    if not _driver.gpu_available():
-        return "none"
-    major, minor = _driver.driver_version()
-    return f"{major}.{minor}"
-
 
 def default_arch(arch: Any, device: int = 0) -> Arch:
     """``arch`` parsed, or the device's own with the arch-specific 'a' suffix on sm_90+ (sm_90 -> sm_90a)."""
@@ -206,3 +150,14 @@ def is_ptx_text(source: str | Path) -> bool:
     if isinstance(source, Path) or "\n" not in text:
         return text.endswith(".ptx")
     return re.search(r"^\s*\.version\s", text, re.M) is not None
+
+
+def load_module(source: str | Path | CompiledKernelCode, *, device: int = 0, arch: Arch | str | tuple | None = None,
+                defines: Mapping[str, str | int] | None = None, options: Sequence[str] = ()) -> Any:
+    """Compile (through the cache) or read PTX, and load it on ``device`` -> ``Module``."""
+    if isinstance(source, CompiledKernelCode):
+        return source.load(device)
+    if is_ptx_text(source):
+        return load_ptx(source, arch=arch).load(device)
+    target = default_arch(arch, device) if arch is None else Arch.parse(arch)
+    return compile_cuda(source, arch=target, defines=defines, options=options).load(device)

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any
 
 from .. import _driver
 from ..arch import Arch
 from ..errors import CompileError, CudaDriverError, LaunchError, UnsupportedDeviceError
-from .compile import CompiledKernelCode, compile_cuda, default_arch, is_ptx_text, load_ptx, nvrtc_version
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..launch import Kernel
+from ..launch import Kernel
+from .versions import nvrtc_version
 
 
-def choose_image(code: CompiledKernelCode, device: Arch) -> str:
+def choose_image(code: Any, device: Arch) -> str:
     """'cubin' or 'ptx': which of the code's images this device can run; UnsupportedDeviceError otherwise."""
     need = code.arch
     if need.accelerated and (device.major, device.minor) != (need.major, need.minor):
@@ -37,7 +34,7 @@ def choose_image(code: CompiledKernelCode, device: Arch) -> str:
     return "ptx"
 
 
-def _check_jit_possible(code: CompiledKernelCode) -> None:
+def _check_jit_possible(code: Any) -> None:
     if code.kind == "cubin":  # NVRTC's PTX: the driver must be at least as new as NVRTC to JIT it
         drv, rtc = _driver.driver_version(), nvrtc_version()
         if drv < rtc:
@@ -59,10 +56,10 @@ def _unload(handle: Any) -> None:
 class Module:
     """A CUmodule on one device. ``close()`` is idempotent; kernels taken from it keep it loaded."""
 
-    def __init__(self, code: CompiledKernelCode, device: int = 0):
+    def __init__(self, code: Any, device: int = 0):
         self.code, self.device = code, int(device)
-        self._kernels: dict[str, "Kernel"] = {}
-        make_current(self.device)
+        self._kernels: dict[str, Kernel] = {}
+        _driver.make_current(self.device)
         self.image = choose_image(code, _driver.device_arch(self.device))
         if self.image == "ptx":
             _check_jit_possible(code)
@@ -83,9 +80,7 @@ class Module:
             raise LaunchError(f"module {self.code.name} is closed")
         return self._handle
 
-    def kernel(self, name: str) -> "Kernel":
-        from ..launch import Kernel
-
+    def kernel(self, name: str) -> Kernel:
         found = self._kernels.get(name)
         if found is None:
             names = self.code.entry_names()
@@ -113,20 +108,3 @@ class Module:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"device {self.device}, {self.image}"
         return f"<tmakit.Module {self.code.name} {self.code.arch.sm} ({state}) kernels={self.code.entry_names()}>"
-
-
-def make_current(device: int) -> None:
-    """Make the device's primary context current unless a context of that device already is."""
-    if _driver.current_device_ordinal() != device:
-        _driver.call("cuCtxSetCurrent", _driver.primary_context(device))
-
-
-def load_module(source: str | Path | CompiledKernelCode, *, device: int = 0, arch: Arch | str | tuple | None = None,
-                defines: Mapping[str, str | int] | None = None, options: Sequence[str] = ()) -> Module:
-    """Compile (through the cache) or read PTX, and load it on ``device``."""
-    if isinstance(source, CompiledKernelCode):
-        return source.load(device)
-    if is_ptx_text(source):
-        return load_ptx(source, arch=arch).load(device)
-    target = default_arch(arch, device) if arch is None else Arch.parse(arch)
-    return compile_cuda(source, arch=target, defines=defines, options=options).load(device)

@@ -19,7 +19,6 @@ from typing import Any, Sequence
 
 from ..arrays import ArrayView
 from ..errors import InvalidArgumentError
-from ..tensormap import describe_tensor
 from . import _checks
 
 
@@ -34,11 +33,7 @@ def _describe(v: ArrayView) -> str:
 
 def repoint(tensor_map: Any, view: ArrayView) -> Any:
     """``tensor_map`` re-pointed at ``view``'s address (same geometry, checked by the caller)."""
-    if hasattr(tensor_map, "with_address"):
-        return tensor_map.with_address(view.ptr)
-    # SHIM until TensorMap.with_address is on main
-    return describe_tensor(view, box=tensor_map.box_shape, swizzle=tensor_map.swizzle, oob_fill=tensor_map.oob_fill,
-                           l2_promotion=tensor_map.l2_promotion)
+    return tensor_map.with_address(view.ptr)
 
 
 class Plan:
@@ -52,9 +47,7 @@ class Plan:
                  **launch_options: Any) -> None:
         self.result = result
         self._views = tuple(views)  # the buffers (their owners stay alive with the plan)
-        self._kernel = kernel
         self._args = list(args)
-        self._options = launch_options
         self._launch = kernel.bind(*args, **launch_options) if kernel is not None else None
 
     @property
@@ -91,10 +84,7 @@ class Plan:
         """Replace positional argument ``index`` of the bound launch."""
         self._args[index] = value
         if self._launch is not None:
-            if hasattr(self._launch, "update"):
-                self._launch.update(index, value)
-            else:  # SHIM until BoundLaunch.update is on main
-                self._launch = self._kernel.bind(*self._args, **self._options)
+            self._launch.update(index, value)
 
     def __repr__(self) -> str:
         return f"<tmakit.ops plan_{self.op} {self.result}>"

@@ -15,8 +15,8 @@ from ..backend import BackendChoice, choose_backend
 from ..device_array import DeviceArray
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError, TmakitError, UnsupportedDeviceError
+from ..tensormap import describe_tensor  # before layout: tmakit.layout imports tmakit.tensormap's enums
 from ..layout.tma_model import box_geometry, check_box_start
-from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel
 from ._plan import Plan, repoint

@@ -6,18 +6,19 @@ driver order so they can be stored as JSON lines.
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable
 
 from ..dtypes import DataType
+from .encode import encode_im2col_raw, encode_tiled_raw
+from .rules import Violation, check_im2col, check_tiled
 
 ADDRESS_BASE = 1 << 40  # replay address: aligned far beyond any rule's granularity
 _SPANS = {0: 0, 1: 32, 2: 64, 3: 128, 4: 128, 5: 128, 6: 128}
 
 
 def _log_uniform(rng: random.Random, lo: int, hi: int) -> int:
-    import math
-
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
 
 
@@ -245,8 +246,6 @@ def case_address(case: dict[str, Any], base: int = ADDRESS_BASE) -> int:
 def driver_verdict(case: dict[str, Any], base_address: int) -> str:
     """Encode ``case`` with the driver (a context must be current); the CUresult's name, or "PYTHON:<error>"
     when cuda-bindings refuses a value before calling the driver (e.g. a list longer than rank 5)."""
-    from .encode import encode_im2col_raw, encode_tiled_raw
-
     try:
         return _driver_verdict(case, base_address, encode_tiled_raw, encode_im2col_raw)
     except (OverflowError, ValueError, TypeError) as exc:
@@ -264,3 +263,15 @@ def _driver_verdict(case: dict[str, Any], base_address: int, encode_tiled_raw: A
                                    case["upper_corner"], case["channels_per_pixel"], case["pixels_per_column"],
                                    case["element_strides"], *common)
     return err.name
+
+
+def replay_case(case: dict, arch: Any = "sm_90") -> list[Violation]:
+    """Run a corpus case through the checker."""
+    common = dict(interleave=case["interleave"], swizzle=case["swizzle"], l2_promotion=case["l2_promotion"],
+                  oob_fill=case["oob_fill"], arch=arch)
+    if case["kind"] == "tiled":
+        return check_tiled(case["dtype"], case_address(case), case["dims"], case["strides"], case["box"],
+                           case["element_strides"], **common)
+    return check_im2col(case["dtype"], case_address(case), case["dims"], case["strides"], case["lower_corner"],
+                        case["upper_corner"], case["channels_per_pixel"], case["pixels_per_column"],
+                        case["element_strides"], **common)

@@ -1,115 +1,59 @@
-"""``describe_tensor`` / ``describe_im2col``: check every rule, then encode in the array's context.
+"""``describe_tensor`` and ``encode_tiled``: check every rule, then encode in the array's context.
 
-Public parameters are in numpy order (outermost first); the conversion to driver order happens once, in
-``spec.to_driver_order``. Without a GPU everything but the encode works (pass shape, dtype, strides).
+The straight path, file by file: ``arrays.as_array_view`` reads the array (pointer, shape, byte strides,
+dtype, device); this module parses the options and flips numpy order to driver order once
+(``spec.to_driver_order``); ``rules.tiled_ok`` tests every rule with plain comparisons (``rules.collect_tiled``
+builds the Violations, all of them, only when one fails); ``encode.encode_spec`` calls
+cuTensorMapEncodeTiled in the array's context (``_driver.context_for``); ``tensor_map.TensorMap`` holds the
+result and the array. Nothing is cached: every call does all of it (docs/CONTRACTS.md).
+
+Public parameters are in numpy order (outermost first). Without a GPU everything but the encode works
+(pass shape, dtype, strides). ``describe_im2col`` lives in ``im2col.py``.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-from ctypes import string_at as _string_at
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
-from .. import _driver, _hotpath
+from .. import _driver
 from ..arch import Arch
-from ..arrays import TORCH_LIKE as _TORCH_LIKE
-from ..arrays import ArrayView, device_array_view
-from ..arrays import is_torch_like as _is_torch_like
+from ..arrays import ArrayView, as_array_view
 from ..dtypes import DataType, dtype_from_any
 from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceError
+from . import rules
+from .encode import encode_spec, raw_encoder
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
-from .rules import Violation
+from .rules import _SIZE, Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
-from .tensor_map import DESCRIPTOR_SIZE, TensorMap
+from .tensor_map import TensorMap
 
-# Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
-# request for the same live array (held weakly, so the cache never keeps an array alive) with the encoded
-# descriptor, in a TensorMap that holds the array (the C front returns the previous one while it is alive:
-# tmakit/_hotpath.py). _TEMPLATES keeps, per shape class
-# (everything but the address), the checked spec and the driver-typed encode arguments, so a new tensor of a
-# known shape costs an alignment test and one driver call.
-_REQUESTS: dict[tuple, tuple] = {}
-_hotpath.bind_tensor_map(TensorMap, tuple(f.name for f in fields(TensorMap)))  # hits build TensorMaps in C
-_TEMPLATES: dict[tuple, "_Template"] = {}
-_CACHE_LIMIT = 4096
+_DEFAULT_ARCH = Arch(9, 0)
+# enum members as module constants: an attribute of an Enum class costs a lookup through its metaclass
+_IL_NONE, _IL_B32, _L2_NONE, _OOB_ZERO = Interleave.NONE, Interleave.B32, L2Promotion.NONE, OOBFill.NONE
+_SW_NONE, _SW_B32, _SW_B64, _SW_B128 = Swizzle.NONE, Swizzle.B32, Swizzle.B64, Swizzle.B128
 
 
-@dataclass
-class _Template:
-    spec: TiledSpec  # address 0: every address-independent rule already passed
-    arch: Arch
-    reason: str
-    prepared: tuple | None  # encode arguments for the driver, when a GPU encode applies
-    alignment: int  # the address alignment the spec needs (16, or 32 with interleave 32B / packed types)
-    # Per thread: a CUtensorMap of this shape class and its address, re-pointed by cuTensorMapReplaceAddress
-    # (per thread, so no lock is needed between re-pointing it and reading its bytes).
-    local: threading.local = field(default_factory=threading.local)
-
-    def descriptor_at(self, address: int, device: int) -> bytes | None:
-        """The descriptor at ``address``: the driver's address replacement on this thread's stored descriptor
-        (one cheap call instead of re-encoding, with no context switch), else a full encode in the device's
-        context. None when the driver refuses."""
-        from .encode import encode_prepared
-
-        local = self.local
-        stored = getattr(local, "stored", None)
-        if stored is not None:
-            descriptor = _hotpath.repoint(stored, address)
-            if descriptor is not None:
-                return descriptor
-            # e.g. CUDA_ERROR_INVALID_CONTEXT on a thread with no current context: encode afresh below
-        with _driver.context_for(device):
-            err, tmap = encode_prepared(self.prepared, address)
-        if int(err) != 0:
-            return None
-        local.stored = (tmap, int(tmap.getPtr()), _driver.entry_point("cuTensorMapReplaceAddress"))
-        return _string_at(local.stored[1], DESCRIPTOR_SIZE)
-
-
-def clear_requests() -> None:
-    """Forget every remembered request (the shape templates stay): the dict and the C front's recent table."""
-    _REQUESTS.clear()
-    forget = getattr(describe_tensor, "forget", None)  # only the C front has one
-    if forget is not None:
-        forget()
-
-
-def clear_cache() -> None:
-    clear_requests()
-    _TEMPLATES.clear()
-
-
-def _remember(table: dict, key: tuple, value: Any) -> None:
-    if len(table) >= _CACHE_LIMIT:
-        table.clear()
-    table[key] = value
-
-
-def _with_address(spec: TiledSpec, address: int) -> TiledSpec:
-    """``spec`` at another address, without dataclasses.replace's cost (this is on the per-call path)."""
-    new = object.__new__(TiledSpec)
-    new.__dict__.update(spec.__dict__)
-    new.__dict__["address"] = address
-    return new
-
-
-def _auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
+def auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
     """The smallest swizzle span that holds a row of the box (the narrowest padding; rows that exactly fill the
     span are not padded). Wider spans would only pad more: TMA pads every row to the span."""
-    if interleave is not Interleave.NONE:
-        return Swizzle.B32 if interleave is Interleave.B32 else Swizzle.NONE, "interleave decides"
-    for sw in (Swizzle.B32, Swizzle.B64, Swizzle.B128):
-        if inner_bytes <= sw.span and inner_bytes * 2 > sw.span:
-            if inner_bytes == sw.span:
-                return sw, f"auto: {inner_bytes}-byte rows fill the {sw.short} span"
-            return sw, f"auto: {inner_bytes}-byte rows, padded to the {sw.short} span"
-    if inner_bytes < 32:
-        return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
-    return Swizzle.NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+    if interleave is not _IL_NONE:
+        return _SW_B32 if interleave is _IL_B32 else _SW_NONE, "interleave decides"
+    if inner_bytes <= 16:
+        return _SW_NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
+    if inner_bytes > 128:
+        return _SW_NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
+    sw, span = (_SW_B32, 32) if inner_bytes <= 32 else (_SW_B64, 64) if inner_bytes <= 64 else (_SW_B128, 128)
+    if inner_bytes == span:
+        return sw, f"auto: {inner_bytes}-byte rows fill the {span}B span"
+    return sw, f"auto: {inner_bytes}-byte rows, padded to the {span}B span"
 
 
-def _resolve_arch(arch: Any, device: int | None) -> Arch:
+def parse_swizzle(swizzle: Any, inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
+    if type(swizzle) is str and swizzle.strip().lower() == "auto":
+        return auto_swizzle(inner_bytes, interleave)
+    return Swizzle.parse(swizzle, "swizzle"), "as requested"
+
+
+def resolve_arch(arch: Any, device: int | None) -> Arch:
     if arch is not None:
         return Arch.parse(arch)
     if device is not None:
@@ -117,22 +61,29 @@ def _resolve_arch(arch: Any, device: int | None) -> Arch:
             return _driver.device_arch(device)
         except UnsupportedDeviceError:
             pass
-    return Arch(9, 0)
+    return _DEFAULT_ARCH
 
 
-def _array_info(array: Any, shape: Any, dtype: Any, strides: Any) -> tuple[ArrayView | None, DataType, tuple, tuple, int]:
-    """(view, dtype, shape, byte strides in numpy order, address) from an array or from explicit values."""
+def check_encode_flag(encode: Any) -> bool:
+    if type(encode) is not bool:
+        raise InvalidArgumentError("encode", encode, "must be True or False", "encode=True (or False to skip the "
+                                   "driver)")
+    return encode
+
+
+def source(array: Any, shape: Any, dtype: Any, strides: Any) -> tuple[ArrayView | None, DataType, tuple, tuple]:
+    """(view, dtype, shape, byte strides in numpy order) from an array or from explicit values."""
     if array is not None:
         if shape is not None or strides is not None:
             raise InvalidArgumentError("shape" if shape is not None else "strides", shape if shape is not None else strides,
                                        "is taken from the array; it cannot be given with one",
                                        "drop shape=/strides=, or describe a view of the array")
-        view = device_array_view(array, "array")
+        view = as_array_view(array, "array")
         dt = dtype_from_any(dtype if dtype is not None else view.dtype_name, "dtype")
         if dtype is not None and dt.size != view.itemsize:
             raise InvalidArgumentError("dtype", dtype, f"has {dt.size}-byte elements but the array's are {view.itemsize}",
                                        "leave dtype out to infer it from the array")
-        return view, dt, view.shape, view.strides, view.ptr
+        return view, dt, view.shape, view.strides
     if shape is None or dtype is None:
         raise InvalidArgumentError("array", None, "needs a device array, or shape= and dtype= to describe without one",
                                    "pass a torch/cupy/tmakit array, or shape=(4096, 4096), dtype='bf16'")
@@ -146,36 +97,55 @@ def _array_info(array: Any, shape: Any, dtype: Any, strides: Any) -> tuple[Array
         st = tuple(reversed(out))
     else:
         st = positive_ints("strides", strides, len(shp))
-    return None, dt, shp, st, 0
+    return None, dt, shp, st
 
 
-def _split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) -> tuple[int, ...]:
+def split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) -> tuple[int, ...]:
     """Numpy byte strides -> driver globalStrides (dims 1..rank-1); the innermost must be contiguous."""
     if not shape:
         raise InvalidArgumentError("shape", shape, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
-    if any(s < 0 for s in strides):
-        raise InvalidArgumentError(parameter, tuple(strides), "negative strides (reversed views) cannot be described",
-                                   "describe a forward view, or copy the array (x.flip(...).contiguous())")
+    for s in strides:
+        if s < 0:
+            raise InvalidArgumentError(parameter, tuple(strides), "negative strides (reversed views) cannot be "
+                                       "described", "describe a forward view, or copy the array (x.flip(...).contiguous())")
     if shape[-1] > 1 and strides[-1] != dt.size:
         raise InvalidArgumentError(parameter, tuple(strides),
                                    f"the innermost dimension must be contiguous (stride {dt.size} bytes), not {strides[-1]}",
                                    "make it contiguous (x.contiguous()) or transpose so the last dim is contiguous")
-    return to_driver_order(strides[:-1])
+    return tuple(strides[-2::-1])  # dims 1..rank-1, innermost first (to_driver_order of strides[:-1])
 
 
-def _encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
-    from .encode import descriptor_bytes, encode_im2col_raw, encode_tiled_raw
+def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
+    """``positive_ints`` with a fast path for the common form: a tuple of ``rank`` non-negative ints."""
+    if type(values) is tuple and len(values) == rank:
+        for v in values:
+            if type(v) is not int or v < 0:
+                break
+        else:
+            return values
+    return positive_ints(name, values, rank)
 
-    raw = encode_tiled_raw if isinstance(spec, TiledSpec) else encode_im2col_raw
-    with _driver.context_for(device):
-        err, tmap = raw(*spec.encode_args())
-    if int(err) == 0:
-        return descriptor_bytes(tmap)
+
+def encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
+    """The descriptor, encoded in the device's context; a driver refusal of a spec the checker passed is
+    reported as a ``TensorMapError`` naming the parameter that, relaxed alone, makes the driver accept."""
+    # One GPU: any current context is the device's, so encode at once (and push its context only when the
+    # driver says none is current). Several: make sure the device's own context is current first.
+    if _driver.device_count() == 1 or _driver.is_current(device):
+        err, descriptor = encode_spec(spec)
+        if descriptor is None and err.name == "CUDA_ERROR_INVALID_CONTEXT":
+            with _driver.context_for(device):
+                err, descriptor = encode_spec(spec)
+    else:
+        with _driver.context_for(device):
+            err, descriptor = encode_spec(spec)
+    if descriptor is not None:
+        return descriptor
     call = "cuTensorMapEncodeTiled" if isinstance(spec, TiledSpec) else "cuTensorMapEncodeIm2col"
     if err.name != "CUDA_ERROR_INVALID_VALUE":
         _driver.check(call, (err,))
     with _driver.context_for(device):
-        culprit = _find_culprit(spec, raw, call)
+        culprit = _find_culprit(spec, raw_encoder(spec), call)
     raise TensorMapError([culprit], header=f"{call} rejected parameters the checker accepted")
 
 
@@ -207,190 +177,103 @@ def _find_culprit(spec: TiledSpec | Im2colSpec, raw: Any, call: str) -> Violatio
                      "parameter made it pass", "report the parameters to tmakit", "re-encoding search", observed=True)
 
 
-def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: ArrayView | None,
-            encode: bool, reason: str) -> TensorMap:
-    """Check every rule, encode when a GPU can, and wrap the result (the slow, general path)."""
-    violations = spec.check(arch)
-    if violations:
-        raise TensorMapError(violations)
+def finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, encode: bool, reason: str,
+           owner: Any) -> TensorMap:
+    """Encode (when a GPU can and ``encode``) and wrap a spec whose rules all passed."""
     descriptor = None
-    if encode and view is not None and arch.has_tma:
-        descriptor = _encode_or_explain(spec, view.device or 0)
-    return TensorMap(spec, arch, view.device if view is not None else device, descriptor, reason,
-                     view.owner if view is not None else None)
+    if encode and device is not None and arch.has_tma:
+        descriptor = encode_or_explain(spec, device)
+    return TensorMap(spec, arch, device, descriptor, reason, owner)
 
 
-def _describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
-                    dtype: Any = None, strides: Sequence[int] | None = None, swizzle: Any = "auto",
-                    oob_fill: Any = "zero", l2_promotion: Any = "none", interleave: Any = "none",
+_AUTO, _ZERO, _NONE = "auto", "zero", "none"  # describe_tensor's defaults: recognised by identity, no parsing
+_ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", "float32", ...) -> DataType
+
+
+def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swizzle: Any = _AUTO,
+                    oob_fill: Any = _ZERO, l2_promotion: Any = _NONE, interleave: Any = _NONE,
                     element_strides: Sequence[int] | None = None, arch: Any = None, encode: bool = True,
-                    cache: bool = True) -> TensorMap:
+                    shape: Sequence[int] | None = None, dtype: Any = None,
+                    strides: Sequence[int] | None = None) -> TensorMap:
     """Build a tiled tensor map for ``array`` (or for ``shape``/``dtype``/``strides`` without one).
 
     ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
     ``swizzle="auto"`` picks the smallest swizzle span that holds a row (rows are padded to it when narrower).
-    Every rule is checked first;
-    a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the descriptor is encoded in the array's
-    context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
-    seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
+    Every rule is checked on every call; a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the
+    descriptor is encoded in the array's context. The returned TensorMap holds ``array`` (``tm.owner``).
     """
-    options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
-    if (cache and shape is None and strides is None
-            and _is_torch_like(array)):
-        # torch: identity and cheap metadata decide a hit, with no parsing (tmakit/_hotpath.py: the contract)
-        return _torch_request(array, box, options, _hotpath.lookup_request(_REQUESTS, array, box, *options))
-    return _describe(array, box, shape, dtype, strides, options, cache=cache)[0]
-
-
-def _torch_request(array: Any, box: Any, options: tuple, found: Any) -> TensorMap:
-    """The rest of a torch-like request after ``lookup_request`` answered ``found`` (a hit, a miss to build
-    and remember, or None: not cacheable). The C front of describe_tensor calls this too, on its misses."""
-    if type(found) is not tuple:
-        if found is not None:
-            return found  # a new TensorMap for a repeated request
-        return _describe(array, box, None, options[5], None, options, cache=False)[0]
-    request, ptr, layout = found
-    template_key = ("torch", layout, array.dtype, array.get_device(), request[1], request[2:])
-    template = _TEMPLATES.get(template_key)
-    if template is None:
-        result, template = _describe(array, box, None, options[5], None, options, cache=True)
-        _remember(_TEMPLATES, template_key, template)
+    if type(encode) is not bool:
+        check_encode_flag(encode)
+    if array is not None and shape is None and strides is None and dtype is None:  # the common call
+        view = as_array_view(array, "array")
+        shp, st, address, device = view.shape, view.strides, view.ptr, view.device
+        dt = _ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "dtype")
     else:
-        result = _from_template(template, ptr, array.get_device(), array)
-    result.source_layout = layout
-    _remember(_REQUESTS, request, (weakref.ref(array), ptr, layout,
-                                   (result.spec, result.arch, result.device, result.descriptor, result.swizzle_reason)))
-    return result
-
-
-def _typed(value: Any) -> tuple:
-    return (type(value), value)
-
-
-
-
-def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, options: tuple, *,
-              cache: bool) -> tuple[TensorMap, _Template]:
-    swizzle, oob_fill, l2_promotion, interleave, element_strides, _dtype, arch, encode = options
-    view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
-    device = view.device if view is not None else None
-    key = None
-    if cache and box is not None:
-        try:  # keyed by validated values and option types, so 64.0 or True never hit an entry made by 64 or 1
-            key = (dt, shp, st, positive_ints("box", box), _typed(swizzle), _typed(oob_fill), _typed(l2_promotion),
-                   _typed(interleave), None if element_strides is None else positive_ints("element_strides",
-                                                                                         element_strides),
-                   _typed(arch), encode, device)
-            hash(key)
-        except (TypeError, InvalidArgumentError):
-            key = None  # _make_template reports the bad value
-    template = _TEMPLATES.get(key) if key is not None else None
-    if template is None:
-        template = _make_template(dt, shp, st, box, swizzle, oob_fill, l2_promotion, interleave, element_strides,
-                                  arch, encode, view, device)
-        if key is not None:
-            _remember(_TEMPLATES, key, template)
-    return _from_template(template, address, device, view.owner if view is not None else None), template
-
-
-def _from_template(template: _Template, address: int, device: int | None, owner: Any) -> TensorMap:
-    if address % template.alignment:  # the only address-dependent rule: report it with all the others
-        raise TensorMapError(_with_address(template.spec, address).check(template.arch))
-    spec = _with_address(template.spec, address)
-    descriptor = None
-    if template.prepared is not None and owner is not None:
-        descriptor = template.descriptor_at(address, device or 0) or _encode_or_explain(spec, device or 0)
-    return TensorMap(spec, template.arch, device, descriptor, template.reason, owner)
-
-
-def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, oob_fill: Any, l2_promotion: Any,
-                   interleave: Any, element_strides: Any, arch: Any, encode: bool, view: ArrayView | None,
-                   device: int | None) -> _Template:
+        view, dt, shp, st = source(array, shape, dtype, strides)
+        address, device = (view.ptr, view.device) if view is not None else (0, None)
+    rank = len(shp)
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
-    if not shp:
+    if not rank:
         raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
-    box_np = positive_ints("box", box, len(shp))
-    es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
-    il = Interleave.parse(interleave, "interleave")
-    if isinstance(swizzle, str) and swizzle.strip().lower() == "auto":
-        sw, reason = _auto_swizzle(box_np[-1] * dt.size, il)
+    box_np = _sizes("box", box, rank)
+    es_np = (1,) * rank if element_strides is None else _sizes("element_strides", element_strides, rank)
+    il = _IL_NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
+    size = _SIZE[dt]
+    if swizzle is _AUTO:
+        sw, reason = auto_swizzle(box_np[-1] * size, il)
     else:
-        sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
-    spec = TiledSpec(dt, 0, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(box_np),
-                     to_driver_order(es_np), il, sw, L2Promotion.parse(l2_promotion, "l2_promotion"),
-                     OOBFill.parse(oob_fill, "oob_fill"))
-    resolved = _resolve_arch(arch, device)
-    violations = spec.check(resolved)
-    if violations:
-        raise TensorMapError(violations)
-    prepared = None
-    if encode and view is not None and resolved.has_tma:
-        from .encode import prepare_tiled
-
-        prepared = prepare_tiled(*(a for i, a in enumerate(spec.encode_args()) if i != 1))
-    alignment = 32 if (il is Interleave.B32 or dt in (DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B)) else 16
-    return _Template(spec, resolved, reason, prepared, alignment)
+        sw, reason = parse_swizzle(swizzle, box_np[-1] * size, il)
+    l2 = _L2_NONE if l2_promotion is _NONE else L2Promotion.parse(l2_promotion, "l2_promotion")
+    oob = _OOB_ZERO if oob_fill is _ZERO else OOBFill.parse(oob_fill, "oob_fill")
+    if arch is None and device is not None:
+        try:
+            resolved = _driver.device_arch(device)
+        except UnsupportedDeviceError:
+            resolved = _DEFAULT_ARCH
+    else:
+        resolved = resolve_arch(arch, device)
+    # numpy order -> driver order (what spec.to_driver_order does, as slices): dims, box, traversal strides,
+    # and globalStrides = the byte strides of dims 1..rank-1 (the innermost must be the element size)
+    for s in st:
+        if s < 0:
+            split_strides(dt, shp, st, "strides")  # raises, naming the negative stride
+    if shp[-1] > 1 and st[-1] != size:
+        split_strides(dt, shp, st, "strides")  # raises: the innermost dimension is not contiguous
+    dims, gstrides, box_d, es_d = shp[::-1], tuple(st[-2::-1]), box_np[::-1], es_np[::-1]
+    if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
+        raise TensorMapError(rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved))
+    spec = TiledSpec.checked(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
+    descriptor = None
+    if encode and device is not None and resolved.major >= 9:
+        descriptor = encode_or_explain(spec, device)
+    return TensorMap(spec, resolved, device, descriptor, reason, array)
 
 
 def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
                  element_strides: Sequence[int] | None = None, *, interleave: Any = "none", swizzle: Any = "none",
                  l2_promotion: Any = "none", oob_fill: Any = "none", device: int | None = 0, arch: Any = None,
                  encode: bool = True, owner: Any = None) -> TensorMap:
-    """Driver-order twin of ``describe_tensor`` for raw addresses (dims/box innermost first, byte strides)."""
+    """Driver-order twin of ``describe_tensor`` for raw addresses (dims/box innermost first, byte strides).
+
+    The map holds ``owner`` when given; otherwise the caller owns the memory at ``address`` and must keep it
+    alive while the map is used (its repr says so)."""
+    encode = check_encode_flag(encode)
     dt = DataType.parse(dtype, "dtype") if not isinstance(dtype, DataType) else dtype
     if isinstance(address, bool) or not hasattr(address, "__index__"):
         raise InvalidArgumentError("address", address, "must be an integer device address", "pass array.data_ptr()")
+    if not 0 <= int(address) < 1 << 64:
+        raise InvalidArgumentError("address", address, "must be a 64-bit unsigned device address",
+                                   "pass array.data_ptr()")
     dims_ = tuple(int_sequence("dims", dims))
     es = tuple(int_sequence("element_strides", element_strides)) if element_strides is not None else (1,) * len(dims_)
     spec = TiledSpec(dt, int(address), dims_, tuple(int_sequence("strides", strides)),
                      tuple(int_sequence("box", box)), es,
                      Interleave.parse(interleave, "interleave"), Swizzle.parse(swizzle, "swizzle"),
                      L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
-    view = None
-    if encode and device is not None and _driver.gpu_available():
-        view = ArrayView(int(address), (), (), dt.short, dt.size, device, owner)
-    return _finish(spec, _resolve_arch(arch, device if view is not None else None), device, view, encode,
-                   "as requested")
-
-
-def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_pixel: int | None = None,
-                    lower_corner: Sequence[int] | None = None, upper_corner: Sequence[int] | None = None,
-                    shape: Sequence[int] | None = None, dtype: Any = None, strides: Sequence[int] | None = None,
-                    swizzle: Any = "auto", oob_fill: Any = "zero", l2_promotion: Any = "none",
-                    interleave: Any = "none", element_strides: Sequence[int] | None = None, arch: Any = None,
-                    encode: bool = True) -> TensorMap:
-    """An im2col tensor map for an N(D)HWC array (numpy order: N, [D,] H, W, C).
-
-    ``lower_corner``/``upper_corner`` are the bounding-box offsets of the spatial dims in numpy order
-    ([D,] H, W): lower relative to the first pixel, upper relative to the last (a 3x3 convolution with
-    padding 1 uses lower=(-1, -1), upper=(-1, -1)). ``channels_per_pixel`` defaults to all channels.
-    """
-    view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
-    if not 3 <= len(shp) <= 5:
-        raise InvalidArgumentError("shape", shp, "im2col needs a 3-D to 5-D N(D)HWC tensor", "reshape to N, H, W, C")
-    spatial = len(shp) - 2
-    lower = tuple(int_sequence("lower_corner", lower_corner if lower_corner is not None else (0,) * spatial))
-    upper = tuple(int_sequence("upper_corner", upper_corner if upper_corner is not None else (0,) * spatial))
-    channels = int_sequence("channels_per_pixel", [channels_per_pixel if channels_per_pixel is not None else shp[-1]])[0]
-    pixels_per_column = int_sequence("pixels_per_column", [pixels_per_column])[0]
-    il = Interleave.parse(interleave, "interleave")
-    if isinstance(swizzle, str) and swizzle.strip().lower() == "auto":
-        sw, reason = _auto_swizzle(channels * dt.size, il)
-    else:
-        sw, reason = Swizzle.parse(swizzle, "swizzle"), "as requested"
-    es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
-    spec = Im2colSpec(dt, address, to_driver_order(shp), _split_strides(dt, shp, st, "strides"), to_driver_order(lower),
-                      to_driver_order(upper), channels, pixels_per_column, to_driver_order(es_np), il, sw,
-                      L2Promotion.parse(l2_promotion, "l2_promotion"), OOBFill.parse(oob_fill, "oob_fill"))
-    device = view.device if view is not None else None
-    return _finish(spec, _resolve_arch(arch, device), device, view, encode, reason)
-
-
-_OPTIONS = ("swizzle", "oob_fill", "l2_promotion", "interleave", "element_strides", "dtype", "arch", "encode")
-_describe_tensor.__name__ = _describe_tensor.__qualname__ = "describe_tensor"  # the public name, in any traceback
-if TYPE_CHECKING:
-    describe_tensor = _describe_tensor
-else:  # the C front where built (tmakit/_hotpath.py), with _describe_tensor's name, docstring and signature
-    describe_tensor = _hotpath.describe_front(_describe_tensor, _torch_request, _TORCH_LIKE, _REQUESTS,
-                                              tuple(_describe_tensor.__kwdefaults__[k] for k in _OPTIONS))
+    on_gpu = encode and device is not None and _driver.gpu_available()
+    resolved = resolve_arch(arch, device if on_gpu else None)
+    violations = rules.check_spec(spec, resolved)
+    if violations:
+        raise TensorMapError(violations)
+    return finish(spec, resolved, device, on_gpu, "as requested", owner)

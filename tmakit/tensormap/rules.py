@@ -5,6 +5,10 @@ driver's order and units: ``dims``, ``box``, ``element_strides`` innermost first
 dims 1..rank-1. Each rule has a stable id, the parameter and value it concerns, the rule in words, the
 driver-doc reference (or, for rules the driver enforces without documenting them, the evidence) and a fix.
 The driver-truth corpus in tests/data/ (recorded on an H100) checks that the verdicts agree.
+
+Two halves: ``tiled_ok`` tests every tiled rule with plain comparisons on parsed values and builds nothing
+(describe_tensor's path); ``collect_tiled`` builds the Violation of each broken rule, all of them, only when the
+pass test fails. ``check_tiled`` = parse + pass test + collect; tests/test_rules.py checks the halves agree.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from ..arch import Arch
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
+from .spec import Im2colSpec, TiledSpec
 from .spec import int_sequence as _int_list
 
 TILED_DOC = "cuTensorMapEncodeTiled"
@@ -202,6 +207,14 @@ def check_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence
     dt, addr, il, sw, _l2, oob, ar = _parse_all(dtype, address, interleave, swizzle, l2_promotion, oob_fill, arch)
     dims_, strides_, box_, es_ = (_int_list("dims", dims), _int_list("strides", strides), _int_list("box", box),
                                   _int_list("element_strides", element_strides))
+    if tiled_ok(dt, addr, dims_, strides_, box_, es_, il, sw, oob, ar):
+        return []
+    return collect_tiled(dt, addr, dims_, strides_, box_, es_, il, sw, oob, ar)
+
+
+def collect_tiled(dt: DataType, addr: int, dims_: Sequence[int], strides_: Sequence[int], box_: Sequence[int],
+                  es_: Sequence[int], il: Interleave, sw: Swizzle, oob: OOBFill, ar: Arch) -> list[Violation]:
+    """Every violation of cuTensorMapEncodeTiled's rules on parsed values, each with its message and fix."""
     v = _Collector(TILED_DOC)
     _common_checks(v, "tiled", dt, addr, dims_, strides_, es_, il, sw, oob, ar)
     rank = len(dims_)
@@ -286,15 +299,63 @@ def check_im2col(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
     return v.items
 
 
-def replay_case(case: dict, arch: Any = "sm_90") -> list[Violation]:
-    """Run a corpus case (tmakit.tensormap.corpus) through the checker."""
-    from .corpus import case_address
+# ---------------------------------------------------------------------------------------------------------
+# The pass test: the same rules as check_tiled, as straight-line comparisons on parsed values that build
+# nothing. describe_tensor calls it; only when it says False does check_tiled build the Violations (all of
+# them, with fixes). tests/test_rules.py checks the two agree on the driver corpus and on random requests.
 
-    common = dict(interleave=case["interleave"], swizzle=case["swizzle"], l2_promotion=case["l2_promotion"],
-                  oob_fill=case["oob_fill"], arch=arch)
-    if case["kind"] == "tiled":
-        return check_tiled(case["dtype"], case_address(case), case["dims"], case["strides"], case["box"],
-                           case["element_strides"], **common)
-    return check_im2col(case["dtype"], case_address(case), case["dims"], case["strides"], case["lower_corner"],
-                        case["upper_corner"], case["channels_per_pixel"], case["pixels_per_column"],
-                        case["element_strides"], **common)
+_SIZE = {dt: dt.size for dt in DataType}
+_FLOAT_UNPACKED = frozenset(dt for dt in DataType if dt.is_float and not dt.is_packed)
+_PACKED16 = frozenset((DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B))
+_SPAN = {sw: sw.span for sw in Swizzle}
+# enum members as module constants: an attribute of an Enum class costs a lookup through its metaclass
+_IL_NONE, _IL_B32, _SW_NONE, _OOB_NAN = Interleave.NONE, Interleave.B32, Swizzle.NONE, OOBFill.NAN_REQUEST_ZERO_FMA
+_U4_8B, _U6_16B = DataType.U4X16_ALIGN8B, DataType.U6X16_ALIGN16B
+
+
+def tiled_ok(dt: DataType, address: int, dims: tuple, strides: tuple, box: tuple, element_strides: tuple,
+             interleave: Interleave, swizzle: Swizzle, oob: OOBFill, arch: Arch) -> bool:
+    """True when ``check_tiled`` would report nothing (parsed enums and int tuples, driver order)."""
+    if arch.major < 9 or (arch.major < 10 and (swizzle >= 4 or dt >= 13)):
+        return False
+    rank = len(dims)
+    if not 1 <= rank <= MAX_RANK or len(strides) != rank - 1 or len(box) != rank or len(element_strides) != rank:
+        return False
+    need = 32 if (interleave is _IL_B32 or dt in _PACKED16) else 16
+    if address % need or (interleave is not _IL_NONE and rank < 3):
+        return False
+    for d in dims:
+        if not 1 <= d <= MAX_DIM:
+            return False
+    for s in strides:
+        if s % need or not 0 <= s < MAX_STRIDE:
+            return False
+    size = _SIZE[dt]
+    nbytes = size
+    for b, e in zip(box, element_strides):
+        if not (1 <= b <= MAX_BOX and 1 <= e <= MAX_ELEMENT_STRIDE):
+            return False
+        nbytes *= b // e
+    if nbytes > MAX_BOX_BYTES:
+        return False
+    inner = box[0] * size
+    if inner % 16 or (interleave is _IL_NONE and swizzle is not _SW_NONE and inner > _SPAN[swizzle]):
+        return False
+    if dt >= 13:  # packed types (Blackwell): the rare rules
+        if (dt in _PACKED16 and (dims[0] % 128 or box[0] != 128)) or (dt is _U4_8B and dims[0] % 2):
+            return False
+        if dt is _U6_16B and interleave is not _IL_NONE:
+            return False
+    if oob is _OOB_NAN and dt not in _FLOAT_UNPACKED:
+        return False
+    return True
+
+
+def check_spec(spec: TiledSpec | Im2colSpec, arch: Arch) -> list[Violation]:
+    """Every violation of a spec's parameters (``check_tiled`` or ``check_im2col``)."""
+    common = dict(interleave=spec.interleave, swizzle=spec.swizzle, l2_promotion=spec.l2_promotion,
+                  oob_fill=spec.oob_fill, arch=arch)
+    if isinstance(spec, TiledSpec):
+        return check_tiled(spec.dtype, spec.address, spec.dims, spec.strides, spec.box, spec.element_strides, **common)
+    return check_im2col(spec.dtype, spec.address, spec.dims, spec.strides, spec.lower_corner, spec.upper_corner,
+                        spec.channels_per_pixel, spec.pixels_per_column, spec.element_strides, **common)

@@ -1,10 +1,9 @@
 """Tensor-map parameters as a frozen value, and the one helper that converts numpy order to driver order."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
-from ..arch import Arch
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
@@ -23,9 +22,14 @@ class _SpecMixin:
         return len(self.dims)
 
     def replace(self, **changes: Any):
-        from dataclasses import replace
-
         return replace(self, **changes)
+
+    def at(self, address: int):
+        """This spec at another address (a copy; cheaper than ``replace``: it is on with_address's path)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        new.__dict__["address"] = address
+        return new
 
 
 @dataclass(frozen=True)
@@ -47,13 +51,16 @@ class TiledSpec(_SpecMixin):
         return (int(self.dtype), self.address, self.dims, self.strides, self.box, self.element_strides,
                 int(self.interleave), int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
 
-    def check(self, arch: Arch) -> list:
-        from .rules import check_tiled
-
-        return check_tiled(self.dtype, self.address, self.dims, self.strides, self.box, self.element_strides,
-                           interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
-                           oob_fill=self.oob_fill, arch=arch)
-
+    @classmethod
+    def checked(cls, dtype: DataType, address: int, dims: tuple, strides: tuple, box: tuple, element_strides: tuple,
+                interleave: Interleave, swizzle: Swizzle, l2_promotion: L2Promotion, oob_fill: OOBFill) -> "TiledSpec":
+        """A spec from values already parsed and checked (describe_tensor's path: the frozen dataclass's own
+        ``__init__`` sets each field through ``object.__setattr__``, a third of the cost of building it)."""
+        new = object.__new__(cls)
+        new.__dict__.update(dtype=dtype, address=address, dims=dims, strides=strides, box=box,
+                            element_strides=element_strides, interleave=interleave, swizzle=swizzle,
+                            l2_promotion=l2_promotion, oob_fill=oob_fill)
+        return new
 
 
 @dataclass(frozen=True)
@@ -78,15 +85,6 @@ class Im2colSpec(_SpecMixin):
         return (int(self.dtype), self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
                 self.channels_per_pixel, self.pixels_per_column, self.element_strides, int(self.interleave),
                 int(self.swizzle), int(self.l2_promotion), int(self.oob_fill))
-
-    def check(self, arch: Arch) -> list:
-        from .rules import check_im2col
-
-        return check_im2col(self.dtype, self.address, self.dims, self.strides, self.lower_corner, self.upper_corner,
-                            self.channels_per_pixel, self.pixels_per_column, self.element_strides,
-                            interleave=self.interleave, swizzle=self.swizzle, l2_promotion=self.l2_promotion,
-                            oob_fill=self.oob_fill, arch=arch)
-
 
 
 def int_sequence(name: str, values: Any) -> list[int]:

@@ -1,17 +1,39 @@
-"""``TensorMap``: an encoded (or, without a GPU, validated) descriptor with everything a kernel needs."""
+"""``TensorMap``: an encoded (or, without a GPU, validated) descriptor with everything a kernel needs.
+
+A TensorMap holds the array it describes (``owner``), so the memory outlives every use of the map; maps
+built from a raw address (``encode_tiled``, ``with_address(int)``) hold nothing and say so in their repr.
+``with_address`` re-points a copy of the descriptor at another buffer of the same geometry
+(``cuTensorMapReplaceAddress``, through ``encode.replace_address``). ``__kernel_param__`` hands the 128
+descriptor bytes (or the 160-byte BoxParams block) to the argument packer in ``tmakit/launch_args.py``.
+"""
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import _driver
 from ..arch import Arch
-from ..errors import LaunchError
+from ..arrays import as_array_view, is_array
+from ..dtypes import DataType, dtype_from_any
+from ..errors import CudaDriverError, InvalidArgumentError, LaunchError
+from ..layout.tma_model import box_geometry
+from .encode import DESCRIPTOR_SIZE, replace_address
 from .enums import Interleave, Swizzle
 from .spec import Im2colSpec, TiledSpec
 
 BOX_PARAMS_SIZE = 160
-DESCRIPTOR_SIZE = 128
+# Element types that only name a bit width: a map of one of them may be re-pointed at any array of that size.
+_BITS_ONLY = frozenset({DataType.UINT8, DataType.UINT16, DataType.UINT32, DataType.UINT64, DataType.TFLOAT32,
+                        DataType.TFLOAT32_FTZ, DataType.FLOAT32_FTZ})
+_PACKED16 = frozenset({DataType.U4X16_ALIGN16B, DataType.U6X16_ALIGN16B})
+_IL_B32 = Interleave.B32  # a module constant: an Enum class attribute costs a metaclass lookup
+_ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", ...) -> DataType
+
+
+def address_alignment(dtype: DataType, interleave: Interleave) -> int:
+    """The global-address alignment a map needs: 32 B with interleave 32B or a 16-byte-aligned packed type."""
+    return 32 if (interleave is Interleave.B32 or dtype in _PACKED16) else 16
 _BOX_PARAMS = struct.Struct("<Q5Q5Q5I5I7I4x")  # tmakit::BoxParams (cuda_src/tmakit/types.cuh), 1 reserved word
 assert _BOX_PARAMS.size == BOX_PARAMS_SIZE
 
@@ -40,8 +62,7 @@ class TensorMap:
     device: int | None
     descriptor: bytes | None
     swizzle_reason: str = ""
-    owner: Any = field(default=None, repr=False)  # keeps the described array alive
-    source_layout: Any = field(default=None, repr=False)  # (shape, strides) of the owner when described
+    owner: Any = field(default=None, repr=False)  # keeps the described array alive; None: caller-owned memory
 
     # ---- parameters ------------------------------------------------------------------------------
     @property
@@ -115,8 +136,6 @@ class TensorMap:
     # ---- sizes -----------------------------------------------------------------------------------
     @property
     def geometry(self):
-        from ..layout.tma_model import box_geometry
-
         if self.mode != "tiled":
             raise NotImplementedError("the shared-memory geometry is modelled for tiled tensor maps only")
         return box_geometry(self.spec)
@@ -139,6 +158,61 @@ class TensorMap:
     def smem_alignment(self) -> int:
         """Alignment the shared-memory destination needs: 1024/512/256 B for 128B/64B/32B swizzle, else 128."""
         return self.swizzle.alignment
+
+    # ---- re-pointing -----------------------------------------------------------------------------
+    def with_address(self, target: Any) -> "TensorMap":
+        """A TensorMap of the same geometry for another buffer: an array (checked: device, dtype, shape and
+        strides must match this map; the new map keeps it alive) or a raw device address (caller-owned). The
+        descriptor is a re-pointed copy (cuTensorMapReplaceAddress); without one, only the spec moves."""
+        spec = self.spec
+        if type(target) is int:  # a raw address, the cheapest form
+            address, device, owner = target, self.device, None
+            if not 0 <= target < 1 << 64:
+                raise InvalidArgumentError("array_or_ptr", target, "must be a 64-bit unsigned device address",
+                                           "pass array.data_ptr()")
+        elif is_array(target):
+            view = as_array_view(target, "array")
+            self._check_same_geometry(view)
+            address, device, owner = view.ptr, view.device, target
+        elif isinstance(target, bool) or not hasattr(target, "__index__"):
+            raise InvalidArgumentError("array_or_ptr", target, "must be a device array or an integer device address",
+                                       "pass a torch/cupy/tmakit array of this map's geometry, or array.data_ptr()")
+        else:  # numpy integers and other int-likes
+            return self.with_address(int(target.__index__()))
+        if address & 15 or (address & 31 and (spec.interleave is _IL_B32 or spec.dtype in _PACKED16)):
+            need = address_alignment(spec.dtype, spec.interleave)
+            raise InvalidArgumentError("address", hex(address), f"must be {need}-byte aligned for this map",
+                                       f"start the buffer at a {need}-byte boundary")
+        descriptor = self.descriptor
+        if descriptor is not None:
+            try:
+                descriptor = replace_address(descriptor, address)
+            except CudaDriverError as exc:  # a thread with no current context: make the map's current, once
+                if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
+                    raise
+                with _driver.context_for(self.device or 0):
+                    descriptor = replace_address(descriptor, address)
+        return TensorMap(spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)
+
+    def _check_same_geometry(self, view: Any) -> None:
+        """``view`` (numpy order) must have this map's device, element type, shape and byte strides."""
+        spec = self.spec
+        if self.device is not None and view.device != self.device:
+            raise InvalidArgumentError("array", f"array on device {view.device}", f"must be on device {self.device}, "
+                                       "where this map was encoded", "describe the array on its own device")
+        dtype = spec.dtype
+        if dtype not in _BITS_ONLY or view.itemsize != dtype.size:
+            if (_ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "array")) is not dtype:
+                raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
+                                           f"{dtype.short}", "describe the array anew (describe_tensor)")
+        shape, strides = view.shape, view.strides
+        if shape[::-1] != spec.dims:
+            raise InvalidArgumentError("array", f"shape {shape}", f"must match the map's shape {self.shape}",
+                                       "describe the array anew (describe_tensor)")
+        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != view.itemsize):
+            expected = tuple(reversed(spec.strides)) + (view.itemsize,)
+            raise InvalidArgumentError("array", f"strides {strides} (bytes)", f"must match the map's strides "
+                                       f"{expected} (bytes, numpy order)", "make it contiguous or describe it anew")
 
     # ---- kernel parameters -----------------------------------------------------------------------
     def box_params(self) -> bytes:
@@ -180,11 +254,22 @@ class TensorMap:
                      channels_per_pixel=self.spec.channels_per_pixel, pixels_per_column=self.spec.pixels_per_column)
         return d
 
+    @property
+    def caller_owns_memory(self) -> bool:
+        """True for maps of a raw address (``encode_tiled``, ``with_address(int)``): nothing keeps it alive."""
+        return self.owner is None and self.address != 0
+
     def __repr__(self) -> str:
         enc = "encoded" if self.encoded else "not encoded (no sm_90 GPU)"
+        if self.owner is not None:
+            memory = f"holds its {type(self.owner).__name__}"
+        elif self.address:
+            memory = f"raw address {hex(self.address)}: the caller owns the memory and keeps it alive"
+        else:
+            memory = "no memory (described by shape)"
         return (f"TensorMap({self.mode}, {self.dtype.short}, shape={self.shape}, box={self.box_shape}, "
                 f"swizzle={self.swizzle.short}, oob={self.oob_fill.short}, box_bytes={self.box_bytes}, "
-                f"smem={self.smem_bytes}B@{self.smem_alignment}, {enc})")
+                f"smem={self.smem_bytes}B@{self.smem_alignment}, {enc}, {memory})")
 
     def __rich__(self):
         from .render import render_tensor_map

@@ -360,3 +360,20 @@ def test_encode_pushes_the_device_context_only_when_none_is_current(monkeypatch)
     spec = describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), encode=False).spec.at(1 << 20)
     assert describe_mod.encode_or_explain(spec, 0) == b"d" * 128
     assert calls == [1 << 20, 1 << 20] and pushed == [0]
+
+
+def test_encoder_tables_give_the_drivers_own_arguments():
+    """The encoder's tables of driver enum members and small cuuint32_t values give what the constructors give,
+    and values outside them still fail as cuda.bindings fails (the corpus records those as PYTHON:<error>)."""
+    drv = pytest.importorskip("cuda.bindings.driver")
+    from tmakit.dtypes import DataType
+    from tmakit.tensormap import encode
+
+    got = encode._args(drv, DataType.BFLOAT16, 0, 3, 2, 1)
+    assert got == (drv.CUtensorMapDataType(9), drv.CUtensorMapInterleave(0), drv.CUtensorMapSwizzle(3),
+                   drv.CUtensorMapL2promotion(2), drv.CUtensorMapFloatOOBfill(1))
+    assert [int(v) for v in encode._u32_list(drv, [0, 64, 256, 257, 1 << 31])] == [0, 64, 256, 257, 1 << 31]
+    with pytest.raises(ValueError):
+        encode._args(drv, 99, 0, 0, 0, 0)
+    with pytest.raises(OverflowError):
+        encode._u32_list(drv, [-1])

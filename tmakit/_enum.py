@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 from typing import Any, TypeVar
 
+from . import _driver
 from .errors import InvalidArgumentError
 
 E = TypeVar("E", bound="ParsableEnum")
@@ -105,9 +106,7 @@ class ParsableEnum(enum.IntEnum):
 
     def to_driver(self) -> Any:
         """The matching ``cuda.bindings.driver`` enum member."""
-        from ._driver import bindings
-
-        enum_type = getattr(bindings(), self._driver_enum_name())
+        enum_type = getattr(_driver.bindings(), self._driver_enum_name())
         return enum_type(int(self))
 
     @classmethod

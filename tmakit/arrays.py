@@ -93,7 +93,7 @@ def _has_torch_api(obj: Any) -> bool:
 
 def is_array(obj: Any) -> bool:
     """Whether ``obj`` is an array ``as_array_view`` reads (or refuses as host memory), not a number."""
-    return (isinstance(obj, (ArrayView, np.ndarray)) or _has_torch_api(obj)
+    return (_has_torch_api(obj) or isinstance(obj, (ArrayView, np.ndarray))
             or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"))
 
 
@@ -162,6 +162,9 @@ def _from_dlpack(obj: Any) -> ArrayView:
 
 def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
     """View a device array. Host arrays raise ``InvalidArgumentError`` naming ``parameter``."""
+    # torch first (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8)
+    if _has_torch_api(obj):
+        return _from_torch_like(obj)
     if isinstance(obj, ArrayView):
         if not obj.is_device:
             raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
@@ -169,9 +172,6 @@ def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
     if isinstance(obj, np.ndarray):
         raise InvalidArgumentError(parameter, f"numpy.ndarray{obj.shape}", "is host memory; a TMA descriptor needs a device array",
                                    "copy it to the GPU (tmakit.DeviceArray.from_host, torch.as_tensor(x, device='cuda'))")
-    # torch first: its __cuda_array_interface__ refuses bfloat16 and fp8
-    if _has_torch_api(obj):
-        return _from_torch_like(obj)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         if not isinstance(cai, dict) or not {"data", "shape", "typestr"} <= cai.keys():

@@ -2,21 +2,20 @@
 from __future__ import annotations
 
 import platform
+from importlib.metadata import version
 from typing import Any
+
+from . import __version__, _driver
 
 
 def _version(module: str) -> str:
     try:
-        from importlib.metadata import version
-
         return version(module)
     except Exception:  # noqa: BLE001 - a missing package is reported as such
         return "not installed"
 
 
 def collect_info() -> dict[str, Any]:
-    from . import __version__, _driver
-
     info: dict[str, Any] = {
         "tmakit": __version__, "python": platform.python_version(), "cuda-bindings": _version("cuda-bindings"),
         "cuda-core": _version("cuda-core"), "nvidia-cuda-nvrtc": _version("nvidia-cuda-nvrtc"),

@@ -152,8 +152,8 @@ class Kernel:
         config.blockDimX, config.blockDimY, config.blockDimZ = b
         config.sharedMemBytes = shared_mem
         config.hStream = drv.CUstream(handle)
-        attrs = [self._cluster_attribute(cluster, g)] if cluster is not None else []
-        config.attrs, config.numAttrs = attrs, len(attrs)
+        if cluster is not None:  # a new CUlaunchConfig has no attributes
+            config.attrs, config.numAttrs = [self._cluster_attribute(cluster, g)], 1
         return config
 
     def _prepare_shared_memory(self, shared_mem: Any) -> None:

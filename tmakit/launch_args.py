@@ -50,12 +50,6 @@ class ArgPacker:
             raise LaunchError(f"kernel {self.kernel}: argument index {index!r} is not in 0..{len(self._writers) - 1}")
         self._writers[index](value)
 
-    def copy(self) -> "ArgPacker":
-        """A packer with its own buffer holding these bytes (a bound launch's, written only by it)."""
-        other = ArgPacker(self.params, self.kernel, self.device)
-        ctypes.memmove(other.buffer, self.buffer, len(self.buffer))
-        return other
-
     def _pointer_array(self, buffer: Any) -> Any:
         """The kernelParams array for ``buffer``: one pointer per parameter, at its offset."""
         base = ctypes.addressof(buffer)

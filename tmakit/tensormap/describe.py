@@ -129,11 +129,11 @@ def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
 def encode_or_explain(spec: TiledSpec | Im2colSpec, device: int) -> bytes:
     """The descriptor, encoded in the device's context; a driver refusal of a spec the checker passed is
     reported as a ``TensorMapError`` naming the parameter that, relaxed alone, makes the driver accept."""
-    # One GPU: any current context is the device's, so encode at once (and push its context only when the
-    # driver says none is current). Several: make sure the device's own context is current first.
+    # One GPU: any current context is the device's, so encode at once (and, should the driver refuse, try once
+    # more in the device's context before explaining). Several: make the device's own context current first.
     if _driver.device_count() == 1 or _driver.is_current(device):
         err, descriptor = encode_spec(spec)
-        if descriptor is None and err.name == "CUDA_ERROR_INVALID_CONTEXT":
+        if descriptor is None:  # perhaps no context on this thread: once more in the device's own context
             with _driver.context_for(device):
                 err, descriptor = encode_spec(spec)
     else:

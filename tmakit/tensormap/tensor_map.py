@@ -187,9 +187,7 @@ class TensorMap:
         if descriptor is not None:
             try:
                 descriptor = replace_address(descriptor, address)
-            except CudaDriverError as exc:  # a thread with no current context: make the map's current, once
-                if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
-                    raise
+            except CudaDriverError:  # e.g. a thread with no current context: once more in the map's device's
                 with _driver.context_for(self.device or 0):
                     descriptor = replace_address(descriptor, address)
         return TensorMap(spec.at(address), self.arch, device, descriptor, self.swizzle_reason, owner)

@@ -1,0 +1,110 @@
+"""Attention forward: tmakit.ops.attention (TMA ring + wgmma, and the cp.async + mma.sync twin) beside torch's
+scaled_dot_product_attention in the same run. Writes benchmarks/results/attention.json and .md.
+
+Each row: medians of CUDA-event timings of back-to-back launches after warm-up, tmakit and SDPA interleaved
+round by round; TFLOP/s = 4 B H Sq Sk D / time (half for causal); the output's relative error against SDPA's.
+Q, K and V of the main shape are 64 MiB each, beyond the 50 MB L2.
+
+    python benchmarks/attention.py [--quick] [--out DIR] [--rounds N]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import write_results  # noqa: E402
+
+# (label, backend, B, H, S, D, causal, dtype)
+SHAPES = [
+    ("main", "tma", 4, 16, 4096, 128, False, "bfloat16"),
+    ("main", "tma", 4, 16, 4096, 128, True, "bfloat16"),
+    ("main", "cp.async", 4, 16, 4096, 128, False, "bfloat16"),
+    ("main", "cp.async", 4, 16, 4096, 128, True, "bfloat16"),
+    ("d64", "tma", 4, 16, 4096, 64, False, "bfloat16"),
+    ("d64", "tma", 4, 16, 4096, 64, True, "bfloat16"),
+    ("s1000", "tma", 4, 16, 1000, 128, False, "bfloat16"),
+    ("s1000", "tma", 4, 16, 1000, 128, True, "bfloat16"),
+    ("s16384", "tma", 1, 16, 16384, 128, False, "bfloat16"),
+    ("s16384", "tma", 1, 16, 16384, 128, True, "bfloat16"),
+    ("fp16", "tma", 4, 16, 4096, 128, False, "float16"),
+]
+
+
+def time_ms(fn, torch, launches: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(launches):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / launches
+
+
+def measure(shape, rounds: int, plan_kwargs: dict) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from tmakit.ops import plan_attention
+
+    label, backend, b, h, s, d, causal, dtype = shape
+    tdt = getattr(torch, dtype)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt) for _ in range(3))
+    plan = plan_attention(q, k, v, causal=causal, backend=backend, **plan_kwargs)
+    out, _ = plan()
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.cuda.synchronize()
+    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    flops = plan.flops
+    launches = max(1, min(20, int(2e12 / flops)))  # ~ a few ms per sample
+    for fn in (plan, sdpa):
+        time_ms(fn, torch, launches)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(time_ms(plan, torch, launches))
+        theirs.append(time_ms(sdpa, torch, launches))
+    t, ts = statistics.median(ours), statistics.median(theirs)
+    spread = (max(ours) - min(ours)) / t
+    return {"shape": label, "backend": backend, "B": b, "H": h, "S": s, "D": d, "causal": causal, "dtype": dtype,
+            "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1), "SDPA TFLOP/s": round(flops / ts / 1e9, 1),
+            "x SDPA": round(ts / t, 3), "spread": round(spread, 3), "rel err vs SDPA": float(f"{err:.3g}")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the main shape only")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (median)")
+    parser.add_argument("--out", default=None, help="also copy the results files here")
+    parser.add_argument("--name", default="attention", help="results file stem (benchmarks/results/NAME.json)")
+    parser.add_argument("--stages", type=int, default=None, help="K/V ring depth (tuning)")
+    parser.add_argument("--block-n", type=int, default=None, help="keys per stage (tuning)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        print("benchmarks/attention.py needs torch (the SDPA peer); nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing measured")
+        return 0
+    kwargs = {k: v for k, v in (("stages", args.stages), ("block_n", args.block_n)) if v is not None}
+    rows = []
+    for shape in SHAPES[:4] if args.quick else SHAPES:
+        row = measure(shape, args.rounds, kwargs if shape[1] == "tma" else {})
+        print({k: row[k] for k in ("shape", "backend", "causal", "TFLOP/s", "SDPA TFLOP/s", "x SDPA", "rel err vs SDPA")},
+              flush=True)
+        rows.append(row)
+    notes = ["FLOPs = 4 B H Sq Sk D, half with the causal mask; medians of interleaved rounds of back-to-back launches",
+             "SDPA = torch.nn.functional.scaled_dot_product_attention (its default backend choice) on the same tensors",
+             "cp.async rows: the sm_80 path (cp.async ring + ldmatrix + mma.sync) forced on this GPU"]
+    write_results(args.name, "Attention forward: tmakit vs torch SDPA", rows, notes, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,6 +31,13 @@ SHAPES = [
     ("s16384", "tma", 1, 16, 16384, 128, True, "bfloat16"),
     ("fp16", "tma", 4, 16, 4096, 128, False, "float16"),
 ]
+# --tune: the main shape with other tile plans (label, backend, plan keyword arguments)
+TUNE = [
+    ("main stages=3", "tma", {"stages": 3}),
+    ("main block_n=64 stages=4", "tma", {"block_n": 64, "stages": 4}),
+    ("main warps=8", "cp.async", {"warps": 8}),
+    ("main block_n=32", "cp.async", {"block_n": 32}),
+]
 
 
 def time_ms(fn, torch, launches: int) -> float:
@@ -43,12 +50,13 @@ def time_ms(fn, torch, launches: int) -> float:
     return start.elapsed_time(end) / launches
 
 
-def measure(shape, rounds: int, plan_kwargs: dict) -> dict:
+def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> dict:
     import torch
     import torch.nn.functional as F
 
     from tmakit.ops import plan_attention
 
+    label_override = label
     label, backend, b, h, s, d, causal, dtype = shape
     tdt = getattr(torch, dtype)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt) for _ in range(3))
@@ -68,7 +76,7 @@ def measure(shape, rounds: int, plan_kwargs: dict) -> dict:
         theirs.append(time_ms(sdpa, torch, launches))
     t, ts = statistics.median(ours), statistics.median(theirs)
     spread = (max(ours) - min(ours)) / t
-    return {"shape": label, "backend": backend, "B": b, "H": h, "S": s, "D": d, "causal": causal, "dtype": dtype,
+    return {"shape": label_override or label, "backend": backend, "B": b, "H": h, "S": s, "D": d, "causal": causal, "dtype": dtype,
             "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1), "SDPA TFLOP/s": round(flops / ts / 1e9, 1),
             "x SDPA": round(ts / t, 3), "spread": round(spread, 3), "rel err vs SDPA": float(f"{err:.3g}")}
 
@@ -81,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", default="attention", help="results file stem (benchmarks/results/NAME.json)")
     parser.add_argument("--stages", type=int, default=None, help="K/V ring depth (tuning)")
     parser.add_argument("--block-n", type=int, default=None, help="keys per stage (tuning)")
+    parser.add_argument("--tune", action="store_true", help="also the main shape with other tile plans")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -99,6 +108,11 @@ def main(argv: list[str] | None = None) -> int:
         print({k: row[k] for k in ("shape", "backend", "causal", "TFLOP/s", "SDPA TFLOP/s", "x SDPA", "rel err vs SDPA")},
               flush=True)
         rows.append(row)
+    for label, backend, kw in TUNE if args.tune else []:
+        for causal in (False, True):
+            row = measure((label, backend, 4, 16, 4096, 128, causal, "bfloat16"), args.rounds, kw, label)
+            print({k: row[k] for k in ("shape", "backend", "causal", "TFLOP/s", "x SDPA")}, flush=True)
+            rows.append(row)
     notes = ["FLOPs = 4 B H Sq Sk D, half with the causal mask; medians of interleaved rounds of back-to-back launches",
              "SDPA = torch.nn.functional.scaled_dot_product_attention (its default backend choice) on the same tensors",
              "cp.async rows: the sm_80 path (cp.async ring + ldmatrix + mma.sync) forced on this GPU"]

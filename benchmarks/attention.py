@@ -30,13 +30,15 @@ SHAPES = [
     ("s16384", "tma", 1, 16, 16384, 128, False, "bfloat16"),
     ("s16384", "tma", 1, 16, 16384, 128, True, "bfloat16"),
     ("fp16", "tma", 4, 16, 4096, 128, False, "float16"),
+    ("bshd", "tma", 4, 16, 4096, 128, False, "bfloat16", "bshd"),
+    ("bshd", "tma", 4, 16, 4096, 128, True, "bfloat16", "bshd"),
 ]
 # --tune: the main shape with other tile plans (label, backend, plan keyword arguments)
 TUNE = [
-    ("main stages=3", "tma", {"stages": 3}),
-    ("main block_n=64 stages=4", "tma", {"block_n": 64, "stages": 4}),
-    ("main warps=8", "cp.async", {"warps": 8}),
-    ("main block_n=32", "cp.async", {"block_n": 32}),
+    ("main stages=3", "tma", 128, {"stages": 3}),
+    ("d64 stages=4", "tma", 64, {"stages": 4}),
+    ("main warps=4", "cp.async", 128, {"warps": 4}),
+    ("main block_n=128", "cp.async", 128, {"block_n": 128}),
 ]
 
 
@@ -57,15 +59,20 @@ def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> 
     from tmakit.ops import plan_attention
 
     label_override = label
-    label, backend, b, h, s, d, causal, dtype = shape
+    label, backend, b, h, s, d, causal, dtype = shape[:8]
+    layout = shape[8] if len(shape) > 8 else "bhsd"
     tdt = getattr(torch, dtype)
-    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt) for _ in range(3))
-    plan = plan_attention(q, k, v, causal=causal, backend=backend, **plan_kwargs)
+    dims = (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
+    q, k, v = (torch.randn(dims, device="cuda", dtype=tdt) for _ in range(3))
+    plan = plan_attention(q, k, v, causal=causal, backend=backend, layout=layout, **plan_kwargs)
     out, _ = plan()
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    # SDPA takes (B, H, S, D): a bshd tensor goes in as its transposed view, as a caller would pass it
+    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v)) if layout == "bshd" else (q, k, v)
+    ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
     torch.cuda.synchronize()
-    err = ((out.float() - ref.float()).norm() / ref.float().norm()).item()
-    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    out_h = out.transpose(1, 2) if layout == "bshd" else out
+    err = ((out_h.float() - ref.float()).norm() / ref.float().norm()).item()
+    sdpa = lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)  # noqa: E731
     flops = plan.flops
     launches = max(1, min(20, int(2e12 / flops)))  # ~ a few ms per sample
     for fn in (plan, sdpa):
@@ -76,7 +83,8 @@ def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> 
         theirs.append(time_ms(sdpa, torch, launches))
     t, ts = statistics.median(ours), statistics.median(theirs)
     spread = (max(ours) - min(ours)) / t
-    return {"shape": label_override or label, "backend": backend, "B": b, "H": h, "S": s, "D": d, "causal": causal, "dtype": dtype,
+    return {"shape": label_override or label, "backend": backend, "layout": layout, "B": b, "H": h, "S": s, "D": d,
+            "causal": causal, "dtype": dtype,
             "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1), "SDPA TFLOP/s": round(flops / ts / 1e9, 1),
             "x SDPA": round(ts / t, 3), "spread": round(spread, 3), "rel err vs SDPA": float(f"{err:.3g}")}
 
@@ -108,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
         print({k: row[k] for k in ("shape", "backend", "causal", "TFLOP/s", "SDPA TFLOP/s", "x SDPA", "rel err vs SDPA")},
               flush=True)
         rows.append(row)
-    for label, backend, kw in TUNE if args.tune else []:
+    for label, backend, d, kw in TUNE if args.tune else []:
         for causal in (False, True):
-            row = measure((label, backend, 4, 16, 4096, 128, causal, "bfloat16"), args.rounds, kw, label)
+            row = measure((label, backend, 4, 16, 4096, d, causal, "bfloat16"), args.rounds, kw, label)
             print({k: row[k] for k in ("shape", "backend", "causal", "TFLOP/s", "x SDPA")}, flush=True)
             rows.append(row)
     notes = ["FLOPs = 4 B H Sq Sk D, half with the causal mask; medians of interleaved rounds of back-to-back launches",

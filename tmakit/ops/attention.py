@@ -103,7 +103,9 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
             raise InvalidArgumentError("warps", warps, "is fixed at 12 on the tma backend (a producer warpgroup and "
                                        "two consumer warpgroups)", "leave warps out")
         return AttentionConfig(backend, head_dim, bf16, 128, block_n or 128, stages or 2, 12)
-    w = warps or 4
+    # 8 warps (128 query rows) share each K/V tile: measured on the H100 with the path forced (bf16, B=4, H=16,
+    # S=4096, D=128), 228 TFLOP/s against 202 with 4 warps; 97 KiB of shared memory fits sm_86/89's 99 KiB.
+    w = warps or 8
     return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n or 64, stages or 2, w)
 
 

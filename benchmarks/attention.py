@@ -36,9 +36,9 @@ SHAPES = [
 # --tune: the main shape with other tile plans (label, backend, plan keyword arguments)
 TUNE = [
     ("main stages=3", "tma", 128, {"stages": 3}),
-    ("d64 stages=4", "tma", 64, {"stages": 4}),
+    ("d64 stages=2", "tma", 64, {"stages": 2}),
     ("main warps=4", "cp.async", 128, {"warps": 4}),
-    ("main block_n=128", "cp.async", 128, {"block_n": 128}),
+    ("main block_n=64", "cp.async", 128, {"block_n": 64}),
 ]
 
 

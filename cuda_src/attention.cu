@@ -44,13 +44,13 @@
 #define TMAKIT_ATTN_BF16 1
 #endif
 #ifndef TMAKIT_ATTN_BLOCK_N
-#define TMAKIT_ATTN_BLOCK_N (TMAKIT_USE_TMA ? 128 : 64)
+#define TMAKIT_ATTN_BLOCK_N 128
 #endif
 #ifndef TMAKIT_ATTN_STAGES
 #define TMAKIT_ATTN_STAGES 2
 #endif
 #ifndef TMAKIT_ATTN_WARPS
-#define TMAKIT_ATTN_WARPS 4
+#define TMAKIT_ATTN_WARPS 8
 #endif
 
 namespace attn {

@@ -46,11 +46,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def show_plan(backend: Backend, args: argparse.Namespace, arch: str) -> None:
     """The variant's tile plan, shared-memory budget, maps and compile, for `arch` (no GPU needed)."""
-    cfg = attention_module.default_config(backend, args.dim, args.dtype == "bfloat16")
+    limit = attention_module.shared_mem_limit(tmakit.Arch.parse(arch), None)
+    cfg = attention_module.default_config(backend, args.dim, args.dtype == "bfloat16", shared_mem_limit=limit)
     print(f"\n== backend {backend.value}, compiled for {arch}: {cfg.entry}")
     for line in cfg.budget_lines():
         print("  " + line)
-    limit = attention_module.shared_mem_limit(tmakit.Arch.parse(arch), None)
     print(f"  limit per block on {arch}: {limit / 1024:.1f} KiB")
     sk = args.kv_seqlen or args.seqlen
     if backend is Backend.TMA:

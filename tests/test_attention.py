@@ -68,10 +68,13 @@ def test_config_shared_memory_matches_kernel_layout() -> None:
     cfg = default_config(Backend.TMA, 128)
     assert cfg.shared_mem == 32768 + 2 * 65536 + 8 * 7 + 1024
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
-    c2 = default_config(Backend.CP_ASYNC, 64, warps=4)
+    c2 = default_config(Backend.CP_ASYNC, 64, warps=4, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
-    c3 = default_config(Backend.CP_ASYNC, 128)
-    assert (c3.block_m, c3.threads) == (128, 256) and c3.shared_mem <= 101376  # fits sm_86/89
+    c3 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=232448)
+    assert (c3.block_m, c3.block_n, c3.threads) == (128, 128, 256)
+    c4 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=101376)  # sm_86/89: the largest tile that fits
+    assert c4.block_n == 64 and c4.shared_mem <= 101376
+    assert default_config(Backend.TMA, 64).stages == 4 and default_config(Backend.TMA, 128).stages == 2
 
 
 def test_block_n_and_warps_rules() -> None:

@@ -96,17 +96,29 @@ class AttentionConfig:
 
 
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
-                   stages: int | None = None, warps: int | None = None) -> AttentionConfig:
-    """The default tile plan of a backend for a head dim (tuning arguments override each field)."""
+                   stages: int | None = None, warps: int | None = None,
+                   shared_mem_limit: int | None = None) -> AttentionConfig:
+    """The default tile plan of a backend for a head dim (tuning arguments override each field). With
+    ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it.
+
+    Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
+    - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
+    - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
+    - cp.async forced: 8 warps (128 query rows share each K/V tile) 1.06x 4 warps; 128 keys per stage 1.13x 64
+      keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
+    """
     if backend is Backend.TMA:
         if warps not in (None, 12):
             raise InvalidArgumentError("warps", warps, "is fixed at 12 on the tma backend (a producer warpgroup and "
                                        "two consumer warpgroups)", "leave warps out")
-        return AttentionConfig(backend, head_dim, bf16, 128, block_n or 128, stages or 2, 12)
-    # 8 warps (128 query rows) share each K/V tile: measured on the H100 with the path forced (bf16, B=4, H=16,
-    # S=4096, D=128), 228 TFLOP/s against 202 with 4 warps; 97 KiB of shared memory fits sm_86/89's 99 KiB.
+        return AttentionConfig(backend, head_dim, bf16, 128, block_n or 128, stages or (4 if head_dim == 64 else 2), 12)
     w = warps or 8
-    return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n or 64, stages or 2, w)
+    if block_n is None:
+        block_n = 128
+        while block_n > 32 and shared_mem_limit is not None and AttentionConfig(
+                backend, head_dim, bf16, 16 * w, block_n, stages or 2, w).shared_mem > shared_mem_limit:
+            block_n //= 2
+    return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n, stages or 2, w)
 
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
@@ -297,8 +309,10 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
         raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
     choice = choose_backend(backend, device=qv.device)
-    cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", block_n=block_n, stages=stages, warps=warps)
-    check_config(cfg, shared_mem_limit(choice.arch, qv.device))
+    limit = shared_mem_limit(choice.arch, qv.device)
+    cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
+                         shared_mem_limit=limit)
+    check_config(cfg, limit)
     if choice.backend is Backend.TMA:
         for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):
             if view.ptr % 16:

@@ -92,9 +92,10 @@ struct RowState {
 
 // One step of the online softmax over a block of scores s[NT][4] (NT n8 tiles; element [n][2i + j] is row
 // g + 8i, column 8n + 2t + j). Masks columns >= kv_len and, causal, columns > row (absolute indices from
-// row0 / col0), rescales the output accumulator o[OT][4] and leaves p = exp2(s * scale_log2 - m) in s.
-template <int NT, int OT>
-__device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[OT][4], RowState& st, int lane, int row0,
+// row0 / col0), updates the running max and sum, leaves p = exp2(s * scale_log2 - m) in s and the factor the
+// output accumulator must be multiplied by in alpha (rescale_rows; the caller picks the moment).
+template <int NT>
+__device__ __forceinline__ void online_softmax(float (&s)[NT][4], RowState& st, float (&alpha)[2], int lane, int row0,
                                                int col0, int kv_len, bool mask, int causal, float scale_log2) {
   const int g = lane >> 2, t = lane & 3;
   if (mask) {
@@ -116,7 +117,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[OT]
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_use = mx == neg_inf() ? 0.f : mx;  // a row with nothing seen yet: exp2(-inf - 0) = 0, not NaN
-    const float alpha = exp2_approx(st.m[i] - m_use);
+    alpha[i] = exp2_approx(st.m[i] - m_use);
     st.m[i] = mx;
     float sum = 0.f;
 #pragma unroll
@@ -125,12 +126,19 @@ __device__ __forceinline__ void online_softmax(float (&s)[NT][4], float (&o)[OT]
       s[n][2 * i + 1] = exp2_approx(fmaf(s[n][2 * i + 1], scale_log2, -m_use));
       sum += s[n][2 * i] + s[n][2 * i + 1];
     }
-    st.l[i] = st.l[i] * alpha + sum;
+    st.l[i] = st.l[i] * alpha[i] + sum;
+  }
+}
+
+// O *= alpha per row (the correction of the running max), on the accumulator fragment.
+template <int OT>
+__device__ __forceinline__ void rescale_rows(float (&o)[OT][4], const float (&alpha)[2]) {
 #pragma unroll
-    for (int n = 0; n < OT; ++n) {
-      o[n][2 * i] *= alpha;
-      o[n][2 * i + 1] *= alpha;
-    }
+  for (int n = 0; n < OT; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
   }
 }
 
@@ -271,42 +279,64 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
     const uint32_t q_base = shared_addr(q_tile) + cw * 64 * kRowBytes;
 
-    mbarrier_wait_parity(&bars.q_full, 0);
-    for (int j = 0; j < n_blocks; ++j) {
-      const int stage = j % kStages;
-      const uint32_t phase = (j / kStages) & 1u;
-      const uint32_t k_base = shared_addr(k_tiles + stage * kKVBytes);
-      const uint32_t v_base = shared_addr(v_tiles + stage * kKVBytes);
-      float s[NT][4];
-      mbarrier_wait_parity(&bars.k_full[stage], phase);
+    constexpr int KT = kBlockN / 16;  // k16 slices of P
+    float s[NT][4];
+    uint32_t p[KT][4];
+    float alpha[2];
+    auto stage_of = [](int j) { return j % kStages; };
+    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+    // S = Q K_j^T: kD/16 wgmma SS into s, one commit group (not waited for).
+    auto issue_s = [&](int j) {
+      const uint32_t k_base = shared_addr(k_tiles + stage_of(j) * kKVBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t koff = (kk / 4) * 1u, kbyte = (kk % 4) * 32u;
-        const uint64_t da = wgmma_desc_kmajor_sw128(q_base + koff * kBlockM * kRowBytes + kbyte);
-        const uint64_t db = wgmma_desc_kmajor_sw128(k_base + koff * kBlockN * kRowBytes + kbyte);
+        const uint32_t slab = kk / 4, kbyte = (kk % 4) * 32u;
+        const uint64_t da = wgmma_desc_kmajor_sw128(q_base + slab * kBlockM * kRowBytes + kbyte);
+        const uint64_t db = wgmma_desc_kmajor_sw128(k_base + slab * kBlockN * kRowBytes + kbyte);
         wgmma_m64nNk16_ss<kBlockN, kBf16>(reinterpret_cast<float(&)[NT * 4]>(s), da, db, kk > 0);
       }
       wgmma_commit_group();
-      wgmma_wait_group<0>();
-
-      const int col0 = j * kBlockN;
-      const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
-      online_softmax<NT, OT>(s, o, st, lane, row0, col0, sk, mask, causal, scale_log2);
-
-      mbarrier_wait_parity(&bars.v_full[stage], phase);
+    };
+    // O += P V_j: kBlockN/16 wgmma RS (P from registers, V MN-major), one commit group (not waited for).
+    auto issue_pv = [&](int j) {
+      const uint32_t v_base = shared_addr(v_tiles + stage_of(j) * kKVBytes);
       wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t a[4];
-        mma_c_to_a_fragment<kBf16>(a, s[2 * kk], s[2 * kk + 1]);
+      for (int kk = 0; kk < KT; ++kk) {
         const uint64_t db = wgmma_desc_mnmajor_sw128(v_base + kk * 16 * kRowBytes, kBlockN * kRowBytes);
-        wgmma_m64nNk16_rs<kD, kBf16, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), a, db);
+        wgmma_m64nNk16_rs<kD, kBf16, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), p[kk], db);
       }
       wgmma_commit_group();
-      wgmma_wait_group<0>();
+    };
+    auto softmax = [&](int j) {
+      const int col0 = j * kBlockN;
+      const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
+      online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
+    };
+    auto release = [&](int j) {  // every wgmma that read stage j has completed (wait_group 0 before this)
       __syncwarp();
-      if (lane == 0) mbarrier_arrive(&bars.kv_empty[stage]);
+      if (lane == 0) mbarrier_arrive(&bars.kv_empty[stage_of(j)]);
+    };
+
+    mbarrier_wait_parity(&bars.q_full, 0);
+    // One block at a time: S, softmax, rescale, PV, each waited for; the two consumer warpgroups overlap
+    // each other (one computes its softmax while the other's wgmma run).
+    for (int j = 0; j < n_blocks; ++j) {
+      mbarrier_wait_parity(&bars.k_full[stage_of(j)], phase_of(j));
+      issue_s(j);
+      wgmma_wait_group<0>();
+      softmax(j);
+      rescale_rows<OT>(o, alpha);
+      pack_p();
+      mbarrier_wait_parity(&bars.v_full[stage_of(j)], phase_of(j));
+      issue_pv(j);
+      wgmma_wait_group<0>();
+      release(j);
     }
 
     float lse[2];
@@ -452,7 +482,9 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
 
     const int col0 = j * kBlockN;
     const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
-    online_softmax<NT, OT>(s, o_acc, st, lane, row0, col0, sk, mask, causal, scale_log2);
+    float alpha[2];
+    online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
+    rescale_rows<OT>(o_acc, alpha);
 
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {

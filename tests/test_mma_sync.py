@@ -14,28 +14,29 @@ import pytest
 
 from tmakit.build import compile_cuda
 
-# One warp: A (16x16), Bk (16(n) x 16(k), K-major), Bn (16(k) x 16(n), MN-major) are staged into 128B-swizzled
-# images of 16 rows x 64 elements (128 bytes per row) at the offsets swizzled_tile_offset gives; then
-# C1 = A @ Bk^T and C2 = A @ Bn (16x16 each) through ldmatrix + mma.sync, written row-major in float32.
+# One warp: A (16x16), Bk (16(n) x 16(k), K-major), Bn (16(k) x 16(n), MN-major) are staged into swizzled images
+# of 16 rows of `row_bytes` bytes (swizzle `mode`: 0 none, 1 32B, 2 64B, 3 128B) at the offsets swizzled_tile_offset
+# gives; then C1 = A @ Bk^T and C2 = A @ Bn (16x16 each) through ldmatrix + mma.sync, written row-major in float32.
 SOURCE = r"""
 #include "tmakit/mma_sync.cuh"
 using namespace tmakit;
 template <bool IsBf16>
-__device__ void body(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2) {
-  __shared__ __align__(1024) uint8_t smem[3 * 2048];
+__device__ void body(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2, uint32_t mode,
+                     uint32_t rb) {
+  __shared__ __align__(1024) uint8_t smem[3 * 4096];
   const int lane = threadIdx.x;
   for (int i = lane; i < 3 * 256; i += 32) {  // element i of tile i / 256 (16 x 16, row-major in global)
     const int t = i / 256, r = (i % 256) / 16, c = i % 16;
     const uint16_t* src = t == 0 ? a : t == 1 ? bk : bn;
-    *reinterpret_cast<uint16_t*>(smem + t * 2048 + swizzled_tile_offset(r, c, 128, kSwizzle128B)) = src[r * 16 + c];
+    *reinterpret_cast<uint16_t*>(smem + t * 4096 + swizzled_tile_offset(r, c, rb, mode)) = src[r * 16 + c];
   }
   __syncwarp();
   const uint32_t base = shared_addr(smem);
   uint32_t fa[4], fk[4], fn[4];
-  ldmatrix_sync_aligned_m8n8_x4_shared_b16(fa, ldmatrix_x4_address(base, lane, 0, 0, 128, kSwizzle128B));
-  ldmatrix_sync_aligned_m8n8_x4_shared_b16(fk, ldmatrix_x4_address_b_kmajor(base + 2048, lane, 0, 0, 128, kSwizzle128B));
-  ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(fn, ldmatrix_x4_trans_address_b_mnmajor(base + 4096, lane, 0, 0, 128,
-                                                                                          kSwizzle128B));
+  ldmatrix_sync_aligned_m8n8_x4_shared_b16(fa, ldmatrix_x4_address(base, lane, 0, 0, rb, mode));
+  ldmatrix_sync_aligned_m8n8_x4_shared_b16(fk, ldmatrix_x4_address_b_kmajor(base + 4096, lane, 0, 0, rb, mode));
+  ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(fn, ldmatrix_x4_trans_address_b_mnmajor(base + 8192, lane, 0, 0, rb,
+                                                                                          mode));
   for (int nt = 0; nt < 2; ++nt) {
     float acc1[4] = {0.f, 0.f, 0.f, 0.f}, acc2[4] = {0.f, 0.f, 0.f, 0.f};
     const uint32_t b1[2] = {fk[2 * nt], fk[2 * nt + 1]}, b2[2] = {fn[2 * nt], fn[2 * nt + 1]};
@@ -48,11 +49,13 @@ __device__ void body(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, 
     }
   }
 }
-extern "C" __global__ void mma_probe_bf16(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2) {
-  body<true>(a, bk, bn, c1, c2);
+extern "C" __global__ void mma_probe_bf16(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2,
+                                          uint32_t mode, uint32_t row_bytes) {
+  body<true>(a, bk, bn, c1, c2, mode, row_bytes);
 }
-extern "C" __global__ void mma_probe_f16(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2) {
-  body<false>(a, bk, bn, c1, c2);
+extern "C" __global__ void mma_probe_f16(const uint16_t* a, const uint16_t* bk, const uint16_t* bn, float* c1, float* c2,
+                                         uint32_t mode, uint32_t row_bytes) {
+  body<false>(a, bk, bn, c1, c2, mode, row_bytes);
 }
 """
 
@@ -72,7 +75,8 @@ def test_mma_sync_wrappers_compile(arch: str, tmp_path) -> None:
 
 @pytest.mark.requires_sm80
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_mma_sync_fragments_on_hardware(dtype: str) -> None:
+@pytest.mark.parametrize("mode, row_bytes", [(3, 128), (2, 64), (1, 32), (0, 32), (3, 256)])
+def test_mma_sync_fragments_on_hardware(dtype: str, mode: int, row_bytes: int) -> None:
     torch = pytest.importorskip("torch")
     from tmakit.build import load_module
 
@@ -83,7 +87,7 @@ def test_mma_sync_fragments_on_hardware(dtype: str) -> None:
     c2 = torch.full((16, 16), float("nan"), device="cuda")
     kern = load_module(SOURCE).kernel("mma_probe_bf16" if dtype == "bfloat16" else "mma_probe_f16")
     ga, gk, gn = (t.cuda().view(torch.int16) for t in (a, bk, bn))
-    kern(ga, gk, gn, c1, c2, grid=(1, 1, 1), block=(32, 1, 1))
+    kern(ga, gk, gn, c1, c2, mode, row_bytes, grid=(1, 1, 1), block=(32, 1, 1))
     torch.cuda.synchronize()
     af, kf, nf = (t.float().numpy() for t in (a, bk, bn))
     np.testing.assert_allclose(c1.cpu().numpy(), af @ kf.T, rtol=1e-5, atol=1e-4)

@@ -74,6 +74,13 @@ USES = {
       tmakit::cp_async_bulk_tensor_g2s<tmakit::L2Eviction::kLast>(out[2], s, &d, c, &bar);
 #endif""",
     "swizzle.cuh": "out[0] = tmakit::swizzle_offset(threadIdx.x * 16, out[1]) + tmakit::swizzle_alignment(3);",
+    "mma_sync.cuh": """__shared__ alignas(1024) unsigned char s[4096]; tmakit::uint32_t a[4], b[4]; float c[4] = {0.f, 0.f, 0.f, 0.f};
+      const int lane = threadIdx.x % 32; const tmakit::uint32_t base = tmakit::shared_addr(s);
+      tmakit::ldmatrix_sync_aligned_m8n8_x4_shared_b16(a, tmakit::ldmatrix_x4_address(base, lane, 0, 0, 128, 3));
+      tmakit::ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(b, tmakit::ldmatrix_x4_trans_address_b_mnmajor(base, lane, 0, 0, 128, 3));
+      const tmakit::uint32_t b0[2] = {b[0], b[1]}; tmakit::mma_m16n8k16<true>(c, a, b0); tmakit::mma_m16n8k16<false>(c, a, b0);
+      tmakit::mma_c_to_a_fragment<true>(a, c, c);
+      out[tmakit::MmaM16N8K16Layout::c_row(lane, 0)] = (unsigned char)(c[0] + a[0]);""",
     "box_geometry.cuh": """tmakit::Coords c{{-3, 2, 0, 0, 0}};
       tmakit::BoxChunk ch = tmakit::box_chunk(p, c, threadIdx.x);
       out[0] = tmakit::box_image_bytes(p) + tmakit::box_row_pitch(p) + ch.image_offset + (unsigned)tmakit::oob_fill_bits(p);""",

@@ -11,7 +11,7 @@
 //     memory (the Q tile's bytes) and a TMA store, lse by plain stores.
 //   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_attention_fwd_cp_async. The same tiles and
 //     the same shared-memory images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past
-//     the sequence end, a ring of STAGES K/V stages (cp.async.wait_group), NUM_WARPS warps of 16 query rows
+//     the sequence end, a ring of STAGES K/V stages (cp.async.wait_group), TMAKIT_ATTN_WARPS warps of 16 query rows
 //     each on ldmatrix + mma.sync m16n8k16 (FlashAttention-2's structure), O stored from registers.
 //
 // Tiles in shared memory: a tile of R rows by D columns is D/64 slabs of R x 64 elements (128 bytes a row),
@@ -21,7 +21,8 @@
 // Causal masking is top-left aligned (query i sees keys 0..i), as torch's scaled_dot_product_attention
 // with is_causal=True: with Sq != Sk, query rows i >= Sk see every key. Key blocks wholly above the diagonal
 // are skipped; the block that crosses it, and the block past the key length, are masked element by element.
-// A row that sees no key (Sk == 0) gives O = 0 and lse = -inf, never NaN.
+// A row that sees no key gives O = 0 and lse = -inf, never NaN (top-left causal rows always see key 0, so with
+// Sk >= 1, which the op requires, that is only the kernel's guard).
 //
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
 // TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows).

@@ -35,7 +35,7 @@
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
 #if TMAKIT_USE_TMA
-#include "attention_wgmma.cuh"
+#include "tmakit/wgmma.cuh"
 #endif
 
 #ifndef TMAKIT_ATTN_HEAD_DIM
@@ -194,6 +194,18 @@ constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes;
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
 
+// wgmma shared-memory descriptors of the 128B-swizzled slabs (wgmma.cuh; PTX ISA "Matrix Descriptor Format"):
+//   K-major (Q as A, K as B): 128-byte rows, 8-row atoms SBO = 1024 bytes apart, LBO unused (16); a k16 slice
+//     at byte 32*k of the row is start + 32*k.
+//   MN-major (V as B, [keys][D]): one key per 128-byte row of 64 D-elements, SBO = 1024 bytes between groups of
+//     8 keys, LBO = bytes between the 64-column slabs (the next 64 of N = D).
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t smem_addr) {
+  return wgmma_make_desc(smem_addr, 16, 1024, kWgmmaSwizzle128B);
+}
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t smem_addr) {
+  return wgmma_make_desc(smem_addr, kBlockN * kRowBytes, 1024, kWgmmaSwizzle128B);
+}
+
 // TMA coordinates of the slab `slab` of a tile starting at sequence row `s0` (maps are 4-D (B, H, S, D) in
 // numpy order whatever the memory layout; driver order is innermost first).
 __device__ __forceinline__ Coords tile_coords(int slab, int s0, int head, int batch) {
@@ -293,8 +305,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
         const uint32_t slab = kk / 4, kbyte = (kk % 4) * 32u;
-        const uint64_t da = wgmma_desc_kmajor_sw128(q_base + slab * kBlockM * kRowBytes + kbyte);
-        const uint64_t db = wgmma_desc_kmajor_sw128(k_base + slab * kBlockN * kRowBytes + kbyte);
+        const uint64_t da = desc_kmajor(q_base + slab * kBlockM * kRowBytes + kbyte);
+        const uint64_t db = desc_kmajor(k_base + slab * kBlockN * kRowBytes + kbyte);
         wgmma_m64nNk16_ss<kBlockN, kBf16>(reinterpret_cast<float(&)[NT * 4]>(s), da, db, kk > 0);
       }
       wgmma_commit_group();
@@ -305,7 +317,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) {
-        const uint64_t db = wgmma_desc_mnmajor_sw128(v_base + kk * 16 * kRowBytes, kBlockN * kRowBytes);
+        const uint64_t db = desc_mnmajor(v_base + kk * 16 * kRowBytes);
         wgmma_m64nNk16_rs<kD, kBf16, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), p[kk], db);
       }
       wgmma_commit_group();

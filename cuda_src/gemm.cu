@@ -90,9 +90,13 @@ __device__ __forceinline__ float in_to_f32(half_bits h) {
   asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
   return f;
 }
-__device__ __forceinline__ float load_c(const void* c, long idx) {
+__device__ __forceinline__ float load_c(const void* c, long long idx) {
   if constexpr (kOutF32) return static_cast<const float*>(c)[idx];
   return in_to_f32(static_cast<const half_bits*>(c)[idx]);
+}
+__device__ __forceinline__ void store_c(void* c, long long idx, float v) {
+  if constexpr (kOutF32) static_cast<float*>(c)[idx] = v;
+  else static_cast<half_bits*>(c)[idx] = static_cast<half_bits>(pack_f32x2<kBf16>(v, 0.f) & 0xffffu);
 }
 
 // Grouped ("L2-friendly") order of the work units: unit u -> (row of units, column of tiles). `rows` is in
@@ -122,7 +126,6 @@ constexpr int kConsumerRegs = 232;
 struct alignas(8) Barriers {
   PipelineRing<kStages> ring;
 };
-constexpr uint32_t kSmemBytes = kStages * kStageBytes + kEpilogueBytes + sizeof(Barriers) + 1024;
 
 // Descriptors of the k-slice kk (16 deep) of a stage (tmakit/layout/wgmma.py computes the same on the host).
 __device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer, int kk) {
@@ -139,7 +142,7 @@ __device__ __forceinline__ uint64_t desc_b(uint32_t b_stage, int kk) {
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
-                    const __grid_constant__ tmakit::TensorMapDesc map_c, const void* c_in, int M, int N, int K,
+                    const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
                     long long ldc, float alpha, float beta, int group_m) {
   using namespace gemm;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -254,6 +257,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
           uint8_t* buf = slab_buf + (s & 1) * kSlabBytes;
+          const int slab_n0 = n0 + s * kSlabCols;
+          // A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16:
+          // stored from registers, element by element (measured on the H100: a TMA store clipped at such an N
+          // wrote the whole 16-byte chunk, past column N into the row's padding).
+          const bool direct = slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
           if (leader) cp_async_bulk_wait_group_read<1>();  // the store that last read `buf` is done with it
           asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 #pragma unroll
@@ -263,11 +271,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             for (int h = 0; h < 2; ++h) {
               const int i = 4 * jj + 2 * h;
               const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
+              const int gm = row0 + r, gn = slab_n0 + cl;
               float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
               if (beta != 0.f) {
-                const int gm = row0 + r, gn = n0 + s * kSlabCols + cl;
-                if (gm < M && gn < N) v0 += beta * load_c(c_in, gm * ldc + gn);
-                if (gm < M && gn + 1 < N) v1 += beta * load_c(c_in, gm * ldc + gn + 1);
+                if (gm < M && gn < N) v0 += beta * load_c(c_ptr, gm * ldc + gn);
+                if (gm < M && gn + 1 < N) v1 += beta * load_c(c_ptr, gm * ldc + gn + 1);
+              }
+              if (direct) {
+                if (gm < M) {
+                  if (gn < N) store_c(c_ptr, gm * ldc + gn, v0);
+                  if (gn + 1 < N) store_c(c_ptr, gm * ldc + gn + 1, v1);
+                }
+                continue;
               }
               const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
               if constexpr (kOutF32) {
@@ -279,8 +294,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           fence_proxy_async_shared_cta();
           asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
-          if (leader && n0 + s * kSlabCols < N) {
-            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{n0 + s * kSlabCols, row0, 0, 0, 0}}, buf);
+          if (leader && !direct && slab_n0 < N) {
+            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, row0, 0, 0, 0}}, buf);
             cp_async_bulk_commit_group();
           }
         }
@@ -298,7 +313,6 @@ namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
-constexpr uint32_t kSmemBytes = kStages * kStageBytes + 1024;
 
 // Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).
 __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, const half_bits* B, int M, int N, int K,

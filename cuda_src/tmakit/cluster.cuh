@@ -39,10 +39,12 @@ __device__ __forceinline__ uint32_t mapa_shared_cluster(uint32_t smem_addr, uint
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_addr), "r"(cta_rank));
   return r;
 }
-// mbarrier.arrive.release.cluster.shared::cluster.b64: one arrival on the barrier at `cluster_addr` (from
-// mapa_shared_cluster; may be this CTA's own), releasing the caller's earlier accesses at cluster scope.
+// mbarrier.arrive.shared::cluster.b64 (default .release.cta semantics): one arrival on the barrier at
+// `cluster_addr` (from mapa_shared_cluster; may be this CTA's own). Enough for "I am done reading this stage"
+// (the reads were the tensor cores' or the copy engine's); a .release.cluster arrival costs a MEMBAR.ALL.GPU per
+// call in SASS, which halved the GEMM's throughput when it released every stage that way.
 __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
 #endif  // TMAKIT_HAS_SM90
 }  // namespace tmakit

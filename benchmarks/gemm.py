@@ -37,7 +37,8 @@ TUNE = [
     ("8192^3 group_m=4", "tma", 8192, 8192, 8192, "bfloat16", "k", {"group_m": 4}),
     ("8192^3 group_m=16", "tma", 8192, 8192, 8192, "bfloat16", "k", {"group_m": 16}),
     ("8192^3 block_n=128", "tma", 8192, 8192, 8192, "bfloat16", "k", {"block_n": 128}),
-    ("8192^3 cp.async stages=4", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"stages": 4}),
+    ("8192^3 cp.async block_n=128 stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"block_n": 128, "stages": 3}),
+    ("8192^3 cp.async stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"stages": 3}),
 ]
 
 

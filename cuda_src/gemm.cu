@@ -311,6 +311,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if !TMAKIT_USE_TMA
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
+// BN = 256: 128 accumulators a thread, one block per SM; BN = 128: 64, and two blocks share an SM (16 warps to hide
+// the mma.sync and ldmatrix latencies).
+constexpr int kBlocksPerSm = kBN == 128 ? 2 : 1;
 constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 
@@ -321,7 +324,8 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
   uint8_t* a_st = st;
   uint8_t* b_st = st + kABytes;
 #pragma unroll
-  for (int i = threadIdx.x; i < kBM * 8; i += kWarps * 32) {
+  for (int it = 0; it < kBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
+    const int i = threadIdx.x + it * kWarps * 32;
     const int r = i >> 3, c = i & 7;
     const int gm = m0 + r, gk = k0 + c * 8;
     const bool in = gm < M && gk < K;
@@ -330,7 +334,8 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
   }
   if constexpr (kBKMajor) {  // B stored [N, K]: BN rows of BK
 #pragma unroll
-    for (int i = threadIdx.x; i < kBN * 8; i += kWarps * 32) {
+    for (int it = 0; it < kBN * 8 / (kWarps * 32); ++it) {
+      const int i = threadIdx.x + it * kWarps * 32;
       const int r = i >> 3, c = i & 7;
       const int gn = n0 + r, gk = k0 + c * 8;
       const bool in = gn < N && gk < K;
@@ -339,7 +344,8 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
     }
   } else {  // B stored [K, N]: BK rows of BN, as BN/64 slabs
 #pragma unroll
-    for (int i = threadIdx.x; i < kBK * (kBN / 8); i += kWarps * 32) {
+    for (int it = 0; it < kBK * (kBN / 8) / (kWarps * 32); ++it) {
+      const int i = threadIdx.x + it * kWarps * 32;
       const int r = i / (kBN / 8), c = i % (kBN / 8);
       const int gk = k0 + r, gn = n0 + c * 8;
       const bool in = gk < K && gn < N;
@@ -351,7 +357,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
 }
 }  // namespace gemm
 
-extern "C" __global__ void __launch_bounds__(256, 1)
+extern "C" __global__ void __launch_bounds__(256, gemm::kBlocksPerSm)
     tmakit_gemm_cp_async(const void* a_ptr, const void* b_ptr, void* c_ptr, int M, int N, int K, long long lda,
                          long long ldb, long long ldc, float alpha, float beta, int group_m) {
   using namespace gemm;

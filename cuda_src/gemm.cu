@@ -21,7 +21,9 @@
 //   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_gemm_cp_async. The same BM x BN tiles
 //     and the same 128B-swizzled shared-memory images, filled by cp.async (zero fill past the edges) through a
 //     STAGES-deep ring (cp.async.wait_group + __syncthreads), 8 warps of 64 x BN/4 each on ldmatrix +
-//     mma.sync m16n8k16, the epilogue stored from registers.
+//     mma.sync m16n8k16 with double-buffered fragments (the next k16 slice, or the next stage's first, is read
+//     while the current one is multiplied; the ring's wait and barrier sit before the last slice of a stage),
+//     the epilogue stored from registers.
 //
 // Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
@@ -311,9 +313,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 #if !TMAKIT_USE_TMA
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
-// BN = 256: 128 accumulators a thread, one block per SM; BN = 128: 64, and two blocks share an SM (16 warps to hide
-// the mma.sync and ldmatrix latencies).
-constexpr int kBlocksPerSm = kBN == 128 ? 2 : 1;
 constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 
@@ -357,7 +356,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
 }
 }  // namespace gemm
 
-extern "C" __global__ void __launch_bounds__(256, gemm::kBlocksPerSm)
+extern "C" __global__ void __launch_bounds__(256, 1)
     tmakit_gemm_cp_async(const void* a_ptr, const void* b_ptr, void* c_ptr, int M, int N, int K, long long lda,
                          long long ldb, long long ldc, float alpha, float beta, int group_m) {
   using namespace gemm;
@@ -387,37 +386,54 @@ extern "C" __global__ void __launch_bounds__(256, gemm::kBlocksPerSm)
     cp_async_commit_group();
   }
   const uint32_t base = shared_addr(smem);
+  // Fragments of one k16 slice: A (4 m16 tiles) and B (kN8 / 2 pairs of n8 tiles), double-buffered so that the
+  // slice kk + 1 (the next stage's first slice at kk = 3) is read by ldmatrix while slice kk is on the tensor cores.
+  uint32_t fa[2][4][4], fb[2][kN8 / 2][4];
+  auto load_frags = [&](uint32_t (&a)[4][4], uint32_t (&b)[kN8 / 2][4], uint32_t a_st, int kk) {
+    const uint32_t b_st = a_st + kABytes;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+          a[i], ldmatrix_x4_address(a_st, lane, wm * 64 + i * 16, kk * 16, kRowBytes, kSwizzle128B));
+#pragma unroll
+    for (int j = 0; j < kN8 / 2; ++j) {
+      const int nb = wn * kWarpN + j * 16;
+      if constexpr (kBKMajor) {
+        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+            b[j], ldmatrix_x4_address_b_kmajor(b_st, lane, nb, kk * 16, kRowBytes, kSwizzle128B));
+      } else {
+        ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
+            b[j], ldmatrix_x4_trans_address_b_mnmajor(b_st + (nb / 64) * kBK * kRowBytes, lane, kk * 16, nb % 64,
+                                                      kRowBytes, kSwizzle128B));
+      }
+    }
+  };
+  cp_async_wait_group<kStages - 2>();  // k-block 0 has landed (this thread's chunks) ...
+  __syncthreads();                     // ... everyone's
+  load_frags(fa[0], fb[0], base, 0);
   for (int kb = 0; kb < k_blocks; ++kb) {
-    cp_async_wait_group<kStages - 2>();  // k-block kb has landed (this thread's chunks)
-    __syncthreads();                     // ... everyone's; and stage (kb - 1) % S is free
-    const int next = kb + kStages - 1;
-    if (next < k_blocks) load_stage(smem + (next % kStages) * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, next);
-    cp_async_commit_group();
-    const uint32_t a_st = base + (kb % kStages) * kStageBytes, b_st = a_st + kABytes;
+    const uint32_t a_st = base + (kb % kStages) * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      uint32_t a[4][4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-            a[i], ldmatrix_x4_address(a_st, lane, wm * 64 + i * 16, kk * 16, kRowBytes, kSwizzle128B));
+      if (kk == 0) {  // refill the stage every warp finished reading before the last barrier
+        const int next = kb + kStages - 1;
+        if (next < k_blocks) load_stage(smem + (next % kStages) * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, next);
+        cp_async_commit_group();
+      }
+      if (kk == kBK / 16 - 1) {
+        cp_async_wait_group<kStages - 2>();  // k-block kb + 1 has landed ...
+        __syncthreads();                     // ... everyone's, and nobody reads stage kb's slot any more
+        if (kb + 1 < k_blocks) load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], base + ((kb + 1) % kStages) * kStageBytes, 0);
+      } else {
+        load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], a_st, kk + 1);
+      }
 #pragma unroll
       for (int j = 0; j < kN8 / 2; ++j) {
-        uint32_t b[4];
-        const int nb = wn * kWarpN + j * 16;
-        if constexpr (kBKMajor) {
-          ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-              b, ldmatrix_x4_address_b_kmajor(b_st, lane, nb, kk * 16, kRowBytes, kSwizzle128B));
-        } else {
-          ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
-              b, ldmatrix_x4_trans_address_b_mnmajor(b_st + (nb / 64) * kBK * kRowBytes, lane, kk * 16, nb % 64,
-                                                     kRowBytes, kSwizzle128B));
-        }
-        const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        const uint32_t b0[2] = {fb[kk & 1][j][0], fb[kk & 1][j][1]}, b1[2] = {fb[kk & 1][j][2], fb[kk & 1][j][3]};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          mma_m16n8k16<kBf16>(acc[i][2 * j], a[i], b0);
-          mma_m16n8k16<kBf16>(acc[i][2 * j + 1], a[i], b1);
+          mma_m16n8k16<kBf16>(acc[i][2 * j], fa[kk & 1][i], b0);
+          mma_m16n8k16<kBf16>(acc[i][2 * j + 1], fa[kk & 1][i], b1);
         }
       }
     }

@@ -74,6 +74,33 @@ USES = {
       tmakit::cp_async_bulk_tensor_g2s<tmakit::L2Eviction::kLast>(out[2], s, &d, c, &bar);
 #endif""",
     "swizzle.cuh": "out[0] = tmakit::swizzle_offset(threadIdx.x * 16, out[1]) + tmakit::swizzle_alignment(3);",
+    "mma_sync.cuh": """__shared__ alignas(1024) unsigned char s[4096]; tmakit::uint32_t a[4], b[4]; float c[4] = {0.f, 0.f, 0.f, 0.f};
+      const int lane = threadIdx.x % 32; const tmakit::uint32_t base = tmakit::shared_addr(s);
+      tmakit::ldmatrix_sync_aligned_m8n8_x4_shared_b16(a, tmakit::ldmatrix_x4_address(base, lane, 0, 0, 128, 3));
+      tmakit::ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(b, tmakit::ldmatrix_x4_trans_address_b_mnmajor(base, lane, 0, 0, 128, 3));
+      const tmakit::uint32_t b0[2] = {b[0], b[1]}; tmakit::mma_m16n8k16<true>(c, a, b0); tmakit::mma_m16n8k16<false>(c, a, b0);
+      tmakit::mma_c_to_a_fragment<true>(a, c, c);
+      out[tmakit::MmaM16N8K16Layout::c_row(lane, 0)] = (unsigned char)(c[0] + a[0]);""",
+    "wgmma.cuh": """const tmakit::uint64_t da = tmakit::wgmma_make_desc(128, 16, 1024, 1), db = tmakit::wgmma_desc_advance(da, 32);
+      out[0] = (unsigned char)(tmakit::wgmma_d_row(threadIdx.x, 3) + tmakit::wgmma_d_col(threadIdx.x, 5) + tmakit::wgmma_swizzle_from_tma(3));
+#if TMAKIT_HAS_SM90
+      float acc[128] = {}; float e[32] = {}; const tmakit::uint32_t a[4] = {1u, 2u, 3u, 4u};
+      tmakit::wgmma_fence(); tmakit::wgmma_m64nNk16_ss<256, true, false, true>(acc, da, db, out[1] != 0);
+      tmakit::wgmma_m64nNk16_rs<64, false, true>(e, a, db); tmakit::wgmma_commit_group(); tmakit::wgmma_wait_group<0>();
+      tmakit::wgmma_fence_operands(acc); out[threadIdx.x] = (unsigned char)(acc[7] + e[3] + tmakit::elect_one_sync());
+#endif""",
+    "cluster.cuh": """#if TMAKIT_HAS_SM90
+      __shared__ tmakit::uint64_t bar; tmakit::cluster_sync();
+      tmakit::mbarrier_arrive_cluster(tmakit::mapa_shared_cluster(tmakit::shared_addr(&bar), tmakit::cluster_ctarank()));
+      out[0] = (unsigned char)tmakit::cluster_nctarank();
+#endif""",
+    "pipeline_ring.cuh": """__shared__ tmakit::PipelineRing<4> ring; tmakit::RingCursor<4> c;
+      if (threadIdx.x == 0) ring.init(1, 1);
+      __syncthreads(); ring.acquire(c); ring.commit_cp_async(c); ring.wait_full(c); ring.release(c); c.advance();
+#if TMAKIT_HAS_SM90
+      ring.arm_tma(c, 16); ring.release_cluster(c, 0);
+#endif
+      out[0] = (unsigned char)(c.stage + c.phase);""",
     "box_geometry.cuh": """tmakit::Coords c{{-3, 2, 0, 0, 0}};
       tmakit::BoxChunk ch = tmakit::box_chunk(p, c, threadIdx.x);
       out[0] = tmakit::box_image_bytes(p) + tmakit::box_row_pitch(p) + ch.image_offset + (unsigned)tmakit::oob_fill_bits(p);""",

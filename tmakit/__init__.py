@@ -30,6 +30,7 @@ from .copies import copy_d2d, copy_d2h, copy_h2d
 from .streams import Event, Stream, as_stream, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
 from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
+from .layout import check_wgmma_descriptor, wgmma_descriptors
 from .tensormap import (
     TensorMap,
     Violation,
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidArgumentError",
     "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
+    "wgmma_descriptors", "check_wgmma_descriptor",
     "CompiledKernelCode", "Module", "Kernel", "BoundLaunch", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
     "source_dirs",
     "DeviceArray", "PinnedBuffer", "is_pinned", "pinned_empty", "pinned_like", "registered",

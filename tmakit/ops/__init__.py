@@ -6,16 +6,21 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_load_tiles`` / ``load_tiles``: real box loads -> shared-memory images (to check against ``tmakit.layout``)
 - ``plan_copy`` / ``copy``: device-to-device copy through shared memory
 - ``plan_transpose`` / ``transpose``: 2-D transpose for 1/2/4/8-byte elements
+- ``plan_gemm`` / ``gemm``: C = alpha A @ B (+ beta C) (TMA + wgmma warp-specialized on sm_90, cp.async + mma.sync)
+- ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 """
 from __future__ import annotations
 
 from ._plan import Plan
+from .attention import AttentionPlan, attention, plan_attention
 from .copy import CopyPlan, CopyResult, copy, plan_copy
+from .gemm import GemmPlan, gemm, plan_gemm
 from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
-__all__ = ["CopyPlan", "CopyResult", "LoadTilesPlan", "LoadTilesResult", "Plan", "PtxTileCopyResult", "TilePlan",
-           "TransposePlan", "TransposeResult", "copy", "load_tiles", "plan_copy", "plan_load_tiles", "plan_transpose",
+__all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmPlan", "LoadTilesPlan", "LoadTilesResult", "Plan",
+           "PtxTileCopyResult", "TilePlan", "TransposePlan", "TransposeResult", "attention", "copy", "gemm",
+           "load_tiles", "plan_attention", "plan_copy", "plan_gemm", "plan_load_tiles", "plan_transpose",
            "ptx_tile_copy", "transpose"]

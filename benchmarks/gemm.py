@@ -1,0 +1,133 @@
+"""GEMM: tmakit.ops.gemm (TMA + wgmma warp-specialized kernel, and the cp.async + mma.sync twin) beside
+torch.matmul (cuBLAS) in the same run. Writes benchmarks/results/gemm.json and .md.
+
+Each row: medians of CUDA-event timings of back-to-back launches after warm-up, tmakit and cuBLAS interleaved round
+by round; TFLOP/s = 2 M N K / time; the output's max error against a float32 product, relative to its largest
+entry. Operands of the main shape (8192^3 bf16) are 128 MiB each, beyond the 50 MB L2.
+
+    python benchmarks/gemm.py [--quick] [--out DIR] [--rounds N] [--tune]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import write_results  # noqa: E402
+
+# (label, backend, M, N, K, dtype, b_major, plan keyword arguments)
+SHAPES = [
+    ("8192^3", "tma", 8192, 8192, 8192, "bfloat16", "k", {}),
+    ("8192^3", "tma", 8192, 8192, 8192, "bfloat16", "n", {}),
+    ("4096^3", "tma", 4096, 4096, 4096, "bfloat16", "k", {}),
+    ("8192x8192x1024", "tma", 8192, 8192, 1024, "bfloat16", "k", {}),
+    ("2048x16384x4096", "tma", 2048, 16384, 4096, "bfloat16", "k", {}),
+    ("1000x4097x2048", "tma", 1000, 4097, 2048, "bfloat16", "k", {}),
+    ("4096^3 fp16", "tma", 4096, 4096, 4096, "float16", "k", {}),
+    ("8192^3 fp16", "tma", 8192, 8192, 8192, "float16", "k", {}),
+    ("8192^3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {}),
+    ("8192^3", "cp.async", 8192, 8192, 8192, "bfloat16", "n", {}),
+]
+# --tune: the main shape with other plans
+TUNE = [
+    ("8192^3 cluster=1", "tma", 8192, 8192, 8192, "bfloat16", "k", {"cluster": 1}),
+    ("8192^3 stages=3", "tma", 8192, 8192, 8192, "bfloat16", "k", {"stages": 3}),
+    ("8192^3 group_m=4", "tma", 8192, 8192, 8192, "bfloat16", "k", {"group_m": 4}),
+    ("8192^3 group_m=16", "tma", 8192, 8192, 8192, "bfloat16", "k", {"group_m": 16}),
+    ("8192^3 block_n=128", "tma", 8192, 8192, 8192, "bfloat16", "k", {"block_n": 128}),
+    ("8192^3 cp.async block_n=128 stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"block_n": 128, "stages": 3}),
+    ("8192^3 cp.async stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"stages": 3}),
+]
+
+
+def time_ms(fn, torch, launches: int) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(launches):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / launches
+
+
+def _padded(torch, rows: int, cols: int, dtype):
+    """(rows, cols) with rows padded to 16 bytes: a view when cols is not a multiple of 8."""
+    pitch = -(-cols // 8) * 8
+    buf = torch.randn(rows, pitch, device="cuda", dtype=dtype)
+    return buf[:, :cols]
+
+
+def measure(shape, rounds: int) -> dict:
+    import torch
+
+    from tmakit.ops import plan_gemm
+
+    label, backend, m, n, k, dtype, b_major, kw = shape
+    tdt = getattr(torch, dtype)
+    a = _padded(torch, m, k, tdt)
+    b = _padded(torch, n, k, tdt) if b_major == "k" else _padded(torch, k, n, tdt)
+    c = _padded(torch, m, n, tdt)
+    plan = plan_gemm(a, b, c, b_major=b_major, backend=backend, **kw)
+    plan()
+    bm = b.T if b_major == "k" else b
+    ref = a.float() @ bm.float()
+    torch.cuda.synchronize()
+    err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+    del ref
+    cub = torch.empty(m, n, device="cuda", dtype=tdt)
+    cublas = lambda: torch.matmul(a, bm, out=cub)  # noqa: E731
+    flops = 2.0 * m * n * k
+    launches = max(1, min(50, int(5e12 / flops)))
+    for fn in (plan, cublas):
+        for _ in range(3):
+            time_ms(fn, torch, launches)
+    ours, theirs = [], []
+    for _ in range(rounds):
+        ours.append(time_ms(plan, torch, launches))
+        theirs.append(time_ms(cublas, torch, launches))
+    t, tc = statistics.median(ours), statistics.median(theirs)
+    cfg = plan.config
+    return {"shape": label, "backend": backend, "M": m, "N": n, "K": k, "dtype": dtype, "b_major": b_major,
+            "tile": f"128x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}", "ms": round(t, 4),
+            "TFLOP/s": round(flops / t / 1e9, 1), "cuBLAS TFLOP/s": round(flops / tc / 1e9, 1),
+            "x cuBLAS": round(tc / t, 3), "spread": round((max(ours) - min(ours)) / t, 3),
+            "max rel err": float(f"{err:.3g}")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the 8192^3 rows only")
+    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (median)")
+    parser.add_argument("--out", default=None, help="also copy the results files here")
+    parser.add_argument("--name", default="gemm", help="results file stem (benchmarks/results/NAME.json)")
+    parser.add_argument("--tune", action="store_true", help="also the main shape with other tile plans")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    try:
+        import torch
+    except ImportError:
+        print("benchmarks/gemm.py needs torch (the cuBLAS peer); nothing measured")
+        return 0
+    if not torch.cuda.is_available():
+        print("no CUDA GPU: nothing measured")
+        return 0
+    shapes = [s for s in SHAPES if s[0] == "8192^3"] if args.quick else list(SHAPES)
+    rows = []
+    for shape in shapes + (TUNE if args.tune else []):
+        row = measure(shape, args.rounds)
+        print({k: row[k] for k in ("shape", "backend", "b_major", "tile", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS",
+                                   "max rel err")}, flush=True)
+        rows.append(row)
+    notes = ["FLOPs = 2 M N K; medians of interleaved rounds of back-to-back launches after warm-up",
+             "cuBLAS = torch.matmul(a, b, out=) on the same operands (b_major n: b; k: b.T, cuBLAS's TN case)",
+             "cp.async rows: the sm_80 path (cp.async ring + ldmatrix + mma.sync) forced on this GPU",
+             "1000x4097x2048: operands are row-padded views (4097 is not a multiple of 8 elements)"]
+    write_results(args.name, "GEMM: tmakit vs cuBLAS (torch.matmul)", rows, notes, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,539 @@
+// Attention forward, O = softmax(scale * Q K^T [+ causal mask]) V, and the log-sum-exp of each row (fp32).
+// One source, two engines (config.cuh picks, tmakit/ops/attention.py launches):
+//
+//   TMAKIT_USE_TMA == 1 (sm_90a): tmakit_attention_fwd_tma. Three warpgroups. Warpgroup 0 is the producer
+//     (setmaxnreg down; one thread issues TMA): the Q tile (BLOCK_M = 128 rows) once, then K and V tiles of
+//     BLOCK_N keys through a ring of STAGES stages, each stage with a K-full, a V-full and an empty mbarrier.
+//     Warpgroups 1 and 2 are consumers (setmaxnreg up), each owning 64 query rows: S = Q K^T by wgmma SS
+//     (both K-major), online softmax in fp32 registers (exp2 of log2(e)-scaled logits, running max and sum
+//     per row), P packed to bf16/f16 in registers as the A operand of an RS wgmma O += P V (V, stored [keys, D],
+//     is an MN-major B operand: the transpose bit), release of the stage, and at the end O / l through shared
+//     memory (the Q tile's bytes) and a TMA store, lse by plain stores.
+//   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_attention_fwd_cp_async. The same tiles and
+//     the same shared-memory images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past
+//     the sequence end, a ring of STAGES K/V stages (cp.async.wait_group), TMAKIT_ATTN_WARPS warps of 16 query rows
+//     each on ldmatrix + mma.sync m16n8k16 (FlashAttention-2's structure), O stored from registers.
+//
+// Tiles in shared memory: a tile of R rows by D columns is D/64 slabs of R x 64 elements (128 bytes a row),
+// each 128B-swizzled and 1024-byte aligned: exactly the boxes of a TMA map with box (.., R, 64) and 128B
+// swizzle, and what the cp.async twin writes at swizzle_offset().
+//
+// Causal masking is top-left aligned (query i sees keys 0..i), as torch's scaled_dot_product_attention
+// with is_causal=True: with Sq != Sk, query rows i >= Sk see every key. Key blocks wholly above the diagonal
+// are skipped; the block that crosses it, and the block past the key length, are masked element by element.
+// A row that sees no key gives O = 0 and lse = -inf, never NaN (top-left causal rows always see key 0, so with
+// Sk >= 1, which the op requires, that is only the kernel's guard).
+//
+// Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
+// TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows).
+#include "tmakit/config.cuh"
+#include "tmakit/cp_async.cuh"
+#include "tmakit/fence.cuh"
+#include "tmakit/mbarrier.cuh"
+#include "tmakit/mma_sync.cuh"
+#include "tmakit/swizzle.cuh"
+#include "tmakit/tma.cuh"
+#include "tmakit/types.cuh"
+#if TMAKIT_USE_TMA
+#include "tmakit/wgmma.cuh"
+#endif
+
+#ifndef TMAKIT_ATTN_HEAD_DIM
+#define TMAKIT_ATTN_HEAD_DIM 128
+#endif
+#ifndef TMAKIT_ATTN_BF16
+#define TMAKIT_ATTN_BF16 1
+#endif
+#ifndef TMAKIT_ATTN_BLOCK_N
+#define TMAKIT_ATTN_BLOCK_N 128
+#endif
+#ifndef TMAKIT_ATTN_STAGES
+#define TMAKIT_ATTN_STAGES 2
+#endif
+#ifndef TMAKIT_ATTN_WARPS
+#define TMAKIT_ATTN_WARPS 8
+#endif
+
+namespace attn {
+using namespace tmakit;
+
+constexpr int kD = TMAKIT_ATTN_HEAD_DIM;
+constexpr bool kBf16 = TMAKIT_ATTN_BF16 != 0;
+constexpr int kBlockN = TMAKIT_ATTN_BLOCK_N;
+constexpr int kStages = TMAKIT_ATTN_STAGES;
+constexpr int kSlabCols = 64;              // columns per 128-byte swizzled slab
+constexpr uint32_t kRowBytes = 128;        // bytes per slab row
+static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
+static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "BLOCK_N: a multiple of 16 up to 256");
+static_assert(kStages >= 2, "the K/V ring has at least two stages");
+
+constexpr float kLn2 = 0.6931471805599453f;
+#define TMAKIT_ATTN_NEG_INF __int_as_float(0xff800000)
+__device__ __forceinline__ float neg_inf() { return TMAKIT_ATTN_NEG_INF; }
+
+__device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx.ftz.f32 (PTX ISA "ex2"): exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Keys this query block needs: all of them, or (causal, top-left) those up to its last row.
+__device__ __forceinline__ int key_blocks(int m0, int block_m, int sk, int causal) {
+  const int keys = causal ? min(sk, m0 + block_m) : sk;
+  return keys <= 0 ? 0 : (keys + kBlockN - 1) / kBlockN;
+}
+
+// The online-softmax state of the two rows a thread holds in an m16 accumulator fragment (rows g and g + 8 of
+// its warp's 16; PTX ISA "Matrix Fragments for mma.m16n8k16" and wgmma's m64nNk16 accumulator, which is the
+// same per warp): running max (log2-scaled) and the thread's partial row sums (quad-reduced at the end).
+struct RowState {
+  float m[2];
+  float l[2];
+};
+
+// One step of the online softmax over a block of scores s[NT][4] (NT n8 tiles; element [n][2i + j] is row
+// g + 8i, column 8n + 2t + j). Masks columns >= kv_len and, causal, columns > row (absolute indices from
+// row0 / col0), updates the running max and sum, leaves p = exp2(s * scale_log2 - m) in s and the factor the
+// output accumulator must be multiplied by in alpha (rescale_rows; the caller picks the moment).
+template <int NT>
+__device__ __forceinline__ void online_softmax(float (&s)[NT][4], RowState& st, float (&alpha)[2], int lane, int row0,
+                                               int col0, int kv_len, bool mask, int causal, float scale_log2) {
+  const int g = lane >> 2, t = lane & 3;
+  if (mask) {
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = col0 + 8 * n + 2 * t + (e & 1);
+        const int row = row0 + g + 8 * (e >> 1);
+        if (col >= kv_len || (causal && col > row)) s[n][e] = neg_inf();
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = st.m[i];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]) * scale_log2);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_use = mx == neg_inf() ? 0.f : mx;  // a row with nothing seen yet: exp2(-inf - 0) = 0, not NaN
+    alpha[i] = exp2_approx(st.m[i] - m_use);
+    st.m[i] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      s[n][2 * i] = exp2_approx(fmaf(s[n][2 * i], scale_log2, -m_use));
+      s[n][2 * i + 1] = exp2_approx(fmaf(s[n][2 * i + 1], scale_log2, -m_use));
+      sum += s[n][2 * i] + s[n][2 * i + 1];
+    }
+    st.l[i] = st.l[i] * alpha[i] + sum;
+  }
+}
+
+// O *= alpha per row (the correction of the running max), on the accumulator fragment.
+template <int OT>
+__device__ __forceinline__ void rescale_rows(float (&o)[OT][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < OT; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
+  }
+}
+
+// Final normalisation: quad-reduce the row sums, O /= l (0 for a row that saw no key), lse = ln(sum exp).
+template <int OT>
+__device__ __forceinline__ void finish_rows(float (&o)[OT][4], RowState& st, float (&lse)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float l = st.l[i];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    lse[i] = l > 0.f ? (st.m[i] + __log2f(l)) * kLn2 : neg_inf();
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+      o[n][2 * i] *= inv;
+      o[n][2 * i + 1] *= inv;
+    }
+  }
+}
+
+// Byte offset of element (row, col) in a tile image of `rows` rows (slabs of 64 columns, 128B swizzle).
+__device__ __forceinline__ uint32_t tile_offset(int rows, int row, int col) {
+  return static_cast<uint32_t>(col / kSlabCols) * rows * kRowBytes +
+         swizzle_offset(static_cast<uint32_t>(row) * kRowBytes + (col % kSlabCols) * 2u, kSwizzle128B);
+}
+
+}  // namespace attn
+
+#if TMAKIT_USE_TMA
+// =============================================================================================================
+// sm_90a: TMA ring + wgmma, producer/consumer warp specialization.
+namespace attn {
+
+constexpr int kSlabs = kD / kSlabCols;           // slabs per tile row
+constexpr int kBlockM = 128;                      // two consumer warpgroups of 64 rows
+constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
+constexpr uint32_t kQBytes = kBlockM * kD * 2;    // also the O staging buffer
+constexpr uint32_t kKVBytes = kBlockN * kD * 2;   // one K (or V) stage
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+
+struct SharedBarriers {
+  uint64_t q_full;
+  uint64_t k_full[kStages];
+  uint64_t v_full[kStages];
+  uint64_t kv_empty[kStages];
+};
+
+// Dynamic shared memory: [Q | K stages | V stages | barriers], 1024-byte aligned tiles.
+constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes;
+constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
+static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
+
+// wgmma shared-memory descriptors of the 128B-swizzled slabs (wgmma.cuh; PTX ISA "Matrix Descriptor Format"):
+//   K-major (Q as A, K as B): 128-byte rows, 8-row atoms SBO = 1024 bytes apart, LBO unused (16); a k16 slice
+//     at byte 32*k of the row is start + 32*k.
+//   MN-major (V as B, [keys][D]): one key per 128-byte row of 64 D-elements, SBO = 1024 bytes between groups of
+//     8 keys, LBO = bytes between the 64-column slabs (the next 64 of N = D).
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t smem_addr) {
+  return wgmma_make_desc(smem_addr, 16, 1024, kWgmmaSwizzle128B);
+}
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t smem_addr) {
+  return wgmma_make_desc(smem_addr, kBlockN * kRowBytes, 1024, kWgmmaSwizzle128B);
+}
+
+// TMA coordinates of the slab `slab` of a tile starting at sequence row `s0` (maps are 4-D (B, H, S, D) in
+// numpy order whatever the memory layout; driver order is innermost first).
+__device__ __forceinline__ Coords tile_coords(int slab, int s0, int head, int batch) {
+  Coords c;
+  c.c[0] = slab * kSlabCols;
+  c.c[1] = s0;
+  c.c[2] = head;
+  c.c[3] = batch;
+  c.c[4] = 0;
+  return c;
+}
+
+}  // namespace attn
+
+extern "C" __global__ void __launch_bounds__(attn::kThreads, 1)
+tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
+                         const __grid_constant__ tmakit::TensorMapDesc k_map,
+                         const __grid_constant__ tmakit::TensorMapDesc v_map,
+                         const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
+                         int sq, int sk, float scale_log2, int causal) {
+  using namespace attn;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_shared(smem_raw, 1024);
+  uint8_t* q_tile = smem;
+  uint8_t* k_tiles = smem + kQBytes;
+  uint8_t* v_tiles = k_tiles + kStages * kKVBytes;
+  SharedBarriers& bars = *reinterpret_cast<SharedBarriers*>(smem + kSmemTiles);
+
+  const int m_blocks = gridDim.x;
+  const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
+  const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
+  const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
+  const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
+
+  if (threadIdx.x == 0) {
+    prefetch_tensormap(&q_map);
+    prefetch_tensormap(&k_map);
+    prefetch_tensormap(&v_map);
+    prefetch_tensormap(&o_map);
+    mbarrier_init(&bars.q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(&bars.k_full[s], 1);
+      mbarrier_init(&bars.v_full[s], 1);
+      mbarrier_init(&bars.kv_empty[s], 8);  // lane 0 of each of the 8 consumer warps
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // ---------------------------------------------------------------- producer
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(&bars.q_full, kQBytes);
+      for (int h = 0; h < kSlabs; ++h)
+        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, &q_map, tile_coords(h, m0, head, batch),
+                                    &bars.q_full);
+      for (int j = 0; j < n_blocks; ++j) {
+        const int stage = j % kStages;
+        const uint32_t phase = (j / kStages) & 1u;
+        mbarrier_wait_parity(&bars.kv_empty[stage], phase ^ 1u);  // a fresh barrier passes parity 1 at once
+        uint8_t* kt = k_tiles + stage * kKVBytes;
+        uint8_t* vt = v_tiles + stage * kKVBytes;
+        mbarrier_arrive_expect_tx(&bars.k_full[stage], kKVBytes);
+        for (int h = 0; h < kSlabs; ++h)
+          cp_async_bulk_tensor_g2s<4>(kt + h * kBlockN * kRowBytes, &k_map, tile_coords(h, j * kBlockN, head, batch),
+                                      &bars.k_full[stage]);
+        mbarrier_arrive_expect_tx(&bars.v_full[stage], kKVBytes);
+        for (int h = 0; h < kSlabs; ++h)
+          cp_async_bulk_tensor_g2s<4>(vt + h * kBlockN * kRowBytes, &v_map, tile_coords(h, j * kBlockN, head, batch),
+                                      &bars.v_full[stage]);
+      }
+    }
+  } else {
+    // ---------------------------------------------------------------- consumers
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = warpgroup - 1;                         // consumer warpgroup: rows cw*64 .. cw*64+63
+    const int row0 = m0 + cw * 64 + warp_in_group * 16;   // this warp's first query row
+    constexpr int NT = kBlockN / 8, OT = kD / 8;
+    float o[OT][4];
+#pragma unroll
+    for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
+    const uint32_t q_base = shared_addr(q_tile) + cw * 64 * kRowBytes;
+
+    constexpr int KT = kBlockN / 16;  // k16 slices of P
+    float s[NT][4];
+    uint32_t p[KT][4];
+    float alpha[2];
+    auto stage_of = [](int j) { return j % kStages; };
+    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
+    // S = Q K_j^T: kD/16 wgmma SS into s, one commit group (not waited for).
+    auto issue_s = [&](int j) {
+      const uint32_t k_base = shared_addr(k_tiles + stage_of(j) * kKVBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        const uint32_t slab = kk / 4, kbyte = (kk % 4) * 32u;
+        const uint64_t da = desc_kmajor(q_base + slab * kBlockM * kRowBytes + kbyte);
+        const uint64_t db = desc_kmajor(k_base + slab * kBlockN * kRowBytes + kbyte);
+        wgmma_m64nNk16_ss<kBlockN, kBf16>(reinterpret_cast<float(&)[NT * 4]>(s), da, db, kk > 0);
+      }
+      wgmma_commit_group();
+    };
+    // O += P V_j: kBlockN/16 wgmma RS (P from registers, V MN-major), one commit group (not waited for).
+    auto issue_pv = [&](int j) {
+      const uint32_t v_base = shared_addr(v_tiles + stage_of(j) * kKVBytes);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) {
+        const uint64_t db = desc_mnmajor(v_base + kk * 16 * kRowBytes);
+        wgmma_m64nNk16_rs<kD, kBf16, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), p[kk], db);
+      }
+      wgmma_commit_group();
+    };
+    auto softmax = [&](int j) {
+      const int col0 = j * kBlockN;
+      const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
+      online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
+    };
+    auto pack_p = [&]() {
+#pragma unroll
+      for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
+    };
+    auto release = [&](int j) {  // every wgmma that read stage j has completed (wait_group 0 before this)
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(&bars.kv_empty[stage_of(j)]);
+    };
+
+    mbarrier_wait_parity(&bars.q_full, 0);
+    // One block at a time: S, softmax, rescale, PV, each waited for; the two consumer warpgroups overlap
+    // each other (one computes its softmax while the other's wgmma run).
+    for (int j = 0; j < n_blocks; ++j) {
+      mbarrier_wait_parity(&bars.k_full[stage_of(j)], phase_of(j));
+      issue_s(j);
+      wgmma_wait_group<0>();
+      softmax(j);
+      rescale_rows<OT>(o, alpha);
+      pack_p();
+      mbarrier_wait_parity(&bars.v_full[stage_of(j)], phase_of(j));
+      issue_pv(j);
+      wgmma_wait_group<0>();
+      release(j);
+    }
+
+    float lse[2];
+    finish_rows<OT>(o, st, lse);
+    const int g = lane >> 2, t = lane & 3;
+    if (t == 0) {
+      float* lse_row = lse_out + (static_cast<int64_t>(batch) * heads + head) * sq;
+      if (row0 + g < sq) lse_row[row0 + g] = lse[0];
+      if (row0 + g + 8 < sq) lse_row[row0 + g + 8] = lse[1];
+    }
+    // O (this warpgroup's 64 rows) into the Q tile's bytes: its own rows of Q are no longer read (the last
+    // S wgmma of this warpgroup has completed), then one TMA store per slab.
+#pragma unroll
+    for (int n = 0; n < OT; ++n) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = cw * 64 + warp_in_group * 16 + g + 8 * i, c = 8 * n + 2 * t;
+        *reinterpret_cast<uint32_t*>(q_tile + tile_offset(kBlockM, r, c)) =
+            pack_f32x2<kBf16>(o[n][2 * i], o[n][2 * i + 1]);
+      }
+    }
+    fence_proxy_async_shared_cta();
+    asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");  // this warpgroup's 128 threads
+    if (tid == 0) {
+      for (int h = 0; h < kSlabs; ++h)
+        cp_async_bulk_tensor_s2g<4>(&o_map, tile_coords(h, m0 + cw * 64, head, batch),
+                                    q_tile + h * kBlockM * kRowBytes + cw * 64 * kRowBytes);
+      cp_async_bulk_commit_group();
+      cp_async_bulk_wait_group_read<0>();
+    }
+  }
+}
+
+#else
+// =============================================================================================================
+// sm_80..89 (and forced): cp.async ring + ldmatrix + mma.sync.
+namespace attn {
+
+constexpr int kWarps = TMAKIT_ATTN_WARPS;
+constexpr int kBlockM = 16 * kWarps;
+constexpr int kThreads = 32 * kWarps;
+constexpr uint32_t kQBytes = kBlockM * kD * 2;
+constexpr uint32_t kKVBytes = kBlockN * kD * 2;
+constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
+static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
+
+// Tensor rows for the cp.async path: element (b, h, s, d) is at base + b*sb + h*sh + s*ss + d (elements).
+struct Strides {
+  long long b, h, s;
+};
+
+// Issue this thread's cp.async chunks of a `rows`-row tile starting at sequence row s0 (rows past `len` are
+// zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave.
+__device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, long long row_stride, int s0, int len,
+                                          int rows) {
+  constexpr int kChunks = kD / 8;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks, s = s0 + r;
+    const bool ok = s < len;
+    const uint16_t* src = base + (ok ? static_cast<long long>(s) * row_stride : 0) + c * 8;
+    cp_async_cg_16(tile + tile_offset(rows, r, c * 8), src, ok ? 16u : 0u);
+  }
+}
+
+}  // namespace attn
+
+extern "C" __global__ void __launch_bounds__(attn::kThreads)
+tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmakit::uint16_t* __restrict__ k,
+                              const tmakit::uint16_t* __restrict__ v, tmakit::uint16_t* __restrict__ o, float* __restrict__ lse_out,
+                              long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
+                              long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
+                              long long o_sh, long long o_ss, int heads, int sq, int sk, float scale_log2,
+                              int causal) {
+  using namespace attn;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_shared(smem_raw, 1024);
+  uint8_t* q_tile = smem;
+  uint8_t* k_tiles = smem + kQBytes;
+  uint8_t* v_tiles = k_tiles + kStages * kKVBytes;
+
+  const int m_blocks = gridDim.x;
+  const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
+  const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row0 = m0 + warp * 16;
+  const uint16_t* qb = q + batch * q_sb + head * q_sh;
+  const uint16_t* kb = k + batch * k_sb + head * k_sh;
+  const uint16_t* vb = v + batch * v_sb + head * v_sh;
+
+  // Prologue: Q and the first STAGES-1 K/V tiles, one commit group each.
+  load_tile(q_tile, qb, q_ss, m0, sq, kBlockM);
+  for (int j = 0; j < kStages - 1; ++j) {
+    if (j < n_blocks) {
+      load_tile(k_tiles + j * kKVBytes, kb, k_ss, j * kBlockN, sk, kBlockN);
+      load_tile(v_tiles + j * kKVBytes, vb, v_ss, j * kBlockN, sk, kBlockN);
+    }
+    cp_async_commit_group();
+  }
+
+  constexpr int NT = kBlockN / 8, OT = kD / 8;
+  float o_acc[OT][4];
+#pragma unroll
+  for (int n = 0; n < OT; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
+  RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
+  const uint32_t q_base = shared_addr(q_tile);
+
+  for (int j = 0; j < n_blocks; ++j) {
+    // Refill the stage consumed in iteration j-1 (every warp passed the barrier at that iteration's end).
+    const int next = j + kStages - 1;
+    if (next < n_blocks) {
+      const int ns = next % kStages;
+      load_tile(k_tiles + ns * kKVBytes, kb, k_ss, next * kBlockN, sk, kBlockN);
+      load_tile(v_tiles + ns * kKVBytes, vb, v_ss, next * kBlockN, sk, kBlockN);
+    }
+    cp_async_commit_group();
+    cp_async_wait_group_dynamic(kStages - 1);  // tile j (and Q) landed, for this thread's chunks
+    __syncthreads();                           // ... and for every thread's
+
+    const int stage = j % kStages;
+    const uint32_t k_base = shared_addr(k_tiles + stage * kKVBytes);
+    const uint32_t v_base = shared_addr(v_tiles + stage * kKVBytes);
+    float s[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t slab = kk / 4, col = (kk % 4) * 16;
+      uint32_t a[4];
+      ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+          a, ldmatrix_x4_address(q_base + slab * kBlockM * kRowBytes, lane, warp * 16, col, kRowBytes, kSwizzle128B));
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+            b, ldmatrix_x4_address_b_kmajor(k_base + slab * kBlockN * kRowBytes, lane, np * 16, col, kRowBytes,
+                                            kSwizzle128B));
+        const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_m16n8k16<kBf16>(s[2 * np], a, b0);
+        mma_m16n8k16<kBf16>(s[2 * np + 1], a, b1);
+      }
+    }
+
+    const int col0 = j * kBlockN;
+    const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
+    float alpha[2];
+    online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
+    rescale_rows<OT>(o_acc, alpha);
+
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      mma_c_to_a_fragment<kBf16>(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        const uint32_t slab = (dp * 16) / kSlabCols, col = (dp * 16) % kSlabCols;
+        uint32_t b[4];
+        ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
+            b, ldmatrix_x4_trans_address_b_mnmajor(v_base + slab * kBlockN * kRowBytes, lane, kk * 16, col, kRowBytes,
+                                                   kSwizzle128B));
+        const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+        mma_m16n8k16<kBf16>(o_acc[2 * dp], a, b0);
+        mma_m16n8k16<kBf16>(o_acc[2 * dp + 1], a, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+  }
+  cp_async_wait_all();
+
+  float lse[2];
+  finish_rows<OT>(o_acc, st, lse);
+  const int g = lane >> 2, t = lane & 3;
+  float* lse_row = lse_out + (static_cast<long long>(batch) * heads + head) * sq;
+  uint16_t* ob = o + batch * o_sb + head * o_sh;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = row0 + g + 8 * i;
+    if (r < sq) {
+      if (t == 0) lse_row[r] = lse[i];
+#pragma unroll
+      for (int n = 0; n < OT; ++n)
+        *reinterpret_cast<uint32_t*>(ob + static_cast<long long>(r) * o_ss + 8 * n + 2 * t) =
+            pack_f32x2<kBf16>(o_acc[n][2 * i], o_acc[n][2 * i + 1]);
+    }
+  }
+}
+#endif

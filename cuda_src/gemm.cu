@@ -1,0 +1,473 @@
+// GEMM: C[M, N] = alpha * A[M, K] @ B[K, N] (+ beta * C), fp32 accumulation. A is row-major (K-major); B is
+// K-major (stored [N, K], TMAKIT_GEMM_B_KMAJOR=1) or N-major (stored [K, N], 0). Inputs bf16 or fp16
+// (TMAKIT_GEMM_BF16), output the input type or fp32 (TMAKIT_GEMM_OUT_F32). Any M, N, K >= 1; row pitches are
+// multiples of 16 bytes (tmakit/ops/gemm.py checks). One source, two engines (config.cuh picks):
+//
+//   TMAKIT_USE_TMA == 1 (sm_90a): tmakit_gemm_tma, warp-specialized and persistent, 384 threads:
+//     warpgroup 0  producer (setmaxnreg down to 40): one elected thread walks the same tile sequence as the
+//                  consumers and, per BK-deep k-block, acquires a ring stage (EMPTY barrier), arms its FULL
+//                  barrier with the stage's bytes and issues the TMA loads: its CTA's A tile (BM x BK) and its
+//                  share of the B tile (BN x BK; with a 2-CTA cluster each CTA loads half and multicasts it
+//                  to both, as the two CTAs of a cluster work on vertically adjacent tiles of the same N).
+//     warpgroups 1, 2  consumers (setmaxnreg up to 232): each owns 64 rows x BN columns (BN/2 fp32
+//                  accumulators per thread). Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from
+//                  shared memory through the descriptors of tmakit/layout/wgmma.py), commit, wait for the
+//                  previous k-block's batch (so one batch is always in flight) and release that stage to the
+//                  producers of every CTA of the cluster. Epilogue: alpha/beta in registers (beta reads C),
+//                  converted into 128-byte-wide swizzled slabs in shared memory (double-buffered per
+//                  warpgroup), each written by a TMA store (clipped at the edges of C).
+//     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
+//     of tiles sweep N together, so the A and B panels in flight stay in L2.
+//   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_gemm_cp_async. The same BM x BN tiles
+//     and the same 128B-swizzled shared-memory images, filled by cp.async (zero fill past the edges) through a
+//     STAGES-deep ring (cp.async.wait_group + __syncthreads), 8 warps of 64 x BN/4 each on ldmatrix +
+//     mma.sync m16n8k16 with double-buffered fragments (the next k16 slice, or the next stage's first, is read
+//     while the current one is multiplied; the ring's wait and barrier sit before the last slice of a stage),
+//     the epilogue stored from registers.
+//
+// Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
+// 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
+// N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
+//
+// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
+// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32.
+#include "tmakit/config.cuh"
+#include "tmakit/cp_async.cuh"
+#include "tmakit/fence.cuh"
+#include "tmakit/mbarrier.cuh"
+#include "tmakit/mma_sync.cuh"
+#include "tmakit/pipeline_ring.cuh"
+#include "tmakit/swizzle.cuh"
+#include "tmakit/tma.cuh"
+#include "tmakit/types.cuh"
+#include "tmakit/wgmma.cuh"
+#if TMAKIT_HAS_SM90
+#include "tmakit/cluster.cuh"
+#endif
+
+#ifndef TMAKIT_GEMM_BN
+#define TMAKIT_GEMM_BN 256
+#endif
+#ifndef TMAKIT_GEMM_STAGES
+#define TMAKIT_GEMM_STAGES 4
+#endif
+#ifndef TMAKIT_GEMM_CLUSTER
+#define TMAKIT_GEMM_CLUSTER 2
+#endif
+#ifndef TMAKIT_GEMM_BF16
+#define TMAKIT_GEMM_BF16 1
+#endif
+#ifndef TMAKIT_GEMM_B_KMAJOR
+#define TMAKIT_GEMM_B_KMAJOR 1
+#endif
+#ifndef TMAKIT_GEMM_OUT_F32
+#define TMAKIT_GEMM_OUT_F32 0
+#endif
+
+namespace gemm {
+using namespace tmakit;
+
+constexpr int kBM = 128;
+constexpr int kBN = TMAKIT_GEMM_BN;
+constexpr int kBK = 64;  // one 128-byte swizzled row of 16-bit elements
+constexpr int kStages = TMAKIT_GEMM_STAGES;
+constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
+constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
+constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
+constexpr int kOutBytes = kOutF32 ? 4 : 2;
+constexpr uint32_t kRowBytes = 128;
+constexpr uint32_t kABytes = kBM * kBK * 2;  // one A stage
+constexpr uint32_t kBBytes = kBN * kBK * 2;  // one B stage
+constexpr uint32_t kStageBytes = kABytes + kBBytes;
+static_assert(kBN == 128 || kBN == 256, "BN is 128 or 256");
+static_assert(kStages >= 2, "the ring has at least two stages");
+
+typedef unsigned short half_bits;
+
+// fp32 -> the output's bits (bf16/fp16 round to nearest even).
+__device__ __forceinline__ uint32_t pack_out2(float lo, float hi) { return pack_f32x2<kBf16>(lo, hi); }
+__device__ __forceinline__ float in_to_f32(half_bits h) {
+  if constexpr (kBf16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  float f;
+  asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ float load_c(const void* c, long long idx) {
+  if constexpr (kOutF32) return static_cast<const float*>(c)[idx];
+  return in_to_f32(static_cast<const half_bits*>(c)[idx]);
+}
+__device__ __forceinline__ void store_c(void* c, long long idx, float v) {
+  if constexpr (kOutF32) static_cast<float*>(c)[idx] = v;
+  else static_cast<half_bits*>(c)[idx] = static_cast<half_bits>(pack_f32x2<kBf16>(v, 0.f) & 0xffffu);
+}
+
+// Grouped ("L2-friendly") order of the work units: unit u -> (row of units, column of tiles). `rows` is in
+// units of cluster rows (a unit is CLUSTER vertically adjacent tiles of one column).
+__device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group, int& row, int& col) {
+  const int per_group = group * cols;
+  const int first = (u / per_group) * group;
+  const int size = min(rows - first, group);
+  const int in_group = u % per_group;
+  row = first + in_group % size;
+  col = in_group / size;
+}
+
+}  // namespace gemm
+
+#if TMAKIT_USE_TMA
+namespace gemm {
+constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
+static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
+constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
+constexpr int kSlabs = kBN / kSlabCols;
+constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
+constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x double buffer
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+struct alignas(8) Barriers {
+  PipelineRing<kStages> ring;
+};
+
+// Descriptors of the k-slice kk (16 deep) of a stage (tmakit/layout/wgmma.py computes the same on the host).
+__device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer, int kk) {
+  // K-major, 128B swizzle: 8-row atoms 1024 bytes apart (SBO), LBO unused; k16 = 32 bytes along the row.
+  return wgmma_make_desc(a_stage + consumer * 64 * kRowBytes + kk * 32, 16, 1024, kWgmmaSwizzle128B);
+}
+__device__ __forceinline__ uint64_t desc_b(uint32_t b_stage, int kk) {
+  if constexpr (kBKMajor) return wgmma_make_desc(b_stage + kk * 32, 16, 1024, kWgmmaSwizzle128B);
+  // N-major, 128B swizzle: 64-column slabs BK * 128 bytes apart (LBO), 8-k-row atoms 1024 apart (SBO);
+  // k16 = 16 rows of 128 bytes.
+  return wgmma_make_desc(b_stage + kk * 16 * kRowBytes, kBK * kRowBytes, 1024, kWgmmaSwizzle128B);
+}
+}  // namespace gemm
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
+                    const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
+                    long long ldc, float alpha, float beta, int group_m) {
+  using namespace gemm;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = align_shared(smem_raw, 1024);
+  uint8_t* epi = smem + kStages * kStageBytes;
+  Barriers* bars = reinterpret_cast<Barriers*>(epi + kEpilogueBytes);
+  PipelineRing<kStages>& ring = bars->ring;
+
+  const int wg = threadIdx.x / 128;
+  const int t = threadIdx.x % 128;
+  const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+  const int unit_rows = (tiles_m + kCluster - 1) / kCluster;
+  const int units = unit_rows * tiles_n;
+  const int k_blocks = (K + kBK - 1) / kBK;
+  const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
+
+  if (threadIdx.x == 0) {
+    ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
+    prefetch_tensormap(&map_a);
+    prefetch_tensormap(&map_b);
+    prefetch_tensormap(&map_c);
+  }
+  __syncthreads();
+  if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before multicasts and remote arrivals
+
+  if (wg == 0) {
+    // ---------------- producer ----------------
+    setmaxnreg_dec<kProducerRegs>();
+    if (threadIdx.x < 32 && elect_one_sync()) {
+      RingCursor<kStages> cur;
+      for (int u = first_unit; u < units; u += unit_stride) {
+        int row, col;
+        unit_coords(u, unit_rows, tiles_n, group_m, row, col);
+        const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
+        for (int kb = 0; kb < k_blocks; ++kb) {
+          ring.acquire(cur);
+          uint64_t* full = ring.arm_tma(cur, kStageBytes);
+          uint8_t* a_st = smem + cur.stage * kStageBytes;
+          uint8_t* b_st = a_st + kABytes;
+          const int k0 = kb * kBK;
+          cp_async_bulk_tensor_g2s<2>(a_st, &map_a, Coords{{k0, m0, 0, 0, 0}}, full);
+          if constexpr (kBKMajor) {
+            constexpr int rows = kBN / kCluster;  // each CTA loads its share of B's rows
+            uint8_t* dst = b_st + rank * rows * kRowBytes;
+            const Coords at{{k0, n0 + static_cast<int>(rank) * rows, 0, 0, 0}};
+            if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
+            else cp_async_bulk_tensor_g2s<2>(dst, &map_b, at, full);
+          } else {
+            constexpr int slabs = kBN / 64 / kCluster;
+#pragma unroll
+            for (int j = 0; j < slabs; ++j) {
+              const int slab = rank * slabs + j;
+              uint8_t* dst = b_st + slab * kBK * kRowBytes;
+              const Coords at{{n0 + slab * 64, k0, 0, 0, 0}};
+              if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
+              else cp_async_bulk_tensor_g2s<2>(dst, &map_b, at, full);
+            }
+          }
+          cur.advance();
+        }
+      }
+    }
+  } else {
+    // ---------------- consumers ----------------
+    setmaxnreg_inc<kConsumerRegs>();
+    const int consumer = wg - 1;
+    const bool leader = t == 0;
+    uint8_t* slab_buf = epi + consumer * 2 * kSlabBytes;
+    RingCursor<kStages> cur;
+    float acc[kBN / 2];
+    const uint32_t smem_base = shared_addr(smem);
+    for (int u = first_unit; u < units; u += unit_stride) {
+      int row, col;
+      unit_coords(u, unit_rows, tiles_n, group_m, row, col);
+      const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
+      RingCursor<kStages> prev = cur;
+      for (int kb = 0; kb < k_blocks; ++kb) {
+        ring.wait_full(cur);
+        const uint32_t a_st = smem_base + cur.stage * kStageBytes, b_st = a_st + kABytes;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk) {
+          wgmma_m64nNk16_ss<kBN, kBf16, false, !kBKMajor>(acc, desc_a(a_st, consumer, kk), desc_b(b_st, kk),
+                                                          kb > 0 || kk > 0);
+        }
+        wgmma_commit_group();
+        wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
+        if (kb > 0) {
+          if (leader) {
+#pragma unroll
+            for (int r = 0; r < kCluster; ++r) {
+              if constexpr (kCluster > 1) ring.release_cluster(prev, r); else ring.release(prev);
+            }
+          }
+          prev.advance();
+        }
+        cur.advance();
+      }
+      wgmma_wait_group<0>();
+      wgmma_fence_operands(acc);
+      if (leader) {
+#pragma unroll
+        for (int r = 0; r < kCluster; ++r) {
+          if constexpr (kCluster > 1) ring.release_cluster(prev, r); else ring.release(prev);
+        }
+      }
+
+      // ---- epilogue: alpha/beta, then 128-byte slabs through shared memory and TMA stores ----
+      const int row0 = m0 + consumer * 64;
+      if (row0 < M) {
+#pragma unroll
+        for (int s = 0; s < kSlabs; ++s) {
+          uint8_t* buf = slab_buf + (s & 1) * kSlabBytes;
+          const int slab_n0 = n0 + s * kSlabCols;
+          // A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16:
+          // stored from registers, element by element (measured on the H100: a TMA store clipped at such an N
+          // wrote the whole 16-byte chunk, past column N into the row's padding).
+          const bool direct = slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
+          if (leader) cp_async_bulk_wait_group_read<1>();  // the store that last read `buf` is done with it
+          asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+#pragma unroll
+          for (int j = 0; j < kSlabCols / 8; ++j) {
+            const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int i = 4 * jj + 2 * h;
+              const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
+              const int gm = row0 + r, gn = slab_n0 + cl;
+              float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+              if (beta != 0.f) {
+                if (gm < M && gn < N) v0 += beta * load_c(c_ptr, gm * ldc + gn);
+                if (gm < M && gn + 1 < N) v1 += beta * load_c(c_ptr, gm * ldc + gn + 1);
+              }
+              if (direct) {
+                if (gm < M) {
+                  if (gn < N) store_c(c_ptr, gm * ldc + gn, v0);
+                  if (gn + 1 < N) store_c(c_ptr, gm * ldc + gn + 1, v1);
+                }
+                continue;
+              }
+              const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
+              if constexpr (kOutF32) {
+                *reinterpret_cast<float2*>(buf + off) = make_float2(v0, v1);
+              } else {
+                *reinterpret_cast<uint32_t*>(buf + off) = pack_out2(v0, v1);
+              }
+            }
+          }
+          fence_proxy_async_shared_cta();
+          asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+          if (leader && !direct && slab_n0 < N) {
+            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, row0, 0, 0, 0}}, buf);
+            cp_async_bulk_commit_group();
+          }
+        }
+      }
+    }
+    if (leader) cp_async_bulk_wait_group<0>();
+  }
+  __syncwarp();
+  if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
+}
+#endif  // TMAKIT_USE_TMA
+
+#if !TMAKIT_USE_TMA
+namespace gemm {
+constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
+constexpr int kWarpN = kBN / 4;
+constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
+
+// Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).
+__device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, const half_bits* B, int M, int N, int K,
+                                           long long lda, long long ldb, int m0, int n0, int kb) {
+  const int k0 = kb * kBK;
+  uint8_t* a_st = st;
+  uint8_t* b_st = st + kABytes;
+#pragma unroll
+  for (int it = 0; it < kBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
+    const int i = threadIdx.x + it * kWarps * 32;
+    const int r = i >> 3, c = i & 7;
+    const int gm = m0 + r, gk = k0 + c * 8;
+    const bool in = gm < M && gk < K;
+    const half_bits* src = in ? A + gm * lda + gk : A;
+    cp_async_cg_16(a_st + swizzle_offset(r * kRowBytes + c * 16, kSwizzle128B), src, in ? min(16, 2 * (K - gk)) : 0);
+  }
+  if constexpr (kBKMajor) {  // B stored [N, K]: BN rows of BK
+#pragma unroll
+    for (int it = 0; it < kBN * 8 / (kWarps * 32); ++it) {
+      const int i = threadIdx.x + it * kWarps * 32;
+      const int r = i >> 3, c = i & 7;
+      const int gn = n0 + r, gk = k0 + c * 8;
+      const bool in = gn < N && gk < K;
+      const half_bits* src = in ? B + gn * ldb + gk : B;
+      cp_async_cg_16(b_st + swizzle_offset(r * kRowBytes + c * 16, kSwizzle128B), src, in ? min(16, 2 * (K - gk)) : 0);
+    }
+  } else {  // B stored [K, N]: BK rows of BN, as BN/64 slabs
+#pragma unroll
+    for (int it = 0; it < kBK * (kBN / 8) / (kWarps * 32); ++it) {
+      const int i = threadIdx.x + it * kWarps * 32;
+      const int r = i / (kBN / 8), c = i % (kBN / 8);
+      const int gk = k0 + r, gn = n0 + c * 8;
+      const bool in = gk < K && gn < N;
+      const half_bits* src = in ? B + gk * ldb + gn : B;
+      cp_async_cg_16(b_st + (c >> 3) * kBK * kRowBytes + swizzle_offset(r * kRowBytes + (c & 7) * 16, kSwizzle128B),
+                     src, in ? min(16, 2 * (N - gn)) : 0);
+    }
+  }
+}
+}  // namespace gemm
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    tmakit_gemm_cp_async(const void* a_ptr, const void* b_ptr, void* c_ptr, int M, int N, int K, long long lda,
+                         long long ldb, long long ldc, float alpha, float beta, int group_m) {
+  using namespace gemm;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* smem = align_shared(smem_raw, 1024);
+  const half_bits* A = static_cast<const half_bits*>(a_ptr);
+  const half_bits* B = static_cast<const half_bits*>(b_ptr);
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+  int row, col;
+  unit_coords(blockIdx.x, tiles_m, tiles_n, group_m, row, col);
+  const int m0 = row * kBM, n0 = col * kBN;
+  const int k_blocks = (K + kBK - 1) / kBK;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / 4, wn = warp % 4;  // this warp's 64-row, BN/4-column block
+
+  float acc[4][kN8][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < kN8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_blocks) load_stage(smem + s * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, s);
+    cp_async_commit_group();
+  }
+  const uint32_t base = shared_addr(smem);
+  // Fragments of one k16 slice: A (4 m16 tiles) and B (kN8 / 2 pairs of n8 tiles), double-buffered so that the
+  // slice kk + 1 (the next stage's first slice at kk = 3) is read by ldmatrix while slice kk is on the tensor cores.
+  uint32_t fa[2][4][4], fb[2][kN8 / 2][4];
+  auto load_frags = [&](uint32_t (&a)[4][4], uint32_t (&b)[kN8 / 2][4], uint32_t a_st, int kk) {
+    const uint32_t b_st = a_st + kABytes;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+          a[i], ldmatrix_x4_address(a_st, lane, wm * 64 + i * 16, kk * 16, kRowBytes, kSwizzle128B));
+#pragma unroll
+    for (int j = 0; j < kN8 / 2; ++j) {
+      const int nb = wn * kWarpN + j * 16;
+      if constexpr (kBKMajor) {
+        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+            b[j], ldmatrix_x4_address_b_kmajor(b_st, lane, nb, kk * 16, kRowBytes, kSwizzle128B));
+      } else {
+        ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
+            b[j], ldmatrix_x4_trans_address_b_mnmajor(b_st + (nb / 64) * kBK * kRowBytes, lane, kk * 16, nb % 64,
+                                                      kRowBytes, kSwizzle128B));
+      }
+    }
+  };
+  cp_async_wait_group<kStages - 2>();  // k-block 0 has landed (this thread's chunks) ...
+  __syncthreads();                     // ... everyone's
+  load_frags(fa[0], fb[0], base, 0);
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const uint32_t a_st = base + (kb % kStages) * kStageBytes;
+#pragma unroll
+    for (int kk = 0; kk < kBK / 16; ++kk) {
+      if (kk == 0) {  // refill the stage every warp finished reading before the last barrier
+        const int next = kb + kStages - 1;
+        if (next < k_blocks) load_stage(smem + (next % kStages) * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, next);
+        cp_async_commit_group();
+      }
+      if (kk == kBK / 16 - 1) {
+        cp_async_wait_group<kStages - 2>();  // k-block kb + 1 has landed ...
+        __syncthreads();                     // ... everyone's, and nobody reads stage kb's slot any more
+        if (kb + 1 < k_blocks) load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], base + ((kb + 1) % kStages) * kStageBytes, 0);
+      } else {
+        load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], a_st, kk + 1);
+      }
+#pragma unroll
+      for (int j = 0; j < kN8 / 2; ++j) {
+        const uint32_t b0[2] = {fb[kk & 1][j][0], fb[kk & 1][j][1]}, b1[2] = {fb[kk & 1][j][2], fb[kk & 1][j][3]};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          mma_m16n8k16<kBf16>(acc[i][2 * j], fa[kk & 1][i], b0);
+          mma_m16n8k16<kBf16>(acc[i][2 * j + 1], fa[kk & 1][i], b1);
+        }
+      }
+    }
+  }
+  cp_async_wait_all();
+
+  // Epilogue from registers: (row, col) of each accumulator pair, clipped to C.
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < kN8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int gm = m0 + wm * 64 + i * 16 + MmaM16N8K16Layout::c_row(lane, 2 * h);
+        const int gn = n0 + wn * kWarpN + j * 8 + MmaM16N8K16Layout::c_col(lane, 0);
+        if (gm >= M) continue;
+        float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
+        const long long at = gm * ldc + gn;
+        if (beta != 0.f) {
+          if (gn < N) v0 += beta * load_c(c_ptr, at);
+          if (gn + 1 < N) v1 += beta * load_c(c_ptr, at + 1);
+        }
+        if constexpr (kOutF32) {
+          float* c = static_cast<float*>(c_ptr) + at;
+          if (gn + 1 < N) *reinterpret_cast<float2*>(c) = make_float2(v0, v1);  // ldc and N even: 8-byte aligned
+          else if (gn < N) c[0] = v0;
+        } else {
+          half_bits* c = static_cast<half_bits*>(c_ptr) + at;
+          const uint32_t p = pack_out2(v0, v1);
+          if (gn + 1 < N) *reinterpret_cast<uint32_t*>(c) = p;
+          else if (gn < N) c[0] = static_cast<half_bits>(p & 0xffffu);
+        }
+      }
+    }
+  }
+}
+#endif  // !TMAKIT_USE_TMA

@@ -1,0 +1,266 @@
+"""The wgmma shared-memory matrix descriptor, derived from the TensorMap that fills the stage.
+
+``wgmma.mma_async`` reads its shared-memory operands through a 64-bit descriptor (PTX ISA 9.7.15.5.1, "Matrix
+Descriptor Format"): bits 0-13 start address >> 4, 16-29 leading-dimension byte offset (LBO) >> 4, 32-45 stride
+byte offset (SBO) >> 4, 49-51 base offset, 62-63 swizzle mode (0 none, 1 128B, 2 64B, 3 32B). What LBO and SBO
+mean depends on the operand's major-ness and the swizzle ("canonical layouts", PTX ISA 9.7.15.5.1.2), with e the
+element size, W the swizzle span in bytes (32/64/128) and T = 16 / e elements per 16 bytes:
+
+    K-major, swizzled:   (mn, k) -> start + (mn // 8) * SBO + (mn % 8) * W + k * e           (LBO unused)
+    K-major, none:       (mn, k) -> start + (mn // 8) * SBO + (k // T) * LBO + (mn % 8) * 16 + (k % T) * e
+    MN-major, swizzled:  (mn, k) -> start + (mn // (W/e)) * LBO + (k // 8) * SBO + (k % 8) * W + (mn % (W/e)) * e
+    MN-major, none:      (mn, k) -> start + (mn // T) * SBO + (k // 8) * LBO + (k % 8) * 16 + (mn % T) * e
+
+and a swizzled address is then permuted like TMA's (16-byte chunk bits [4, 4 + log2(W/16)) XOR bits [7, ...)).
+
+A stage is one or more boxes of one TensorMap placed ``box_bytes`` apart: K-major boxes are (rows, K chunk) with
+the K chunk one swizzle span wide (8 elements without swizzle), successive boxes advancing along K; MN-major boxes
+are (K rows, MN chunk) with the MN chunk one span wide, successive boxes advancing along MN. For that geometry
+``wgmma_descriptors`` gives the descriptor of every k16 slice, ``operand_offsets`` the shared-memory byte each
+(mn, k) element of a slice is read from, ``read_operand`` reads a stage image through a descriptor (with
+``tmakit.tma_load_image`` that closes the loop on the CPU), and ``check_wgmma_descriptor`` explains, rule by rule
+in the Violation style, why a hand-derived descriptor will not read the matrix the map wrote.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from ..tensormap.enums import Swizzle
+from ..tensormap.rules import Violation
+
+_REF = "PTX ISA 9.7.15.5.1 Matrix Descriptor Format"
+# TMA swizzle -> (descriptor swizzle field, span W in bytes)
+_MODES = {Swizzle.NONE: (0, 16), Swizzle.B32: (3, 32), Swizzle.B64: (2, 64), Swizzle.B128: (1, 128)}
+_SPAN_OF_FIELD = {0: 16, 1: 128, 2: 64, 3: 32}
+_ALIGN = {16: 128, 32: 256, 64: 512, 128: 1024}  # stage alignment per span (none: TMA's 128)
+
+
+@dataclass(frozen=True)
+class WgmmaDescriptor:
+    """One descriptor, its fields, and which k16 slice of the stage it reads."""
+
+    value: int
+    start_address: int
+    lbo: int
+    sbo: int
+    base_offset: int
+    swizzle_field: int
+    k_slice: int
+
+    @staticmethod
+    def encode(start_address: int, lbo: int, sbo: int, swizzle_field: int, base_offset: int = 0) -> int:
+        return (((start_address & 0x3FFFF) >> 4) | (((lbo & 0x3FFFF) >> 4) << 16) | (((sbo & 0x3FFFF) >> 4) << 32)
+                | ((base_offset & 7) << 49) | ((swizzle_field & 3) << 62))
+
+    @classmethod
+    def decode(cls, value: int, k_slice: int = -1) -> "WgmmaDescriptor":
+        return cls(int(value), (value & 0x3FFF) << 4, ((value >> 16) & 0x3FFF) << 4, ((value >> 32) & 0x3FFF) << 4,
+                   (value >> 49) & 7, (value >> 62) & 3, k_slice)
+
+    def __str__(self) -> str:
+        return (f"0x{self.value:016x} (start 0x{self.start_address:x}, LBO {self.lbo}, SBO {self.sbo}, base offset "
+                f"{self.base_offset}, swizzle {('none', '128B', '64B', '32B')[self.swizzle_field]})")
+
+
+@dataclass(frozen=True)
+class OperandStage:
+    """The geometry of one operand's stage: what wgmma_descriptors derived from the map."""
+
+    role: str  # "A" | "B"
+    major: str  # "K" | "MN"
+    elem: int
+    span: int  # W: 16 (none), 32, 64, 128 bytes
+    swizzle_field: int
+    box_bytes: int
+    box_shape: tuple[int, int]  # numpy order
+    mn: int  # MN extent of the stage
+    k: int  # K extent of the stage
+
+    @property
+    def lbo(self) -> int:
+        if self.major == "K":
+            return self.box_bytes if self.span == 16 else 16  # swizzled K-major: unused (1 in 16-byte units)
+        return 128 if self.span == 16 else self.box_bytes
+
+    @property
+    def sbo(self) -> int:
+        if self.major == "K":
+            return 128 if self.span == 16 else 8 * self.span
+        return self.box_bytes if self.span == 16 else 8 * self.span
+
+    def slice_offset(self, k0: int) -> int:
+        """Bytes from the stage start to the descriptor start of the slice beginning at element k0."""
+        if self.major == "K":
+            per_box = self.box_shape[1]
+            return (k0 // per_box) * self.box_bytes + (k0 % per_box) * self.elem
+        return k0 * (16 if self.span == 16 else self.span)
+
+
+def _stage(tmap: Any, role: str, major: str, mn: int | None) -> OperandStage:
+    role, major = str(role).upper(), str(major).upper()
+    if role not in ("A", "B"):
+        raise InvalidArgumentError("role", role, 'must be "A" or "B"', 'pass role="A" or role="B"')
+    if major not in ("K", "MN"):
+        raise InvalidArgumentError("major", major, 'must be "K" (K contiguous) or "MN"', 'pass major="K" or "MN"')
+    sw = Swizzle.parse(tmap.swizzle)
+    if sw not in _MODES:
+        raise InvalidArgumentError("tmap.swizzle", sw, "must be none, 32B, 64B or 128B for wgmma",
+                                   "describe the tensor with swizzle='128B'")
+    field, span = _MODES[sw]
+    elem = tmap.dtype.size
+    box = tuple(tmap.box_shape[-2:]) if len(tmap.box_shape) >= 2 else (1, tmap.box_shape[0])
+    inner = box[1] * elem
+    if inner != span:
+        raise InvalidArgumentError("tmap.box", box, f"must have an innermost extent of {span} bytes ({span // elem} "
+                                   f"elements) for a {major}-major operand with {sw.name} swizzle: one swizzle span per "
+                                   "box, further boxes placed box_bytes apart",
+                                   f"describe it with box[-1] = {span // elem}")
+    want_mn = mn or (64 if role == "A" else (box[0] if major == "K" else None))
+    if major == "K":
+        stage_mn, stage_k = box[0], None
+    else:
+        stage_mn, stage_k = None, box[0]
+    return OperandStage(role, major, elem, span, field, int(tmap.box_bytes), box, want_mn or stage_mn or box[1],
+                        stage_k or 0)
+
+
+def wgmma_descriptors(tmap: Any, role: str = "A", major: str = "K", *, stage_address: int = 0, k: int = 64,
+                      mn: int | None = None) -> list[WgmmaDescriptor]:
+    """The descriptor of each k16 slice of a stage of ``k`` elements of K filled with boxes of ``tmap``.
+
+    ``stage_address``: the stage's shared-memory address (aligned to the swizzle: 1024/512/256 bytes).
+    ``mn``: the MN extent wgmma reads (64 for A; the instruction's N for B)."""
+    st = _stage(tmap, role, major, mn)
+    if k % 16 or k < 16:
+        raise InvalidArgumentError("k", k, "must be a positive multiple of 16 (one k16 slice per wgmma)", "use 64")
+    out = []
+    for i in range(k // 16):
+        start = stage_address + st.slice_offset(16 * i)
+        out.append(WgmmaDescriptor.decode(WgmmaDescriptor.encode(start, st.lbo, st.sbo, st.swizzle_field), i))
+    return out
+
+
+def _swizzle(addr: np.ndarray, span: int) -> np.ndarray:
+    if span <= 16:
+        return addr
+    mask = span // 16 - 1
+    return addr ^ (((addr >> 7) & mask) << 4)
+
+
+def operand_offsets(descriptor: int, major: str, mn: int, *, elem: int = 2) -> np.ndarray:
+    """(mn, 16) array: the shared-memory byte address each element (row mn, column k) of one k16 slice is read
+    from, by the canonical layout the descriptor names."""
+    d = WgmmaDescriptor.decode(descriptor)
+    span = _SPAN_OF_FIELD[d.swizzle_field]
+    t = 16 // elem
+    m = np.arange(mn, dtype=np.int64)[:, None]
+    kk = np.arange(16, dtype=np.int64)[None, :]
+    s = d.start_address
+    if str(major).upper() == "K":
+        if span == 16:
+            addr = s + (m // 8) * d.sbo + (kk // t) * d.lbo + (m % 8) * 16 + (kk % t) * elem
+        else:
+            addr = s + (m // 8) * d.sbo + (m % 8) * span + kk * elem
+    else:
+        if span == 16:
+            addr = s + (m // t) * d.sbo + (kk // 8) * d.lbo + (kk % 8) * 16 + (m % t) * elem
+        else:
+            per = span // elem
+            addr = s + (m // per) * d.lbo + (kk // 8) * d.sbo + (kk % 8) * span + (m % per) * elem
+    return _swizzle(addr, span)
+
+
+def read_operand(image: np.ndarray, image_address: int, descriptors: Sequence[Any], major: str, mn: int, *,
+                 dtype: Any = np.uint16) -> np.ndarray:
+    """The (mn, 16 * len(descriptors)) matrix wgmma reads from ``image`` (bytes of shared memory starting at
+    ``image_address``) through ``descriptors`` (one per k16 slice): its element bit patterns as ``dtype``."""
+    dt = np.dtype(dtype)
+    img = np.ascontiguousarray(image).view(np.uint8).ravel()
+    cols = []
+    for desc in descriptors:
+        value = desc.value if isinstance(desc, WgmmaDescriptor) else int(desc)
+        off = operand_offsets(value, major, mn, elem=dt.itemsize) - image_address
+        if off.min() < 0 or off.max() + dt.itemsize > img.size:
+            raise InvalidArgumentError("descriptors", str(WgmmaDescriptor.decode(value)),
+                                       f"reads bytes {int(off.min())}..{int(off.max())} outside the {img.size}-byte image",
+                                       "check the start address and LBO/SBO (check_wgmma_descriptor explains them)")
+        b = img[off[..., None] + np.arange(dt.itemsize)]
+        cols.append(np.ascontiguousarray(b).view(dt)[..., 0])
+    return np.concatenate(cols, axis=1)
+
+
+def check_wgmma_descriptor(tmap: Any, role: str, major: str, descriptors: Sequence[Any], *, stage_address: int,
+                           k: int = 64, mn: int | None = None, tma_box: Sequence[int] | None = None) -> list[Violation]:
+    """Why ``descriptors`` (one per k16 slice, ints or WgmmaDescriptor) will not read the operand that boxes of
+    ``tmap`` wrote at ``stage_address``: a list of Violations (empty when they match), each with its fix."""
+    out: list[Violation] = []
+    role_u, major_u = str(role).upper(), str(major).upper()
+    sw = Swizzle.parse(tmap.swizzle)
+    box = tuple(tmap.box_shape[-2:])
+    elem = tmap.dtype.size
+    span = _MODES.get(sw, (None, None))[1]
+    if span is not None and box[1] * elem != span:
+        hint = ("a K-major operand's box is (rows, K chunk)" if major_u == "K"
+                else "an MN-major operand's box is (K rows, MN chunk)")
+        looks = "MN" if major_u == "K" else "K"
+        out.append(Violation("wgmma.major_vs_box", "tmap.box", box,
+                             f"{hint} with the chunk one swizzle span ({span} bytes = {span // elem} elements) wide; "
+                             f"this box's innermost extent is {box[1] * elem} bytes (is the operand {looks}-major, or the "
+                             "box transposed?)",
+                             f"describe the tensor with box[-1] = {span // elem}, or pass major=\"{looks}\" if the "
+                             "tensor's contiguous dimension is that one", _REF))
+        return out
+    if major_u == "K" and box[0] % 8:
+        out.append(Violation("wgmma.major_vs_box", "tmap.box", box, f"K-major rows come in 8-row core matrices; "
+                             f"{box[0]} rows is not a multiple of 8", "use a multiple of 8 rows (64 for A)", _REF))
+    align = _ALIGN[span]
+    if stage_address % align:
+        out.append(Violation("wgmma.stage_alignment", "stage_address", hex(stage_address),
+                             f"a {sw.name} stage must start on a {align}-byte boundary (the swizzle pattern repeats "
+                             f"there; wgmma's base offset is 0 for aligned stages and TMA writes the pattern from an "
+                             f"aligned base)", f"align the stage to {align} bytes (align_shared(p, {align}))", _REF))
+    want = wgmma_descriptors(tmap, role_u, major_u, stage_address=stage_address, k=k, mn=mn)
+    if len(descriptors) != len(want):
+        out.append(Violation("wgmma.k_advance", "descriptors", len(descriptors),
+                             f"a stage of K = {k} needs {len(want)} k16 slices", f"pass {len(want)} descriptors", _REF))
+    names = ("none", "128B", "64B", "32B")
+    for i, (got_raw, w) in enumerate(zip(descriptors, want)):
+        got = WgmmaDescriptor.decode(got_raw.value if isinstance(got_raw, WgmmaDescriptor) else int(got_raw), i)
+        p = f"descriptors[{i}]"
+        if got.swizzle_field != w.swizzle_field:
+            out.append(Violation("wgmma.swizzle_vs_map", p + ".swizzle", names[got.swizzle_field],
+                                 f"the map writes the stage with {sw.name} swizzle, so the descriptor's swizzle mode (bits "
+                                 f"62-63) must be {names[w.swizzle_field]} (field {w.swizzle_field}; note the "
+                                 "descriptor's order 1=128B, 2=64B, 3=32B is not the map's)",
+                                 f"set bits 62-63 to {w.swizzle_field}", _REF))
+        if got.start_address != w.start_address:
+            delta = got.start_address - stage_address
+            row = span if span > 16 else 16
+            step = (f"+{16 * elem} bytes per k16 slice inside a box of {box[1]} elements, boxes {tmap.box_bytes} bytes "
+                    "apart" if major_u == "K" else f"+{16 * row} bytes per k16 slice: 16 k-rows of {row} bytes")
+            out.append(Violation("wgmma.k_advance", p + ".start_address", hex(got.start_address),
+                                 f"k-slice {i} starts {w.start_address - stage_address} bytes into the stage for this "
+                                 f"map ({major_u}-major: {step}); this descriptor starts {delta} bytes in",
+                                 f"start at stage + {w.start_address - stage_address}", _REF))
+        if got.sbo != w.sbo:
+            what = ("8-row core-matrix groups along MN" if major_u == "K" else
+                    "8-k-row groups" if span > 16 else "MN groups of 8 elements (the next box)")
+            out.append(Violation("wgmma.sbo", p + ".sbo", got.sbo, f"SBO is the byte distance between {what}: {w.sbo} "
+                                 f"for this map", f"set SBO = {w.sbo}", _REF))
+        if got.lbo != w.lbo and not (major_u == "K" and span > 16):  # swizzled K-major ignores LBO
+            what = ("the next 8 elements of K (the next box)" if major_u == "K" else
+                    f"the next {span // elem}-element MN chunk (the next box)" if span > 16 else "8-k-row groups")
+            out.append(Violation("wgmma.lbo", p + ".lbo", got.lbo, f"LBO is the byte distance to {what}: {w.lbo} for "
+                                 "this map", f"set LBO = {w.lbo}", _REF))
+        if got.base_offset != 0 and stage_address % align == 0:
+            out.append(Violation("wgmma.base_offset", p + ".base_offset", got.base_offset,
+                                 "an aligned stage has base offset 0", "set bits 49-51 to 0", _REF))
+    return out
+
+
+__all__ = ["OperandStage", "WgmmaDescriptor", "check_wgmma_descriptor", "operand_offsets", "read_operand",
+           "wgmma_descriptors"]

@@ -1,0 +1,358 @@
+"""Attention forward: ``O = softmax(scale * Q K^T [+ causal mask]) V`` and the log-sum-exp of each row.
+
+``plan = plan_attention(q, k, v, out=None, *, causal=False, scale=None, layout="bhsd", backend="auto", ...)``
+prepares one launch of cuda_src/attention.cu (tensor maps or strides, the compiled kernel, the grid);
+``plan()`` reruns it on the same buffers, ``plan(q2, k2, v2, out2)`` on new buffers of the same geometry;
+``attention(q, k, v, ...)`` plans and runs once and returns ``(out, lse)``.
+
+- q: (B, H, Sq, D) for ``layout="bhsd"`` or (B, Sq, H, D) for ``layout="bshd"``; k and v the same with Sk keys;
+  each C-contiguous, bf16 or fp16 (all three alike), D = 64 or 128. out: q's shape and dtype; lse: (B, H, Sq)
+  float32 (natural log of the row's sum of exp(scale * q.k)).
+- Causal masking is top-left aligned (query i sees keys 0..i), as ``torch.nn.functional.
+  scaled_dot_product_attention(is_causal=True)``; with Sq > Sk the rows i >= Sk see every key.
+- The "tma" backend (sm_90) streams K and V through a TMA ring into wgmma; "cp.async" (sm_80+, or forced on
+  sm_90) fills the same shared-memory images with cp.async and runs ldmatrix + mma.sync. Both are described
+  in the kernel source's header.
+
+The tensors are described to TMA as 4-D (B, H, S, D) maps whatever their memory layout (the strides say
+where a head and a sequence row are), with boxes of (1, 1, rows, 64) and 128B swizzle: a head dim of 128 is
+two 64-column slabs per tile.
+
+Measured on the H100 (benchmarks/results/attention.md; bf16, B=4, H=16, S=4096, D=128, beside torch SDPA in
+the same run): tma 597 TFLOP/s (0.90x SDPA), causal 534 (0.95x); cp.async forced 250 (0.39x), causal 231 (0.42x).
+
+Timeline of one tma block (one per SM: 161 KiB of shared memory, 384 threads), per key block j of 128 keys:
+  producer warpgroup (24 registers; one thread): wait empty[j % 2] -> expect_tx + 2 TMA boxes of K into
+    k_full[j % 2] -> expect_tx + 2 boxes of V into v_full[j % 2]; it runs two blocks ahead and otherwise waits.
+  each consumer warpgroup (64 query rows): wait k_full -> 8 wgmma m64n128k16 SS (S = Q K^T, ~512 tensor cycles)
+    -> wait -> softmax (mask on the diagonal / tail block, row max by quad shuffles, 64 ex2 per thread, O *= alpha,
+    P packed to 16 bits) -> wait v_full -> 8 wgmma m64n128k16 RS (O += P V, ~512 cycles) -> wait -> arrive empty.
+  The two consumer warpgroups share the tensor pipe and drift into alternation: one's softmax runs under the
+  other's wgmma. What limits the rest (ncu, one launch of that shape): SM throughput 62%, the ex2 unit (XU)
+  busy 33% of its peak, FMA 16%, DRAM 7%: within a warpgroup S -> softmax -> PV is serial, so the tensor pipe
+  idles whenever both warpgroups are in their softmax at once. Issuing S of block j+1 before the softmax of
+  block j (FlashAttention-3's intra-warpgroup overlap) needs S, P and O live together: ptxas allocated the
+  consumers within the 168-register entry cap (setmaxnreg raises the budget, not ptxas's allocation here) and
+  serialized the wgmma (C7512/C7514), so it is not used.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _driver
+from ..arch import Arch
+from ..arrays import ArrayView
+from ..backend import Backend, BackendChoice, choose_backend
+from ..errors import InvalidArgumentError
+from . import _checks
+from ._kernels import kernel
+
+HEAD_DIMS = (64, 128)
+DTYPES = ("bfloat16", "float16")
+LAYOUTS = ("bhsd", "bshd")
+_SLAB = 64  # columns per 128-byte swizzled slab
+# Shared memory a block may opt into, by architecture, for planning without a GPU (bytes).
+_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
+_BARRIER_BYTES = 8  # one mbarrier
+_ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """The tile plan of one compiled variant (cuda_src/attention.cu's defines), with its shared memory."""
+
+    backend: Backend
+    head_dim: int
+    bf16: bool
+    block_m: int  # query rows per block
+    block_n: int  # keys per K/V stage
+    stages: int  # K/V ring depth
+    warps: int  # cp.async path: warps of 16 query rows; tma: 12 (producer + two consumer warpgroups)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def q_bytes(self) -> int:
+        return self.block_m * self.head_dim * 2
+
+    @property
+    def stage_bytes(self) -> int:
+        """Shared memory per ring stage: one K and one V tile of block_n keys."""
+        return 2 * self.block_n * self.head_dim * 2
+
+    @property
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per block (bytes), as the kernel lays it out."""
+        tiles = self.q_bytes + self.stages * self.stage_bytes
+        if self.backend is Backend.TMA:
+            return tiles + _BARRIER_BYTES * (1 + 3 * self.stages) + _ALIGN_SLACK
+        return tiles + _ALIGN_SLACK
+
+    @property
+    def defines(self) -> dict[str, int]:
+        d = {"TMAKIT_ATTN_HEAD_DIM": self.head_dim, "TMAKIT_ATTN_BF16": int(self.bf16),
+             "TMAKIT_ATTN_BLOCK_N": self.block_n, "TMAKIT_ATTN_STAGES": self.stages}
+        if self.backend is Backend.CP_ASYNC:
+            d["TMAKIT_ATTN_WARPS"] = self.warps
+        return d
+
+    @property
+    def entry(self) -> str:
+        return "tmakit_attention_fwd_tma" if self.backend is Backend.TMA else "tmakit_attention_fwd_cp_async"
+
+    def budget_lines(self) -> list[str]:
+        """The shared-memory budget, one line per part (what the example prints)."""
+        kib = lambda n: f"{n / 1024:.1f} KiB"  # noqa: E731
+        return [f"Q tile {self.block_m} x {self.head_dim}: {kib(self.q_bytes)}",
+                f"per stage (K + V tiles of {self.block_n} keys): {kib(self.stage_bytes)} x {self.stages} stages",
+                f"total dynamic shared memory per block: {kib(self.shared_mem)}"]
+
+
+def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
+                   stages: int | None = None, warps: int | None = None,
+                   shared_mem_limit: int | None = None) -> AttentionConfig:
+    """The default tile plan of a backend for a head dim (tuning arguments override each field). With
+    ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it.
+
+    Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
+    - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
+    - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
+    - cp.async forced: 8 warps (128 query rows share each K/V tile) 1.06x 4 warps; 128 keys per stage 1.13x 64
+      keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
+    """
+    if backend is Backend.TMA:
+        if warps not in (None, 12):
+            raise InvalidArgumentError("warps", warps, "is fixed at 12 on the tma backend (a producer warpgroup and "
+                                       "two consumer warpgroups)", "leave warps out")
+        return AttentionConfig(backend, head_dim, bf16, 128, block_n or 128, stages or (4 if head_dim == 64 else 2), 12)
+    w = warps or 8
+    if block_n is None:
+        block_n = 128
+        while block_n > 32 and shared_mem_limit is not None and AttentionConfig(
+                backend, head_dim, bf16, 16 * w, block_n, stages or 2, w).shared_mem > shared_mem_limit:
+            block_n //= 2
+    return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n, stages or 2, w)
+
+
+def shared_mem_limit(arch: Arch, device: int | None) -> int:
+    """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
+    if device is not None and _driver.gpu_available():
+        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+
+
+def check_config(cfg: AttentionConfig, limit: int) -> None:
+    """Refuse head dims and tile plans the kernel cannot hold, saying what they need and what there is."""
+    need = f"D={cfg.head_dim} needs {cfg.stage_bytes / 1024:g} KiB per stage (K and V tiles of {cfg.block_n} keys)"
+    if cfg.head_dim not in HEAD_DIMS:
+        raise InvalidArgumentError("head_dim", cfg.head_dim, f"must be one of {HEAD_DIMS} ({need}, plus "
+                                   f"{cfg.q_bytes / 1024:g} KiB for the Q tile: {cfg.shared_mem / 1024:.1f} KiB "
+                                   f"with {cfg.stages} stages, {limit / 1024:.1f} KiB available per block; the "
+                                   "output accumulator also lives in registers)",
+                                   "pad the head dim to 64 or 128, or split the heads")
+    if cfg.backend is Backend.TMA and cfg.block_n not in (64, 128):
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be 64 or 128 on the tma backend (the N of the "
+                                   "S = Q K^T wgmma)", "use 128")
+    if cfg.block_n % 16 or not 16 <= cfg.block_n <= 128:
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be a multiple of 16 from 16 to 128", "use 64")
+    if cfg.stages < 2:
+        raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 2 or 3")
+    if cfg.backend is Backend.CP_ASYNC and cfg.warps not in (1, 2, 4, 8):
+        raise InvalidArgumentError("warps", cfg.warps, "must be 1, 2, 4 or 8", "use 4")
+    if cfg.shared_mem > limit:
+        raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages and the "
+                                   f"{cfg.q_bytes / 1024:g} KiB Q tile need {cfg.shared_mem / 1024:.1f} KiB, "
+                                   f"{limit / 1024:.1f} KiB available per block",
+                                   "use fewer stages or a smaller block_n")
+
+
+def _dims(v: ArrayView, layout: str) -> tuple[int, int, int, int]:
+    """(B, H, S, D) of a tensor in `layout`."""
+    b, x, y, d = v.shape
+    return (b, x, y, d) if layout == "bhsd" else (b, y, x, d)
+
+
+def _bhsd_strides(v: ArrayView, layout: str) -> tuple[int, int, int, int]:
+    """Byte strides of (B, H, S, D) for a tensor in `layout`."""
+    sb, sx, sy, sd = v.strides
+    return (sb, sx, sy, sd) if layout == "bhsd" else (sb, sy, sx, sd)
+
+
+def _bhsd_view(v: ArrayView, layout: str) -> ArrayView:
+    """The tensor as a (B, H, S, D) view (strides permuted, same memory): what its TMA map describes."""
+    return ArrayView(v.ptr, _dims(v, layout), _bhsd_strides(v, layout), v.dtype_name, v.itemsize, v.device, v.owner)
+
+
+def _check_inputs(q: Any, k: Any, v: Any, out: Any, layout: str) -> tuple[ArrayView, ...]:
+    views = [_checks.view(a, n) for a, n in ((q, "q"), (k, "k"), (v, "v"))]
+    for view, name in zip(views, "qkv"):
+        if len(view.shape) != 4:
+            raise InvalidArgumentError(name, f"shape {view.shape}", f"must be 4-D ({'B, H, S, D' if layout == 'bhsd' else 'B, S, H, D'} "
+                                       f'for layout="{layout}")', "reshape it to 4-D")
+        _checks.require_contiguous(view, name)
+        if name == "q" and view.dtype_name not in DTYPES:
+            raise InvalidArgumentError(name, f"dtype {view.dtype_name}", "must be bfloat16 or float16",
+                                       "convert it (tensor.to(torch.bfloat16))")
+    qv, kv, vv = views
+    for view, name in ((kv, "k"), (vv, "v")):
+        if view.dtype_name != qv.dtype_name:
+            raise InvalidArgumentError(name, f"dtype {view.dtype_name}", f"must match q's dtype ({qv.dtype_name})",
+                                       "convert q, k and v to one dtype")
+        if view.device != qv.device:
+            raise InvalidArgumentError(name, f"array on device {view.device}", f"must be on q's device ({qv.device})",
+                                       "move it to q's device")
+    B, H, Sq, D = _dims(qv, layout)
+    Bk, Hk, Sk, Dk = _dims(kv, layout)
+    if (Bk, Hk, Dk) != (B, H, D):
+        raise InvalidArgumentError("k", f"shape {kv.shape}", f"must have q's batch, heads and head dim ({B}, {H}, {D}) "
+                                   f'in layout "{layout}"', "pass k with q's batch, heads and head dim")
+    if vv.shape != kv.shape:
+        raise InvalidArgumentError("v", f"shape {vv.shape}", f"must have k's shape {kv.shape}", "pass v shaped like k")
+    if Sq < 1 or Sk < 1 or B < 1 or H < 1:
+        raise InvalidArgumentError("q" if Sq < 1 or B < 1 or H < 1 else "k", f"shape {qv.shape if Sq < 1 else kv.shape}",
+                                   "every dimension must be at least 1", "pass non-empty tensors")
+    ov = None
+    if out is not None:
+        ov = _checks.view(out, "out")
+        if ov.shape != qv.shape or ov.dtype_name != qv.dtype_name:
+            raise InvalidArgumentError("out", f"shape {ov.shape}, dtype {ov.dtype_name}",
+                                       f"must have q's shape {qv.shape} and dtype {qv.dtype_name}", "allocate out like q")
+        _checks.require_contiguous(ov, "out")
+    return qv, kv, vv, ov
+
+
+def _parse_layout(layout: Any) -> str:
+    if not isinstance(layout, str) or layout.lower() not in LAYOUTS:
+        raise InvalidArgumentError("layout", layout, 'must be "bhsd" (B, H, S, D) or "bshd" (B, S, H, D)',
+                                   'pass layout="bhsd" or layout="bshd"')
+    return layout.lower()
+
+
+def _empty_like(q: Any, shape: tuple[int, ...], float32: bool) -> Any:
+    """A device array for an output: torch's allocator for torch inputs, else a tmakit DeviceArray (fp32 only)."""
+    if hasattr(q, "new_empty"):
+        import torch  # the caller already uses torch
+
+        return q.new_empty(shape, dtype=torch.float32 if float32 else q.dtype)
+    if float32:
+        import numpy as np
+
+        from ..device_array import DeviceArray
+
+        return DeviceArray.empty(shape, np.float32, device=_checks.view(q, "q").device)
+    raise InvalidArgumentError("out", None, "is needed for inputs that are not torch tensors",
+                               "pass out= (an array shaped and typed like q)")
+
+
+class AttentionPlan:
+    """A prepared attention launch. ``plan()`` reruns it; ``plan(q, k, v, out)`` re-points it to new buffers of the
+    same geometry (and writes ``plan.lse`` again); both return ``(out, lse)``."""
+
+    def __init__(self, cfg: AttentionConfig, choice: BackendChoice, layout: str, dims: tuple, causal: bool,
+                 scale: float, out: Any, lse: Any, device: int, stream: Any = None):
+        self.config, self.backend, self.layout, self.causal, self.scale = cfg, choice, layout, causal, scale
+        self.batch, self.heads, self.sq, self.sk, self.head_dim = dims
+        self.out, self.lse, self.device, self._stream = out, lse, device, stream
+        self.maps: tuple = ()
+        self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
+        self._launch: Any = None
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (-(-self.sq // self.config.block_m), self.heads, self.batch)
+
+    @property
+    def flops(self) -> float:
+        """4 B H Sq Sk D (the two matrix products), half of it with the causal mask."""
+        f = 4.0 * self.batch * self.heads * self.sq * self.sk * self.head_dim
+        return f / 2 if self.causal else f
+
+    def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, lse: Any) -> None:
+        cfg, scale_log2 = self.config, self.scale * math.log2(math.e)
+        common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
+        if cfg.backend is Backend.TMA:
+            from ..tensormap import describe_tensor
+
+            def tmap(view: ArrayView, rows: int) -> Any:
+                return describe_tensor(_bhsd_view(view, self.layout), box=(1, 1, rows, _SLAB), swizzle="128B",
+                                       oob_fill="zero")
+
+            self.maps = (tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2))
+            args = (*self.maps, lse, *common)
+        else:
+            strides = []
+            for view in (q, k, v, o):
+                sb, sh, ss, _ = _bhsd_strides(view, self.layout)
+                strides += [sb // 2, sh // 2, ss // 2]
+            args = (q.ptr, k.ptr, v.ptr, o.ptr, lse, *strides, *common)
+        self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
+                                         stream=self._stream)
+
+    def __call__(self, q: Any = None, k: Any = None, v: Any = None, out: Any = None, *, lse: Any = None) -> tuple:
+        if q is not None or k is not None or v is not None or out is not None or lse is not None:
+            if q is None or k is None or v is None:
+                raise InvalidArgumentError("q, k, v", "partly given", "re-pointing a plan needs q, k and v",
+                                           "call plan() for the same buffers or plan(q, k, v[, out])")
+            qv, kv, vv, ov = _check_inputs(q, k, v, out, self.layout)
+            if (_dims(qv, self.layout), _dims(kv, self.layout), qv.dtype_name) != (
+                    (self.batch, self.heads, self.sq, self.head_dim), (self.batch, self.heads, self.sk, self.head_dim),
+                    "bfloat16" if self.config.bf16 else "float16"):
+                raise InvalidArgumentError("q", f"shape {qv.shape} ({qv.dtype_name}), k {kv.shape}",
+                                           "must have the geometry the plan was made for",
+                                           "make a new plan with plan_attention for other shapes")
+            self.out = out if out is not None else _empty_like(q, qv.shape, False)
+            self.lse = lse if lse is not None else _empty_like(q, (self.batch, self.heads, self.sq), True)
+            self._bind(qv, kv, vv, ov or _checks.view(self.out, "out"), self.lse)
+        self._launch()
+        return self.out, self.lse
+
+
+def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
+                   layout: str = "bhsd", backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
+                   warps: int | None = None, lse: Any = None, stream: Any = None) -> AttentionPlan:
+    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run)."""
+    layout = _parse_layout(layout)
+    if not isinstance(causal, bool):
+        raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
+    qv, kv, vv, ov = _check_inputs(q, k, v, out, layout)
+    B, H, Sq, D = _dims(qv, layout)
+    Sk = _dims(kv, layout)[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(D)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+        raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
+    choice = choose_backend(backend, device=qv.device)
+    limit = shared_mem_limit(choice.arch, qv.device)
+    cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
+                         shared_mem_limit=limit)
+    check_config(cfg, limit)
+    if choice.backend is Backend.TMA:
+        for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):
+            if view.ptr % 16:
+                raise InvalidArgumentError(name, f"address 0x{view.ptr:x}", "must be 16-byte aligned for a TMA map",
+                                           'use backend="cp.async" or an aligned tensor')
+    out = out if out is not None else _empty_like(q, qv.shape, False)
+    lse = lse if lse is not None else _empty_like(q, (B, H, Sq), True)
+    lv = _checks.view(lse, "lse")
+    if lv.shape != (B, H, Sq) or lv.dtype_name != "float32" or not lv.is_c_contiguous:
+        raise InvalidArgumentError("lse", f"shape {lv.shape}, dtype {lv.dtype_name}",
+                                   f"must be a contiguous float32 array of shape {(B, H, Sq)}", "leave lse out")
+    if (-(-Sq // cfg.block_m)) > 2**31 - 1 or H > 65535 or B > 65535:
+        raise InvalidArgumentError("q", f"shape {qv.shape}", "needs at most 65535 heads and batches",
+                                   "split the batch")
+    plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D), causal, float(scale), out, lse, qv.device, stream)
+    plan._bind(qv, kv, vv, ov or _checks.view(out, "out"), lse)
+    return plan
+
+
+def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[Any, Any]:
+    """Plan and run once: returns ``(out, lse)`` (asynchronous on the plan's stream)."""
+    return plan_attention(q, k, v, out, **options)()
+
+
+__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "check_config", "default_config", "plan_attention",
+           "shared_mem_limit"]

@@ -1,0 +1,313 @@
+"""GEMM: ``C = alpha * A @ B (+ beta * C)`` on tensor cores, fp32 accumulation.
+
+``plan = plan_gemm(a, b, c=None, *, alpha=1.0, beta=0.0, b_major="k", backend="auto", ...)`` prepares one launch
+of cuda_src/gemm.cu (tensor maps or pointers, the compiled kernel, the grid); ``plan()`` reruns it on the same
+buffers, ``plan(a2, b2, c2)`` on new buffers of the same geometry; ``gemm(a, b, out=None, ...)`` plans and runs
+once and returns the output.
+
+- a: (M, K), row-major. b: (N, K) with ``b_major="k"`` (K contiguous: ``B = b.T``, like ``torch.nn.Linear``'s
+  weight) or (K, N) with ``b_major="n"`` (N contiguous, the plain ``A @ B``). bf16 or fp16, alike.
+- c / out: (M, N) in the input dtype or float32 (``out_dtype``); with ``beta != 0`` its old contents are read.
+- Rows may be padded (a view of a wider buffer): the innermost stride must be one element and every row pitch
+  and base address a multiple of 16 bytes: TMA's rule for a tensor map, and the cp.async twin's 16-byte chunks.
+- The "tma" backend (sm_90) is the warp-specialized persistent kernel (TMA ring, wgmma, 2-CTA cluster
+  multicast, TMA-store epilogue); "cp.async" (sm_80+, or forced on sm_90) the cp.async ring + ldmatrix +
+  mma.sync twin over the same shared-memory images. Both are described in the kernel source's header.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _driver
+from ..arch import Arch
+from ..arrays import ArrayView
+from ..backend import Backend, BackendChoice, choose_backend
+from ..errors import InvalidArgumentError
+from . import _checks
+from ._kernels import kernel, sm_count
+
+DTYPES = ("bfloat16", "float16")
+OUT_DTYPES = ("bfloat16", "float16", "float32")
+B_MAJORS = ("k", "n")
+BLOCK_M = 128
+BLOCK_K = 64
+_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """The tile plan of one compiled variant (cuda_src/gemm.cu's defines) and what it needs."""
+
+    backend: Backend
+    bf16: bool
+    b_kmajor: bool
+    out_f32: bool
+    block_n: int  # BN: 256 or 128 (BM = 128, BK = 64)
+    stages: int
+    cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
+    group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
+
+    @property
+    def threads(self) -> int:
+        return 384 if self.backend is Backend.TMA else 256
+
+    @property
+    def stage_bytes(self) -> int:
+        return (BLOCK_M + self.block_n) * BLOCK_K * 2
+
+    @property
+    def epilogue_bytes(self) -> int:
+        return 4 * 64 * 128 if self.backend is Backend.TMA else 0  # 2 warpgroups x 2 slabs of 64 x 128 bytes
+
+    @property
+    def shared_mem(self) -> int:
+        return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 1024
+
+    @property
+    def defines(self) -> dict[str, int]:
+        return {"TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
+                "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
+                "TMAKIT_GEMM_OUT_F32": int(self.out_f32)}
+
+    @property
+    def entry(self) -> str:
+        return "tmakit_gemm_tma" if self.backend is Backend.TMA else "tmakit_gemm_cp_async"
+
+
+def shared_mem_limit(arch: Arch, device: int | None) -> int:
+    """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
+    if device is not None and _driver.gpu_available():
+        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+
+
+def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
+                   block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
+                   group_m: int = 8, shared_mem_limit: int = 232448) -> GemmConfig:
+    """The tuned defaults: 128 x 256 x 64 tiles, as many ring stages as fit (4 with a 16-bit output on the H100),
+    2-CTA clusters on tma."""
+    bn = block_n or (256 if shared_mem_limit >= 150 * 1024 else 128)
+    cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+    if stages is None:
+        stages = 2
+        for s in (4, 3):
+            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m).shared_mem <= shared_mem_limit:
+                stages = s
+                break
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m)
+
+
+def check_config(cfg: GemmConfig, limit: int) -> None:
+    """Refuse tile plans the kernel cannot hold, saying what they need and what there is."""
+    if cfg.block_n not in (128, 256):
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256 (the N of the m64nNk16 wgmma; the "
+                                   "cp.async twin's 8 warps of 64 x N/4)", "use 256 (128 for small N)")
+    if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
+        raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
+                                   "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
+    if cfg.stages < 2:
+        raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
+    if not isinstance(cfg.group_m, int) or cfg.group_m < 1:
+        raise InvalidArgumentError("group_m", cfg.group_m, "must be a positive int (tile rows per raster group)",
+                                   "use 8")
+    if cfg.shared_mem > limit:
+        raise InvalidArgumentError("stages", cfg.stages, f"a {BLOCK_M} x {cfg.block_n} x {BLOCK_K} stage is "
+                                   f"{cfg.stage_bytes / 1024:g} KiB; {cfg.stages} stages need "
+                                   f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block",
+                                   "use fewer stages or block_n=128")
+
+
+def _rows(v: ArrayView, name: str) -> tuple[int, int, int]:
+    """(rows, cols, row pitch in elements) of a 2-D operand, checking TMA's 16-byte rules."""
+    if len(v.shape) != 2:
+        raise InvalidArgumentError(name, f"shape {v.shape}", "must be 2-D", "reshape it to a matrix")
+    rows, cols = v.shape
+    if rows < 1 or cols < 1:
+        raise InvalidArgumentError(name, f"shape {v.shape}", "every dimension must be at least 1",
+                                   "pass a non-empty matrix")
+    if v.strides[1] != v.itemsize:
+        raise InvalidArgumentError(name, f"byte strides {v.strides}", "must have unit stride in its last dimension "
+                                   "(rows contiguous)", "pass a row-major array (tensor.contiguous())")
+    pitch = v.strides[0]
+    if rows > 1 and pitch % 16:
+        raise InvalidArgumentError(name, f"row pitch {pitch} bytes (shape {v.shape}, {v.dtype_name})",
+                                   "must be a multiple of 16 bytes: a TMA tensor map's row stride (and the cp.async "
+                                   "twin's 16-byte chunks) need it",
+                                   f"store it in a buffer whose rows are padded to a multiple of {16 // v.itemsize} "
+                                   "elements and pass the [:, :cols] view (torch.empty(rows, padded)[:, :cols])")
+    if rows > 1 and pitch < cols * v.itemsize:
+        raise InvalidArgumentError(name, f"row pitch {pitch} bytes", "must not be smaller than a row",
+                                   "pass a row-major array")
+    if v.ptr % 16:
+        raise InvalidArgumentError(name, f"address 0x{v.ptr:x}", "must be 16-byte aligned (TMA tensor maps, "
+                                   "cp.async 16-byte chunks)", "allocate it fresh or slice at a 16-byte boundary")
+    return rows, cols, (pitch // v.itemsize if rows > 1 else cols)
+
+
+def _check_inputs(a: Any, b: Any, c: Any, b_kmajor: bool, out_dtype: str | None) -> tuple:
+    av, bv = _checks.view(a, "a"), _checks.view(b, "b")
+    if av.dtype_name not in DTYPES:
+        raise InvalidArgumentError("a", f"dtype {av.dtype_name}", "must be bfloat16 or float16",
+                                   "convert it (tensor.to(torch.bfloat16))")
+    if bv.dtype_name != av.dtype_name:
+        raise InvalidArgumentError("b", f"dtype {bv.dtype_name}", f"must match a's dtype ({av.dtype_name})",
+                                   "convert a and b to one dtype")
+    if bv.device != av.device:
+        raise InvalidArgumentError("b", f"array on device {bv.device}", f"must be on a's device ({av.device})",
+                                   "move it to a's device")
+    M, K, lda = _rows(av, "a")
+    br, bc, ldb = _rows(bv, "b")
+    N, Kb = (br, bc) if b_kmajor else (bc, br)
+    if Kb != K:
+        want = f"(N, {K})" if b_kmajor else f"({K}, N)"
+        raise InvalidArgumentError("b", f"shape {bv.shape}", f'must be {want} with b_major="{"k" if b_kmajor else "n"}" '
+                                   f"(a is {av.shape})", 'pass B transposed, or the other b_major ("k": b is (N, K), '
+                                   '"n": b is (K, N))')
+    cv = None
+    if c is not None:
+        cv = _checks.view(c, "c")
+        want_dtype = out_dtype or cv.dtype_name
+        if cv.shape != (M, N) or cv.dtype_name not in OUT_DTYPES or cv.dtype_name != want_dtype or (
+                cv.dtype_name != "float32" and cv.dtype_name != av.dtype_name):
+            raise InvalidArgumentError("c", f"shape {cv.shape}, dtype {cv.dtype_name}",
+                                       f"must be ({M}, {N}) in a's dtype ({av.dtype_name}) or float32",
+                                       "allocate c as (M, N) of a's dtype or float32")
+        if cv.device != av.device:
+            raise InvalidArgumentError("c", f"array on device {cv.device}", f"must be on a's device ({av.device})",
+                                       "move it to a's device")
+        _rows(cv, "c")
+    return av, bv, cv, (M, N, K)
+
+
+def _parse_b_major(b_major: Any) -> bool:
+    if not isinstance(b_major, str) or b_major.lower() not in B_MAJORS:
+        raise InvalidArgumentError("b_major", b_major, '"k" (b stored (N, K), K contiguous) or "n" (b stored (K, N))',
+                                   'pass b_major="k" or b_major="n"')
+    return b_major.lower() == "k"
+
+
+def _empty(a: Any, shape: tuple[int, int], dtype: str) -> Any:
+    """An output on a's device from torch's allocator (torch inputs); other callers pass ``c``/``out``."""
+    if hasattr(a, "new_empty") and (shape[1] * (4 if dtype == "float32" else 2)) % 16 == 0:
+        import torch  # the caller already uses torch
+
+        return a.new_empty(shape, dtype=getattr(torch, dtype))
+    raise InvalidArgumentError("c", None, f"must be given here: an output of shape {shape} ({dtype}) is allocated "
+                               "only for torch inputs whose row pitch (N elements) is a multiple of 16 bytes",
+                               "pass c= / out= (for other N, a [:, :N] view of a buffer with padded rows)")
+
+
+class GemmPlan:
+    """A prepared GEMM launch. ``plan()`` reruns it; ``plan(a, b, c)`` re-points it to new buffers of the same
+    geometry (re-addressed tensor maps); both return the output."""
+
+    def __init__(self, cfg: GemmConfig, choice: BackendChoice, dims: tuple[int, int, int], alpha: float, beta: float,
+                 out: Any, device: int, stream: Any = None):
+        self.config, self.backend = cfg, choice
+        self.m, self.n, self.k = dims
+        self.alpha, self.beta, self.out, self.device, self._stream = alpha, beta, out, device, stream
+        self.maps: tuple = ()
+        self._kernel = kernel("gemm.cu", cfg.entry, choice, device, **cfg.defines)
+        self._launch: Any = None
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        return (-(-self.m // BLOCK_M), -(-self.n // self.config.block_n))
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        tm, tn = self.tiles
+        if self.config.backend is Backend.CP_ASYNC:
+            return (tm * tn, 1, 1)
+        cl = self.config.cluster
+        units = -(-tm // cl) * tn
+        return (min(units, sm_count(self.device) // cl) * cl, 1, 1)
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    def _bind(self, a: ArrayView, b: ArrayView, c: ArrayView) -> None:
+        cfg = self.config
+        M, N, K = self.m, self.n, self.k
+        scal = (float(self.alpha), float(self.beta), cfg.group_m)
+        ldc = c.strides[0] // c.itemsize if M > 1 else N
+        if cfg.backend is Backend.TMA:
+            self.maps = gemm_tensor_maps(a, b, c, cfg)
+            args = (*self.maps, c.ptr, M, N, K, ldc, *scal)
+        else:
+            lda = a.strides[0] // a.itemsize if M > 1 else K
+            ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
+            args = (a.ptr, b.ptr, c.ptr, M, N, K, lda, ldb, ldc, *scal)
+        self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
+                                         stream=self._stream, cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
+
+    def __call__(self, a: Any = None, b: Any = None, c: Any = None) -> Any:
+        if a is not None or b is not None or c is not None:
+            if a is None or b is None:
+                raise InvalidArgumentError("a, b", "partly given", "re-pointing a plan needs a and b (and c)",
+                                           "call plan() for the same buffers or plan(a, b[, c])")
+            out_dtype = "float32" if self.config.out_f32 else None
+            av, bv, cv, dims = _check_inputs(a, b, c, self.config.b_kmajor, out_dtype)
+            if dims != (self.m, self.n, self.k) or (av.dtype_name == "bfloat16") != self.config.bf16:
+                raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}), b {bv.shape}",
+                                           "must have the geometry the plan was made for",
+                                           "make a new plan with plan_gemm for other shapes")
+            if c is None and self.beta != 0:
+                raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read)", "pass c")
+            self.out = c if c is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
+            self._bind(av, bv, cv or _checks.view(self.out, "c"))
+        self._launch()
+        return self.out
+
+
+def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True) -> tuple:
+    """The three TMA maps of the tma kernel: A boxes (128, 64), B boxes (BN / cluster, 64) K-major or (64, 64)
+    N-major, C boxes (64, 128 bytes of columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
+    GPU (for showing them)."""
+    from ..tensormap import describe_tensor
+
+    kw = dict(swizzle="128B", oob_fill="zero", encode=encode)
+    ta = describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="256B", **kw)
+    tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64),
+                         l2_promotion="256B", **kw)
+    tc = describe_tensor(c, box=(64, 128 // c.itemsize), **kw)
+    return ta, tb, tc
+
+
+def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
+              backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
+              stages: int | None = None, cluster: int | None = None, group_m: int = 8,
+              stream: Any = None) -> GemmPlan:
+    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run)."""
+    b_kmajor = _parse_b_major(b_major)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            raise InvalidArgumentError(name, value, "must be a finite number", f"pass {name}=1.0")
+    if out_dtype is not None and out_dtype not in OUT_DTYPES:
+        raise InvalidArgumentError("out_dtype", out_dtype, f"must be one of {OUT_DTYPES}", "leave it out for a's dtype")
+    av, bv, cv, dims = _check_inputs(a, b, c, b_kmajor, out_dtype)
+    if beta != 0 and c is None:
+        raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read)", "pass c")
+    odt = out_dtype or (cv.dtype_name if cv is not None else av.dtype_name)
+    choice = choose_backend(backend, device=av.device)
+    limit = shared_mem_limit(choice.arch, av.device)
+    cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
+                         out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
+                         shared_mem_limit=limit)
+    check_config(cfg, limit)
+    out = c if c is not None else _empty(a, dims[:2], odt)
+    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream)
+    plan._bind(av, bv, cv or _checks.view(out, "c"))
+    return plan
+
+
+def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
+    """Plan and run once: returns the output (asynchronous on the plan's stream)."""
+    return plan_gemm(a, b, out, **options)()
+
+
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "default_config", "gemm", "gemm_tensor_maps", "plan_gemm",
+           "shared_mem_limit"]

@@ -17,12 +17,14 @@ Each mode runs in its own process (a fault in one cannot poison the others' cont
 benchmarks/results/tma_modes_vs_model.json (device, date, commit, seed, counts, first failures);
 --dump DIR also writes every mode's failures with the hardware and model bytes.
 
-    python benchmarks/tma_modes_vs_model.py --descriptors 1000 [--modes im2col,store] [--seed 1]
+    python benchmarks/tma_modes_vs_model.py --descriptors 1000 [--modes im2col,store] [--seed 1] [--dump DIR]
+    python benchmarks/tma_modes_vs_model.py --replay DIR   # recheck the model against a recorded run, no GPU
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import importlib.util
 import json
 import math
@@ -46,6 +48,7 @@ BUFFER_BYTES = 32 << 20
 TYPES = [DataType.UINT8, DataType.UINT16, DataType.FLOAT16, DataType.BFLOAT16, DataType.UINT32, DataType.INT32,
          DataType.FLOAT32, DataType.UINT64, DataType.FLOAT64, DataType.INT64, DataType.TFLOAT32,
          DataType.FLOAT32_FTZ]
+STORE_TYPES = [t for t in TYPES if t is not DataType.TFLOAT32]  # a store of tf32 is not modelled (no rounding claim)
 REDUCE_TYPES = [DataType.UINT32, DataType.INT32, DataType.UINT64, DataType.FLOAT32, DataType.FLOAT16,
                 DataType.BFLOAT16]
 MAX_FAILURES = 25
@@ -165,11 +168,37 @@ def _jsonable(case: dict) -> dict:
     return out
 
 
+def digest(image: np.ndarray) -> str:
+    return hashlib.sha1(np.ascontiguousarray(image).view(np.uint8).tobytes()).hexdigest()[:20]
+
+
 class Tally:
-    def __init__(self, mode: str, seed: int):
+    """Counts, first failures, and a digest of every hardware image. ``replay`` (the digests of an earlier
+    hardware run) makes a run compare the model with those digests instead of the GPU: the CPU model can be
+    rechecked against every image the hardware wrote, without a GPU (``--replay``)."""
+
+    def __init__(self, mode: str, seed: int, replay: list[str] | None = None):
         self.mode, self.seed = mode, seed
         self.stats = collections.Counter()
         self.failures: list[dict] = []
+        self.digests: list[str] = []
+        self.model_digests: list[str] = []  # replay only: what the model wrote, in the same order
+        self.replay = list(replay) if replay is not None else None
+
+    @property
+    def live(self) -> bool:
+        return self.replay is None
+
+    def compare(self, n: int, case: dict, hardware: np.ndarray | None, model: np.ndarray, **extra) -> None:
+        """Compare one hardware image (live) or the next recorded digest (replay) with the model's image."""
+        if self.live:
+            self.digests.append(digest(hardware))
+            self.record(n, case, np.array_equal(hardware, model), hardware, model, **extra)
+        else:
+            recorded = self.replay[len(self.digests)]
+            self.digests.append(recorded)
+            self.model_digests.append(digest(model))
+            self.record(n, case, recorded == self.model_digests[-1], None, model, **extra)
 
     def record(self, n: int, case: dict, ok: bool, hardware: np.ndarray | None = None, model: np.ndarray | None = None,
                **extra) -> None:
@@ -180,69 +209,92 @@ class Tally:
             if hardware is not None and model is not None:
                 diff = np.flatnonzero(hardware != model)
                 f.update(differing_bytes=int(diff.size), first_diff=int(diff[0]) if diff.size else None,
-                         hardware=hardware[:4096].tobytes().hex(), model=model[:4096].tobytes().hex())
+                         hardware=hardware[:1 << 17].tobytes().hex(), model=model[:1 << 17].tobytes().hex())
             self.failures.append(f)
 
     def result(self) -> dict:
-        return {"mode": self.mode, "seed": self.seed, "stats": dict(self.stats), "failures": self.failures}
+        return {"mode": self.mode, "seed": self.seed, "stats": dict(self.stats), "failures": self.failures,
+                "digests": self.digests}
 
 
-def run_tiled(n_desc: int, seed: int, interleave: bool) -> dict:
-    from tmakit import DeviceArray, encode_tiled
+class _NoBuffer:
+    """Stands in for the device buffer in a replay (no GPU): a fixed, well-aligned fake address."""
+    ptr = 1 << 40
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _buffer(tally: Tally, host: np.ndarray):
+    from tmakit import DeviceArray
+
+    return DeviceArray.from_host(host) if tally.live else _NoBuffer()
+
+
+def _encode_tiled(tally: Tally, *args, **kwargs):
+    from tmakit import encode_tiled
+
+    if not tally.live:
+        kwargs.update(device=None, owner=None, arch="sm_90")
+    return encode_tiled(*args, **kwargs)
+
+
+def run_tiled(tally: Tally, n_desc: int, interleave: bool) -> None:
     from tmakit.layout import tma_load_image
-    from tmakit.ops import load_tiles
     from tmakit.ops.load_tiles import POISON
 
     hw = _hw_cases()
-    rng = random.Random(seed)
-    host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
-    tally = Tally("interleave" if interleave else "tiled", seed)
-    with DeviceArray.from_host(host) as buf:
+    rng = random.Random(tally.seed)
+    host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    with _buffer(tally, host) as buf:
         for n in range(n_desc):
             case = hw.random_interleaved_case(rng) if interleave else hw.random_case(rng)
-            tm = encode_tiled(case["dtype"], buf.ptr + case["offset"], case["dims"], case["strides"], case["box"],
-                              case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], interleave=case["interleave"],
-                              device=0, owner=buf)
-            res = load_tiles(tm, [list(reversed(c)) for c in case["coords"]], backend="tma")
+            tm = _encode_tiled(tally, case["dtype"], buf.ptr + case["offset"], case["dims"], case["strides"],
+                               case["box"], case["es"], swizzle=case["swizzle"], oob_fill=case["oob"],
+                               interleave=case["interleave"], device=0, owner=buf)
+            images = None
+            if tally.live:
+                from tmakit.ops import load_tiles
+
+                images = load_tiles(tm, [list(reversed(c)) for c in case["coords"]], backend="tma").images
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
-                tally.record(n, case, np.array_equal(res.images[i], model), res.images[i], model, coords=c)
+                tally.compare(n, case, None if images is None else images[i], model, coords=c)
             tally.stats["descriptors"] += 1
             tally.stats[f"interleave_{case['interleave'].short}"] += 1
             tally.stats[f"swizzle_{case['swizzle'].short}"] += 1
-    return tally.result()
 
 
-def run_im2col(n_desc: int, seed: int) -> dict:
-    from tmakit import DeviceArray
+def run_im2col(tally: Tally, n_desc: int) -> None:
     from tmakit.layout.im2col import im2col_load_image
     from tmakit.ops.modes import POISON, encode_im2col, load_im2col
 
-    rng = random.Random(seed)
-    host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
-    tally = Tally("im2col", seed)
-    with DeviceArray.from_host(host) as buf:
+    rng = random.Random(tally.seed)
+    host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    with _buffer(tally, host) as buf:
         for n in range(n_desc):
             case = random_im2col(rng)
             offset = 256 * rng.randrange((BUFFER_BYTES - case["extent"]) // 256)
             case["offset"] = offset
             tm = encode_im2col(case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["lower"],
                                case["upper"], case["cpp"], case["ppc"], case["es"], swizzle=case["swizzle"],
-                               oob_fill=case["oob"], device=0, owner=buf)
+                               oob_fill=case["oob"], device=0, owner=buf if tally.live else None)
             coords = [b[0] for b in case["boxes"]]
             offsets = [b[1] for b in case["boxes"]]
-            images = load_im2col(tm, coords, offsets)
+            images = load_im2col(tm, coords, offsets) if tally.live else None
             for i in range(len(coords)):
                 model = im2col_load_image(tm, host[offset:], coords[i], offsets[i], poison=POISON)
-                tally.record(n, case, np.array_equal(images[i], model), images[i], model, coords=coords[i],
-                             offsets=offsets[i])
+                tally.compare(n, case, None if images is None else images[i], model, coords=coords[i],
+                              offsets=offsets[i])
             tally.stats["descriptors"] += 1
             tally.stats[f"rank{len(case['dims'])}"] += 1
             tally.stats[f"swizzle_{case['swizzle'].short}"] += 1
             tally.stats[f"oob_{'nan' if case['oob'] else 'zero'}"] += 1
             tally.stats["element_strides>1"] += any(e > 1 for e in case["es"][1:-1])
             tally.stats["corners_nonzero"] += any(case["lower"]) or any(case["upper"])
-    return tally.result()
 
 
 def _typed_random(nprng: np.random.Generator, dtype: DataType, nbytes: int) -> np.ndarray:
@@ -257,121 +309,124 @@ def _typed_random(nprng: np.random.Generator, dtype: DataType, nbytes: int) -> n
     return nprng.integers(0, 256, nbytes, dtype=np.uint8)
 
 
-def run_store(n_desc: int, seed: int, reduce: bool) -> dict:
-    from tmakit import DeviceArray, encode_tiled
+def _within_one_ulp(dtype: DataType, got: np.ndarray, want: np.ndarray) -> bool:
+    if dtype is DataType.BFLOAT16:
+        widen = lambda b: (b.view(np.uint16).astype(np.uint32) << 16).view(np.float32)  # noqa: E731
+        g, w = widen(got), widen(want)
+        ulp = np.spacing(np.abs(w)).astype(np.float64) * 65536
+    else:
+        t = np.float32 if dtype is DataType.FLOAT32 else np.float16
+        g, w = got.view(t), want.view(t)
+        ulp = np.spacing(np.abs(w)).astype(np.float64)
+    return bool(np.all(np.abs(g.astype(np.float64) - w.astype(np.float64)) <= ulp))
+
+
+def run_store(tally: Tally, n_desc: int, reduce: bool) -> None:
     from tmakit.layout import box_geometry, tma_store
     from tmakit.layout.tma_reduce import tma_reduce_add
     from tmakit.ops.modes import reduce_add_tiles, store_tiles
 
-    rng = random.Random(seed)
-    nprng = np.random.default_rng(seed)
-    tally = Tally("reduce" if reduce else "store", seed)
-    near = 0
+    rng = random.Random(tally.seed)
+    nprng = np.random.default_rng(tally.seed)
     for n in range(n_desc):
-        case = random_tiled(rng, REDUCE_TYPES if reduce else TYPES, max_extent=1 << 20, store=True)
+        case = random_tiled(rng, REDUCE_TYPES if reduce else STORE_TYPES, max_extent=1 << 20, store=True)
         dtype = case["dtype"]
         extent = -(-case["extent"] // 16) * 16
         before = _typed_random(nprng, dtype, extent) if reduce else nprng.integers(0, 256, extent, dtype=np.uint8)
-        with DeviceArray.from_host(before) as buf:
-            tm = encode_tiled(dtype, buf.ptr, case["dims"], case["strides"], case["box"], case["es"],
-                              swizzle=case["swizzle"], device=0, owner=buf)
+        coords = case["coords"][0]
+        with _buffer(tally, before) as buf:
+            tm = _encode_tiled(tally, dtype, buf.ptr, case["dims"], case["strides"], case["box"], case["es"],
+                               swizzle=case["swizzle"], device=0, owner=buf)
             geo = box_geometry(tm)
-            coords = case["coords"][0]
             image = _typed_random(nprng, dtype, geo.smem_bytes) if reduce else \
                 nprng.integers(0, 256, geo.smem_bytes, dtype=np.uint8)
-            if reduce:
-                reduce_add_tiles(tm, [coords], image[None, :])
-            else:
-                store_tiles(tm, [coords], image[None, :], backend="tma")
-            after = buf.to_host()
+            after = None
+            if tally.live:
+                if reduce:
+                    reduce_add_tiles(tm, [coords], image[None, :])
+                else:
+                    store_tiles(tm, [coords], image[None, :], backend="tma")
+                after = buf.to_host()
         expect = before.copy()
         (tma_reduce_add if reduce else tma_store)(tm, expect, coords, image)
-        ok = np.array_equal(after, expect)
-        if reduce and not ok and dtype.is_float:
-            t = {DataType.FLOAT32: np.float32, DataType.FLOAT16: np.float16}.get(dtype)
-            a = after.view(t).astype(np.float64) if t else (after.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-            e = expect.view(t).astype(np.float64) if t else (expect.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-            ulp = np.spacing(np.abs(e).astype(t or np.float32)).astype(np.float64) * (1 if t else 65536)
-            near += bool(np.all(np.abs(a - e) <= ulp))
-        tally.record(n, case, ok, after, expect, coords=coords)
+        if reduce and after is not None and dtype.is_float and not np.array_equal(after, expect):
+            tally.stats["float_mismatch_within_1ulp"] += _within_one_ulp(dtype, after, expect)
+        tally.compare(n, case, after, expect, coords=coords)
         tally.stats["descriptors"] += 1
         tally.stats[f"dtype_{dtype.short}"] += 1
         tally.stats[f"swizzle_{case['swizzle'].short}"] += 1
         tally.stats["partial_box"] += any(c + b * e > d for c, b, e, d in zip(coords, case["box"], case["es"], case["dims"]))
         tally.stats["element_strides>1"] += any(e > 1 for e in case["es"])
-    if reduce:
-        tally.stats["float_mismatch_within_1ulp"] = near
-    return tally.result()
 
 
-def run_multicast(n_desc: int, seed: int) -> dict:
-    from tmakit import DeviceArray, encode_tiled
+def run_multicast(tally: Tally, n_desc: int) -> None:
     from tmakit.layout import tma_load_image
     from tmakit.ops.modes import POISON, multicast_load
 
-    rng = random.Random(seed)
-    host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
-    tally = Tally("multicast", seed)
-    with DeviceArray.from_host(host) as buf:
+    rng = random.Random(tally.seed)
+    host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    with _buffer(tally, host) as buf:
         for n in range(n_desc):
             case = random_tiled(rng)
             offset = 256 * rng.randrange((BUFFER_BYTES - case["extent"]) // 256)
             case["offset"] = offset
-            tm = encode_tiled(case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["box"], case["es"],
-                              swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
+            tm = _encode_tiled(tally, case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["box"],
+                               case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
             k = rng.choice([2, 4])
             masks = [rng.randrange(1, 1 << k) if rng.random() < 0.6 else (1 << k) - 1 for _ in case["coords"]]
-            images = multicast_load(tm, case["coords"], masks, cluster_size=k)
+            images = multicast_load(tm, case["coords"], masks, cluster_size=k) if tally.live else None
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, host[offset:], c, poison=POISON)
                 for r in range(k):
                     want = model if (masks[i] >> r) & 1 else np.full_like(model, POISON)
-                    tally.record(n, case, np.array_equal(images[i, r], want), images[i, r], want, coords=c,
-                                 mask=masks[i], cta=r, cluster=k)
+                    tally.compare(n, case, None if images is None else images[i, r], want, coords=c, mask=masks[i],
+                                  cta=r, cluster=k)
                     tally.stats["cta_images_received"] += (masks[i] >> r) & 1
             tally.stats["descriptors"] += 1
             tally.stats[f"cluster_{k}"] += 1
-    return tally.result()
 
 
-def run_prefetch(n_desc: int, seed: int) -> dict:
-    from tmakit import DeviceArray, encode_tiled
+def run_prefetch(tally: Tally, n_desc: int) -> None:
     from tmakit.layout import tma_load_image
     from tmakit.ops.modes import POISON, prefetch_load
 
-    rng = random.Random(seed)
-    host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
-    tally = Tally("prefetch", seed)
-    with DeviceArray.from_host(host) as buf:
+    rng = random.Random(tally.seed)
+    host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    with _buffer(tally, host) as buf:
         for n in range(n_desc):
             case = random_tiled(rng)
             offset = 256 * rng.randrange((BUFFER_BYTES - case["extent"]) // 256)
             case["offset"] = offset
-            tm = encode_tiled(case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["box"], case["es"],
-                              swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
-            images = prefetch_load(tm, case["coords"], backend="tma")
+            tm = _encode_tiled(tally, case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["box"],
+                               case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
+            images = prefetch_load(tm, case["coords"], backend="tma") if tally.live else None
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, host[offset:], c, poison=POISON)
-                tally.record(n, case, np.array_equal(images[i], model), images[i], model, coords=c)
+                tally.compare(n, case, None if images is None else images[i], model, coords=c)
             tally.stats["descriptors"] += 1
-    return tally.result()
 
 
-def run_mode(mode: str, n_desc: int, seed: int) -> dict:
+def run_mode(mode: str, n_desc: int, seed: int, replay: list[str] | None = None) -> dict:
+    """One mode's counts; ``replay``: the digests of an earlier hardware run of the same mode, count and seed."""
     t0 = time.perf_counter()
+    tally = Tally(mode, seed, replay)
     if mode in ("tiled", "interleave"):
-        out = run_tiled(n_desc, seed, mode == "interleave")
+        run_tiled(tally, n_desc, mode == "interleave")
     elif mode == "im2col":
-        out = run_im2col(n_desc, seed)
+        run_im2col(tally, n_desc)
     elif mode in ("store", "reduce"):
-        out = run_store(n_desc, seed, mode == "reduce")
+        run_store(tally, n_desc, mode == "reduce")
     elif mode == "multicast":
-        out = run_multicast(n_desc, seed)
+        run_multicast(tally, n_desc)
     elif mode == "prefetch":
-        out = run_prefetch(n_desc, seed)
+        run_prefetch(tally, n_desc)
     else:
         raise SystemExit(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    out = tally.result()
+    if replay is not None:
+        out["model_digests"] = tally.model_digests
     out["seconds"] = round(time.perf_counter() - t0, 2)
+    out["source"] = "hardware" if replay is None else "replay of recorded hardware digests"
     return out
 
 
@@ -388,13 +443,25 @@ def _child(mode: str, n_desc: int, seed: int, timeout: float) -> dict:
     return json.loads(lines[-1])
 
 
+def _report(results: dict, descriptors: int, meta: dict) -> dict:
+    modes = {}
+    for m, r in results.items():
+        entry = {k: v for k, v in r.items() if k not in ("failures", "digests", "model_digests")}
+        entry["failures"] = [{k: v for k, v in f.items() if k not in ("hardware", "model")}
+                             for f in r.get("failures", [])[:3]]
+        modes[m] = entry
+    return {**meta, "descriptors_per_mode": descriptors, "modes": modes}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--descriptors", type=int, default=1000)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--timeout", type=float, default=150.0, help="seconds per mode")
-    ap.add_argument("--dump", default=None, help="folder for each mode's full result (failures with bytes)")
+    ap.add_argument("--dump", default=None, help="folder for each mode's full result (digests, failures with bytes)")
+    ap.add_argument("--replay", default=None, help="a --dump folder of a hardware run: recheck the CPU model against "
+                                                   "every image it recorded (no GPU needed)")
     ap.add_argument("--output", default=str(Path(__file__).parent / "results" / "tma_modes_vs_model.json"))
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -404,30 +471,45 @@ def main(argv=None) -> int:
     if args.child:
         print(json.dumps(run_mode(args.child, args.descriptors, seed)))
         return 0
-    from _common import commit, device_name
-
     import datetime
+
+    from _common import commit, device_name
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     results = {}
-    for i, mode in enumerate(modes):
-        res = _child(mode, args.descriptors, seed + i, args.timeout)
-        results[mode] = res
-        if args.dump:
-            Path(args.dump).mkdir(parents=True, exist_ok=True)
-            Path(args.dump, f"{mode}.json").write_text(json.dumps(res, indent=1))
-        st = res.get("stats", {})
-        print(f"{mode:10s} descriptors={st.get('descriptors', 0):5d} compared={st.get('compared', 0):6d} "
-              f"equal={st.get('equal', 0):6d} {('ERROR ' + res['error'][-300:]) if 'error' in res else ''}", flush=True)
-    report = {"device": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": commit(), "descriptors_per_mode": args.descriptors,
-              "modes": {m: {k: v for k, v in r.items() if k != "failures"} | {"failures": r.get("failures", [])[:3]}
-                        for m, r in results.items()}}
-    for r in report["modes"].values():
-        for f in r.get("failures", []):
-            f.pop("hardware", None), f.pop("model", None)
+    if args.replay:
+        meta = None
+        for mode in modes:
+            recorded = json.loads(Path(args.replay, f"{mode}.json").read_text())
+            if "digests" not in recorded:
+                results[mode] = recorded
+                continue
+            meta = meta or recorded["run"]
+            res = run_mode(mode, recorded["run"]["descriptors_per_mode"], recorded["seed"], recorded["digests"])
+            res["hardware_run"] = {"equal": recorded["stats"]["equal"], "compared": recorded["stats"]["compared"]}
+            results[mode] = res
+            print(f"{mode:10s} replayed {res['stats']['compared']:6d} images: model equal to hardware for "
+                  f"{res['stats']['equal']:6d} (at the run: {recorded['stats']['equal']})", flush=True)
+        meta = dict(meta or {})
+        meta.update(model_commit=commit(), source="the hardware images' digests of the run named here, compared with "
+                    "the CPU model of model_commit (benchmarks/tma_modes_vs_model.py --replay)")
+        descriptors = meta.get("descriptors_per_mode", args.descriptors)
+    else:
+        meta = {"device": device_name(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "commit": commit(), "descriptors_per_mode": args.descriptors}
+        for i, mode in enumerate(modes):
+            res = _child(mode, args.descriptors, seed + i, args.timeout)
+            res["run"] = meta
+            results[mode] = res
+            if args.dump:
+                Path(args.dump).mkdir(parents=True, exist_ok=True)
+                Path(args.dump, f"{mode}.json").write_text(json.dumps(res))
+            st = res.get("stats", {})
+            print(f"{mode:10s} descriptors={st.get('descriptors', 0):5d} compared={st.get('compared', 0):6d} "
+                  f"equal={st.get('equal', 0):6d} {('ERROR ' + res['error'][-600:]) if 'error' in res else ''}", flush=True)
+        descriptors = args.descriptors
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(report, indent=1) + "\n")
+    Path(args.output).write_text(json.dumps(_report(results, descriptors, meta), indent=1) + "\n")
     ok = all("error" not in r and r["stats"].get("equal") == r["stats"].get("compared") for r in results.values())
     return 0 if ok else 1
 

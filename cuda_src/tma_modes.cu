@@ -1,12 +1,12 @@
 // The TMA modes besides the tile load and store, each run once per box so that the host can compare every
-// byte with the CPU model (tmakit.layout): im2col loads, multicast loads to the CTAs of a cluster, reduce-add
-// stores, and prefetch-then-load. tests/test_tma_modes_hardware.py drives them through tmakit.ops.modes.
+// byte with the CPU model (tmakit.layout): im2col loads, multicast loads to the CTAs of a cluster and
+// reduce-add stores (prefetch-then-load is the one-source tma_prefetch.cu). benchmarks/tma_modes_vs_model.py
+// drives them through tmakit.ops.modes.
 //
 // Shared memory is first filled with `poison` (ordered before the async proxy's writes), so bytes a load
 // leaves untouched read back as the model's poison. Launch: 1-D blocks (e.g. 128 threads), dynamic shared
-// memory image_bytes + align. The im2col, multicast and reduce kernels are TMA-only (sm_90; the host
-// refuses the cp.async backend for them before a launch); the prefetch kernel is one-source (box_load.cuh:
-// on the cp.async path the prefetch is left out and the box is loaded with cp.async).
+// memory image_bytes + align. All three are TMA-only (sm_90): the host refuses the cp.async backend for them
+// before a launch, because the one-source twin (box_load.cuh) cannot express them.
 #include "tmakit/box_load.cuh"
 #include "tmakit/fence.cuh"
 #include "tmakit/tma_im2col.cuh"
@@ -123,33 +123,4 @@ extern "C" __global__ void tmakit_reduce_add(const __grid_constant__ TensorMapDe
     cp_async_bulk_wait_group<0>();  // the global writes are done before the kernel ends
   }
   __syncthreads();
-}
-
-// Block b prefetches the box at coords[b*5..] into L2 (cp.async.bulk.prefetch.tensor; TMA path only), then
-// loads it with box_load and dumps the footprint to out[b*image_bytes], like tile_load.cu.
-extern "C" __global__ void tmakit_prefetch_load(TMAKIT_BOX_SOURCE src, const int32_t* coords, int n, int rank,
-                                                uint32_t box_bytes, uint32_t image_bytes, uint32_t align,
-                                                uint32_t poison, uint8_t* out) {
-  extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ uint64_t bar;
-  uint8_t* smem = align_shared(smem_raw, align);
-  const int b = blockIdx.x;
-  if (b >= n) return;
-  poison_fill(smem, image_bytes, poison);
-  MbarrierPhase phase = box_barrier_init(&bar);  // synchronises the block
-  const Coords at = coords_at(coords, b);
-#if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) {
-    switch (rank) {
-      case 1: cp_async_bulk_prefetch_tensor<1>(&src, at); break;
-      case 2: cp_async_bulk_prefetch_tensor<2>(&src, at); break;
-      case 3: cp_async_bulk_prefetch_tensor<3>(&src, at); break;
-      case 4: cp_async_bulk_prefetch_tensor<4>(&src, at); break;
-      default: cp_async_bulk_prefetch_tensor<5>(&src, at); break;
-    }
-  }
-#endif
-  box_load(src, smem, at, rank, box_bytes, &bar);
-  box_wait(phase);
-  dump(smem, out + (uint64_t)b * image_bytes, image_bytes);
 }

@@ -10,7 +10,8 @@ dims = (C, W[, H[, D]], N).
 - The instruction's coordinates are (c, w[, h[, d]], n). (w, h, d) is the filter base position in the box and
   n the image. ``pixels_per_column`` positions are walked in raster order from there: w advances by
   element_strides[1]; past the box's upper edge it restarts at the lower corner and h advances by
-  element_strides[2], and so on; past the last spatial dimension the walk moves to the next image (n + 1).
+  element_strides[2], and so on; past the last spatial dimension the walk moves on by element_strides[rank-1]
+  images (n + es_N; measured on an H100: the batch dimension's traversal stride is honoured).
 - Pixel k reads channels c .. c + channels_per_pixel - 1 at spatial position (walk position + offsets), where
   the offsets are the instruction's im2col offsets (a filter tap, dilation included). A channel, spatial
   coordinate or image outside the tensor is filled (zero bytes, or the type's OOB NaN like a tiled load).
@@ -111,7 +112,7 @@ def im2col_pixels(tm: Any, coords: Sequence[int], offsets: Sequence[int]) -> tup
                 break
             pos[s] = lower[s]
         else:
-            n += 1
+            n += es[rank - 1]
     return positions, images
 
 

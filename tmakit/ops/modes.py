@@ -1,4 +1,5 @@
-"""Run the TMA modes besides the tile load on the GPU and return what they wrote (cuda_src/tma_modes.cu).
+"""Run the TMA modes besides the tile load on the GPU and return what they wrote (cuda_src/tma_modes.cu,
+tma_prefetch.cu, tile_store.cu).
 
 Each function is the hardware side of a CPU model in ``tmakit.layout``:
 
@@ -239,7 +240,7 @@ def prefetch_load(tm: Any, coords: Any, *, backend: Any = "auto") -> np.ndarray:
     with DeviceArray.from_host(at, device=device) as dc, \
             DeviceArray.empty((n, geo.smem_bytes), np.uint8, device=device) as out:
         out.fill(POISON)
-        k = kernel("tma_modes.cu", "tmakit_prefetch_load", choice, device)
+        k = kernel("tma_prefetch.cu", "tmakit_prefetch_load", choice, device)
         k(tm, dc.ptr, np.int32(n), np.int32(tm.rank), np.uint32(geo.box_bytes), np.uint32(geo.smem_bytes),
           np.uint32(align), np.uint32(POISON), out.ptr, grid=(n, 1, 1), block=(_THREADS, 1, 1),
           shared_mem=geo.smem_bytes + align)

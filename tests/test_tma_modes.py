@@ -255,3 +255,19 @@ def test_random_descriptors_pass_the_rules_and_the_models():
 def test_harness_refuses_a_bad_descriptor_count():
     with pytest.raises(SystemExit):
         _harness().main(["--descriptors", "0"])
+
+
+DIGESTS = ROOT / "benchmarks" / "results" / "tma_modes_h100_digests.json"
+
+
+@pytest.mark.parametrize("mode", ["tiled", "interleave", "im2col", "store", "multicast", "reduce", "prefetch"])
+def test_models_reproduce_every_recorded_h100_image(mode):
+    """The H100 run recorded a digest of every image (benchmarks/results/tma_modes_h100_digests.json, 1000
+    descriptors per mode): the CPU models regenerate the same descriptors and data from the seed and must
+    reproduce each digest. The first 150 descriptors per mode run here; --replay runs all of them."""
+    h = _harness()
+    recorded = h.load_recorded(str(DIGESTS))[mode]
+    assert recorded["run"]["descriptors_per_mode"] >= 1000 and "H100" in recorded["run"]["device"]
+    result = h.run_mode(mode, 150, recorded["seed"], recorded["digests"])
+    assert result["stats"]["descriptors"] == 150
+    assert result["stats"]["equal"] == result["stats"]["compared"] > 0, result["failures"][:2]

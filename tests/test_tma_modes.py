@@ -271,3 +271,23 @@ def test_models_reproduce_every_recorded_h100_image(mode):
     result = h.run_mode(mode, 150, recorded["seed"], recorded["digests"])
     assert result["stats"]["descriptors"] == 150
     assert result["stats"]["equal"] == result["stats"]["compared"] > 0, result["failures"][:2]
+
+
+def test_im2col_tensor_map_sizes_follow_the_model_and_refuse_the_cp_async_form():
+    from tmakit import describe_im2col
+
+    tm = describe_im2col(shape=(2, 8, 8, 16), dtype="f16", pixels_per_column=32, swizzle="128B",
+                         lower_corner=(-1, -1), upper_corner=(-1, -1))
+    assert tm.box_bytes == 32 * 16 * 2 == im2col_geometry(tm).box_bytes
+    assert tm.smem_bytes == 32 * 128 == im2col_geometry(tm).smem_bytes  # 32-byte rows padded to the 128-B span
+    with pytest.raises(InvalidArgumentError, match="im2col map.*no cp.async form"):
+        tm.box_params()
+
+
+def test_load_tiles_refuses_an_im2col_map():
+    from tmakit import describe_im2col
+    from tmakit.ops import load_tiles
+
+    tm = describe_im2col(shape=(2, 8, 8, 16), dtype="f16", pixels_per_column=32)
+    with pytest.raises(InvalidArgumentError, match="not a tiled map.*load_im2col"):
+        load_tiles(tm, [[0, 0, 0, 0]])

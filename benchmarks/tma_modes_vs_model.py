@@ -12,6 +12,8 @@ the CPU model in ``tmakit.layout``:
   reduce      ops.modes.reduce_add_tiles, u32/s32/u64/f32/f16/bf16 vs tma_reduce_add (exact; floats also
               counted within 1 ulp of a float64 reference)
   prefetch    ops.modes.prefetch_load          vs tma_load_image
+  store_twin, prefetch_twin: the same on the one-source cp.async twin (backend "cp.async"; not in the default
+              --modes, which are the TMA modes)
 
 Each mode runs in its own process (a fault in one cannot poison the others' context). Writes
 benchmarks/results/tma_modes_vs_model.json (device, date, commit, seed, counts, first failures);
@@ -44,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tmakit import DataType, Swizzle, check_im2col, check_tiled  # noqa: E402
 
 MODES = ("tiled", "interleave", "im2col", "store", "multicast", "reduce", "prefetch")
+# The one-source cp.async twin on the same GPU, for the modes it expresses (not in the results file's default run).
+TWIN_MODES = ("store_twin", "prefetch_twin")
 BUFFER_BYTES = 32 << 20
 TYPES = [DataType.UINT8, DataType.UINT16, DataType.FLOAT16, DataType.BFLOAT16, DataType.UINT32, DataType.INT32,
          DataType.FLOAT32, DataType.UINT64, DataType.FLOAT64, DataType.INT64, DataType.TFLOAT32,
@@ -321,7 +325,7 @@ def _within_one_ulp(dtype: DataType, got: np.ndarray, want: np.ndarray) -> bool:
     return bool(np.all(np.abs(g.astype(np.float64) - w.astype(np.float64)) <= ulp))
 
 
-def run_store(tally: Tally, n_desc: int, reduce: bool) -> None:
+def run_store(tally: Tally, n_desc: int, reduce: bool, backend: str = "tma") -> None:
     from tmakit.layout import box_geometry, tma_store
     from tmakit.layout.tma_reduce import tma_reduce_add
     from tmakit.ops.modes import reduce_add_tiles, store_tiles
@@ -345,7 +349,7 @@ def run_store(tally: Tally, n_desc: int, reduce: bool) -> None:
                 if reduce:
                     reduce_add_tiles(tm, [coords], image[None, :])
                 else:
-                    store_tiles(tm, [coords], image[None, :], backend="tma")
+                    store_tiles(tm, [coords], image[None, :], backend=backend)
                 after = buf.to_host()
         expect = before.copy()
         (tma_reduce_add if reduce else tma_store)(tm, expect, coords, image)
@@ -386,7 +390,7 @@ def run_multicast(tally: Tally, n_desc: int) -> None:
             tally.stats[f"cluster_{k}"] += 1
 
 
-def run_prefetch(tally: Tally, n_desc: int) -> None:
+def run_prefetch(tally: Tally, n_desc: int, backend: str = "tma") -> None:
     from tmakit.layout import tma_load_image
     from tmakit.ops.modes import POISON, prefetch_load
 
@@ -394,12 +398,12 @@ def run_prefetch(tally: Tally, n_desc: int) -> None:
     host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
     with _buffer(tally, host) as buf:
         for n in range(n_desc):
-            case = random_tiled(rng)
+            case = random_tiled(rng, TYPES if backend == "tma" else STORE_TYPES)  # the twin copies tf32 bits
             offset = 256 * rng.randrange((BUFFER_BYTES - case["extent"]) // 256)
             case["offset"] = offset
             tm = _encode_tiled(tally, case["dtype"], buf.ptr + offset, case["dims"], case["strides"], case["box"],
                                case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
-            images = prefetch_load(tm, case["coords"], backend="tma") if tally.live else None
+            images = prefetch_load(tm, case["coords"], backend=backend) if tally.live else None
             for i, c in enumerate(case["coords"]):
                 model = tma_load_image(tm, host[offset:], c, poison=POISON)
                 tally.compare(n, case, None if images is None else images[i], model, coords=c)
@@ -416,12 +420,14 @@ def run_mode(mode: str, n_desc: int, seed: int, replay: list[str] | None = None)
         run_im2col(tally, n_desc)
     elif mode in ("store", "reduce"):
         run_store(tally, n_desc, mode == "reduce")
+    elif mode == "store_twin":
+        run_store(tally, n_desc, False, "cp.async")
     elif mode == "multicast":
         run_multicast(tally, n_desc)
-    elif mode == "prefetch":
-        run_prefetch(tally, n_desc)
+    elif mode in ("prefetch", "prefetch_twin"):
+        run_prefetch(tally, n_desc, "tma" if mode == "prefetch" else "cp.async")
     else:
-        raise SystemExit(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+        raise SystemExit(f"unknown mode {mode!r}; choose from {', '.join(MODES + TWIN_MODES)}")
     out = tally.result()
     if replay is not None:
         out["model_digests"] = tally.model_digests

@@ -291,3 +291,14 @@ def test_load_tiles_refuses_an_im2col_map():
     tm = describe_im2col(shape=(2, 8, 8, 16), dtype="f16", pixels_per_column=32)
     with pytest.raises(InvalidArgumentError, match="not a tiled map.*load_im2col"):
         load_tiles(tm, [[0, 0, 0, 0]])
+
+
+def test_prefetch_on_the_cp_async_twin_refuses_converting_types_before_launch(monkeypatch):
+    from tmakit import _driver, choose_backend
+    from tmakit.ops import modes
+
+    monkeypatch.setattr(modes, "choose_backend", lambda backend, device=0: choose_backend("cp.async", arch="sm_80"))
+    monkeypatch.setattr(_driver, "ensure_context", lambda *a, **k: pytest.fail("launched"))
+    tm = SimpleNamespace(device=0, descriptor=None, dims=(16, 4), rank=2, dtype=DataType.TFLOAT32)
+    with pytest.raises(InvalidArgumentError, match="cannot load tf32"):
+        modes.prefetch_load(tm, [[0, 0]], backend="cp.async")

@@ -1,7 +1,7 @@
 """Every TMA mode on the hardware equals its CPU model byte for byte, on >= 1000 random descriptors per mode.
 
 Modes: tiled and interleaved loads, im2col loads, tile stores, multicast to 2 and 4 CTAs, reduce-add stores,
-prefetch-then-load (benchmarks/tma_modes_vs_model.py holds the generators and the comparisons; each mode runs
+prefetch-then-load, and the cp.async twin's stores and loads (benchmarks/tma_modes_vs_model.py holds the generators and the comparisons; each mode runs
 in its own process so that a fault cannot leak into the next). TMAKIT_MODES_DESCRIPTORS sets the count (default
 1000), TMAKIT_MODES_SEED the seed, TMAKIT_MODES_DUMP a folder for each mode's failures with the bytes.
 """
@@ -28,7 +28,8 @@ def _harness():
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("mode", ["tiled", "interleave", "im2col", "store", "multicast", "reduce", "prefetch"])
+@pytest.mark.parametrize("mode", ["tiled", "interleave", "im2col", "store", "multicast", "reduce", "prefetch",
+                                  "store_twin", "prefetch_twin"])
 def test_mode_equals_cpu_model(mode):
     h = _harness()
     result = h._child(mode, N_DESCRIPTORS, SEED, timeout=200)

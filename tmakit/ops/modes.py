@@ -23,6 +23,7 @@ from .. import _driver
 from ..backend import BackendChoice, choose_backend
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ._kernels import kernel
+from .load_tiles import _CONVERTING
 
 POISON = 0xA5
 _THREADS = 128
@@ -229,6 +230,9 @@ def prefetch_load(tm: Any, coords: Any, *, backend: Any = "auto") -> np.ndarray:
     if choice.name == "tma" and tm.descriptor is None:
         raise UnsupportedDeviceError("this TensorMap has no encoded descriptor", required="sm_90 descriptor",
                                      actual=choice.arch)
+    if choice.name == "cp.async" and tm.dtype in _CONVERTING:
+        raise InvalidArgumentError("backend", "cp.async", f"cannot load {tm.dtype.short}: TMA rounds these elements "
+                                   "to tf32 on the way and cp.async copies bits", 'use backend="tma", or float32')
     at = _coords("coords", coords, tm.rank)
     geo = box_geometry(tm)
     for row in at:

@@ -302,3 +302,14 @@ def test_prefetch_on_the_cp_async_twin_refuses_converting_types_before_launch(mo
     tm = SimpleNamespace(device=0, descriptor=None, dims=(16, 4), rank=2, dtype=DataType.TFLOAT32)
     with pytest.raises(InvalidArgumentError, match="cannot load tf32"):
         modes.prefetch_load(tm, [[0, 0]], backend="cp.async")
+
+
+@pytest.mark.parametrize("masks, size", [([0], 2), ([4], 2), (["3"], 2), ([3, 3], 2), ([1], 9), ([1], True)])
+def test_multicast_refuses_bad_masks_and_cluster_sizes(monkeypatch, masks, size):
+    from tmakit import choose_backend
+    from tmakit.ops import modes
+
+    monkeypatch.setattr(modes, "choose_backend", lambda backend, device=0: choose_backend("tma", arch="sm_90"))
+    tm = SimpleNamespace(device=0, descriptor=b"\0" * 128, dims=(16, 4), rank=2, dtype=DataType.FLOAT32)
+    with pytest.raises(InvalidArgumentError, match="masks|cluster_size"):
+        modes.multicast_load(tm, [[0, 0]], masks, cluster_size=size)

@@ -143,8 +143,8 @@ def multicast_load(tm: Any, coords: Any, masks: Any, *, cluster_size: int, backe
         raise InvalidArgumentError("cluster_size", cluster_size, "must be an int in 1..8 (portable cluster size)",
                                    "use 2 or 4")
     at = _coords("coords", coords, tm.rank)
-    m = np.asarray(masks, dtype=np.int64).ravel()
-    if len(m) != len(at) or m.min() < 1 or m.max() >= (1 << cluster_size):
+    m = np.asarray(masks).ravel()
+    if len(m) != len(at) or not np.issubdtype(m.dtype, np.integer) or m.min() < 1 or m.max() >= (1 << cluster_size):
         raise InvalidArgumentError("masks", m.tolist()[:8], f"needs one non-zero CTA mask below 2**{cluster_size} per "
                                    "coordinate row", f"pass e.g. [{(1 << cluster_size) - 1}] * n")
     geo = box_geometry(tm)

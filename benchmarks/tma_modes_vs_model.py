@@ -473,7 +473,17 @@ def _report(results: dict, descriptors: int, meta: dict) -> dict:
         entry["failures"] = [{k: v for k, v in f.items() if k not in ("hardware", "model")}
                              for f in r.get("failures", [])[:3]]
         modes[m] = entry
-    return {**meta, "descriptors_per_mode": descriptors, "modes": modes}
+    summary = {}
+    for m, r in results.items():
+        st = r.get("stats", {})
+        line = {"descriptors": st.get("descriptors", 0), "compared": st.get("compared", 0),
+                "model_equal_to_hardware": st.get("equal", 0)}
+        if "hardware_run" in r:
+            line["equal_at_the_run"] = r["hardware_run"]["equal"]
+        if "error" in r:
+            line["error"] = r["error"][-300:]
+        summary[m] = line
+    return {**meta, "descriptors_per_mode": descriptors, "summary": summary, "modes": modes}
 
 
 def main(argv=None) -> int:

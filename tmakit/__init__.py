@@ -26,7 +26,8 @@ from .launch import BoundLaunch, Kernel
 from .memory import PinnedBuffer, is_pinned, pinned_empty, pinned_like, registered
 from .streams import Event, Stream, as_stream, copy_d2d, copy_d2h, copy_h2d, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
-from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
+from .layout import (bank_conflicts, box_geometry, im2col_load_image, swizzle_offset, swizzle_pattern, tma_load_image,
+                     tma_reduce_add, tma_store)
 from .tensormap import (
     TensorMap,
     Violation,
@@ -46,6 +47,7 @@ __all__ = [
     "InvalidArgumentError",
     "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
+    "im2col_load_image", "tma_reduce_add",
     "CompiledKernelCode", "Module", "Kernel", "BoundLaunch", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
     "source_dirs",
     "DeviceArray", "PinnedBuffer", "is_pinned", "pinned_empty", "pinned_like", "registered",

@@ -30,7 +30,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import os
 import random
 import subprocess
 import sys

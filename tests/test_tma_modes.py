@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 

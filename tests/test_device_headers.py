@@ -57,6 +57,13 @@ USES = {
       tmakit::cp_reduce_async_bulk_tensor_add<4>(&d, c, s); tmakit::cp_async_bulk_prefetch_tensor<2>(&d, c);
       tmakit::cp_async_bulk_commit_group(); tmakit::cp_async_bulk_wait_group_read<0>(); tmakit::cp_async_bulk_wait_group<1>();
 #endif""",
+    "tma_im2col.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar;
+      tmakit::Coords c{{0, 1, 2, 3, 4}}; tmakit::Im2colOffsets o{{1, 2, 3}};
+      out[3] = (unsigned char)(tmakit::cluster_ctarank() + tmakit::cluster_id_x());
+#if TMAKIT_HAS_SM90
+      tmakit::cp_async_bulk_tensor_g2s_im2col(out[1], s, &d, c, o, &bar);
+#endif
+      tmakit::cluster_sync();""",
     "bulk_copy.cuh": """__shared__ alignas(128) unsigned char s[256]; __shared__ tmakit::uint64_t bar;
 #if TMAKIT_HAS_SM90
       tmakit::cp_async_bulk_g2s(s, out, 256, &bar); tmakit::cp_async_bulk_s2g(out, s, 256);

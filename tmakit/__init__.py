@@ -29,7 +29,8 @@ from .memory import PinnedBuffer, is_pinned, pinned_empty, pinned_like, register
 from .copies import copy_d2d, copy_d2h, copy_h2d
 from .streams import Event, Stream, as_stream, elapsed_ms, timed, use_device
 from .transfer import Chunk, PipelineResult, TransferReport, pipeline
-from .layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
+from .layout import (bank_conflicts, box_geometry, im2col_load_image, swizzle_offset, swizzle_pattern, tma_load_image,
+                     tma_reduce_add, tma_store)
 from .layout import check_wgmma_descriptor, wgmma_descriptors
 from .tensormap import (
     TensorMap,
@@ -51,6 +52,7 @@ __all__ = [
     "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",
+    "im2col_load_image", "tma_reduce_add",
     "CompiledKernelCode", "Module", "Kernel", "BoundLaunch", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
     "source_dirs",
     "DeviceArray", "PinnedBuffer", "is_pinned", "pinned_empty", "pinned_like", "registered",

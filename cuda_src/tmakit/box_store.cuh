@@ -1,6 +1,7 @@
 // The one-source box store, inverse of box_load: shared-memory image -> global box; out-of-bounds elements
-// are not written. TMA path: cp.async.bulk.tensor store from one thread. cp.async path (there is no Ampere
-// async store): plain global stores by the block that read the image through the same swizzle map.
+// are not written, except along dim 0 up to the row's next 16-byte boundary (TMA writes whole 16-byte chunks).
+// TMA path: cp.async.bulk.tensor store from one thread. cp.async path (there is no Ampere async store):
+// plain global stores by the block that read the image through the same swizzle map.
 //
 // Two ways to use it:
 //   box_store(...)                  one box, synchronous: returns when smem may be reused and the writes are done.
@@ -34,25 +35,30 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
   // tma_model.check_store_start); the twin faults too, so no kernel works on sm_80 and fails on sm_90.
   for (int i = 0; i < rank; ++i)
     if (at.c[i] < 0) asm volatile("trap;");
+  // TMA writes whole 16-byte chunks along dim 0: the elements past dims[0] up to the row's next 16-byte boundary
+  // are written too (measured on the H100: tmakit.layout.tma_reduce.store_element_map). The twin does the same,
+  // through a copy of the parameters whose dims[0] reaches that boundary (still inside the row's stride).
+  BoxParams wide = dst;
+  wide.dims[0] = ((dst.dims[0] * dst.elem_size + 15u) / 16u) * 16u / dst.elem_size;
   const uint8_t* base = static_cast<const uint8_t*>(smem);
-  const Plain2dBox box(dst, at);
+  const Plain2dBox box(wide, at);
   if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry
-    plain_box_walk(box, dst.swizzle, threadIdx.x, blockDim.x, [&](uint32_t offset, uint64_t address, bool inside) {
+    plain_box_walk(box, wide.swizzle, threadIdx.x, blockDim.x, [&](uint32_t offset, uint64_t address, bool inside) {
       if (inside) *reinterpret_cast<uint4*>(address) = *reinterpret_cast<const uint4*>(base + offset);
     });
     return;
   }
   for (uint32_t k = threadIdx.x; k < bytes / 16u; k += blockDim.x) {
-    const BoxChunk ch = box_chunk(dst, at, k);
-    const uint8_t* s = base + swizzle_offset(ch.image_offset, dst.swizzle);
-    const ChunkKind kind = chunk_kind(dst, ch);
+    const BoxChunk ch = box_chunk(wide, at, k);
+    const uint8_t* s = base + swizzle_offset(ch.image_offset, wide.swizzle);
+    const ChunkKind kind = chunk_kind(wide, ch);
     if (kind == kChunkCopy16) {
-      *reinterpret_cast<uint4*>(element_address(dst, ch, 0)) = *reinterpret_cast<const uint4*>(s);
+      *reinterpret_cast<uint4*>(element_address(wide, ch, 0)) = *reinterpret_cast<const uint4*>(s);
     } else if (kind == kChunkElements) {
-      for (uint32_t e = 0; e < chunk_elements(dst); ++e) {
-        if (element_in_bounds(dst, ch, e))
-          store_bits(reinterpret_cast<void*>(element_address(dst, ch, e)), load_bits(s + e * dst.elem_size, dst.elem_size),
-                     dst.elem_size);
+      for (uint32_t e = 0; e < chunk_elements(wide); ++e) {
+        if (element_in_bounds(wide, ch, e))
+          store_bits(reinterpret_cast<void*>(element_address(wide, ch, e)), load_bits(s + e * wide.elem_size, wide.elem_size),
+                     wide.elem_size);
       }
     }  // kChunkZero16 / NaN-filled chunks that are wholly out of bounds: nothing to store
   }

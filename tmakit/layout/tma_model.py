@@ -223,12 +223,16 @@ def check_store_start(coords: Sequence[int]) -> None:
 
 def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:
     """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements past the far
-    edges are dropped; a negative start is refused, as the hardware faults there: ``check_store_start``)."""
+    edges are dropped, except along dim 0 up to the row's next 16-byte boundary, which the hardware writes:
+    ``tma_reduce.store_element_map``; a negative start is refused, as the hardware faults there:
+    ``check_store_start``)."""
     check_store_start(coords)
     if not (isinstance(memory, np.ndarray) and memory.flags.c_contiguous and memory.flags.writeable):
         raise InvalidArgumentError("memory", type(memory).__name__, "must be a writable C-contiguous numpy array "
                                    "(the store writes into it in place)", "pass numpy.ascontiguousarray(...) and use the result")
-    geo, soff, goff, inb = _element_map(spec, coords)
+    from .tma_reduce import store_element_map  # deferred: tma_reduce imports this module
+
+    geo, soff, goff, inb = store_element_map(spec, coords, memory.nbytes)
     mem = memory.view(np.uint8).reshape(-1)
     byte = np.arange(geo.elem_size, dtype=np.int64)
     img = np.asarray(image, dtype=np.uint8).ravel()

@@ -150,6 +150,9 @@ def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, b
     "cp.async"; the one that runs is ``plan.backend``.
     """
     tm = _as_tensor_map(tensor_map_or_array, box, describe_kwargs)
+    if getattr(tm, "mode", "tiled") != "tiled":
+        raise InvalidArgumentError("tensor_map", "an im2col map", "is not a tiled map: load_tiles issues tile loads",
+                                   "use tmakit.ops.modes.load_im2col for an im2col map")
     at = _coords(coords, tm.rank)
     if tm.device is None:
         raise InvalidArgumentError("tensor_map", repr(tm), "describes no device array (it was built from shape/dtype)",

@@ -150,8 +150,10 @@ class TensorMap:
     @property
     def smem_bytes(self) -> int:
         """Shared memory one box occupies, including the row padding a swizzle adds."""
-        if self.mode == "im2col":
-            return self.box_bytes
+        if self.mode == "im2col":  # rows narrower than the swizzle span are padded to it (measured on the H100)
+            from ..layout.im2col import im2col_geometry
+
+            return im2col_geometry(self.spec).smem_bytes
         return self.geometry.smem_bytes
 
     @property
@@ -216,7 +218,11 @@ class TensorMap:
     def box_params(self) -> bytes:
         """The 160-byte ``tmakit::BoxParams`` block the cp.async fallback takes (docs/CONTRACTS.md)."""
         if self.mode != "tiled":
-            raise NotImplementedError("the cp.async fallback handles tiled tensor maps only")
+            from ..errors import InvalidArgumentError
+
+            raise InvalidArgumentError("tensor_map", "an im2col map", "has no cp.async form: the one-source twin "
+                                       "(BoxParams) expresses tiled boxes only; an im2col load walks pixels inside the "
+                                       "TMA unit", "load it with TMA (sm_90, tmakit.ops.modes.load_im2col)")
         return pack_box_params(self.address, self.dims, (self.dtype.size,) + tuple(self.strides), self.box,
                                self.element_strides, self.dtype.size, int(self.swizzle), int(self.interleave),
                                int(self.oob_fill), int(self.dtype), int(self.l2_promotion))

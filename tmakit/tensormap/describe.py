@@ -21,6 +21,7 @@ from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceErro
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
+from .suggest import tensor_map_error
 from .tensor_map import DESCRIPTOR_SIZE, TensorMap
 
 # Two caches, both keyed by the request as given (no parsing on a hit). _REQUESTS answers a repeated identical
@@ -208,11 +209,11 @@ def _find_culprit(spec: TiledSpec | Im2colSpec, raw: Any, call: str) -> Violatio
 
 
 def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: ArrayView | None,
-            encode: bool, reason: str) -> TensorMap:
+            encode: bool, reason: str, order: str = "numpy") -> TensorMap:
     """Check every rule, encode when a GPU can, and wrap the result (the slow, general path)."""
     violations = spec.check(arch)
     if violations:
-        raise TensorMapError(violations)
+        raise tensor_map_error(spec, arch, violations, order=order, auto_swizzle=reason.startswith("auto"))
     descriptor = None
     if encode and view is not None and arch.has_tma:
         descriptor = _encode_or_explain(spec, view.device or 0)
@@ -234,6 +235,7 @@ def _describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, sha
     context. A repeated identical request for a live array reuses its descriptor; a new tensor of an already
     seen shape class skips the rule evaluation (its address is still checked). ``cache=False`` does all work.
     """
+    _flag("cache", cache)
     options = (swizzle, oob_fill, l2_promotion, interleave, element_strides, dtype, arch, encode)
     if (cache and shape is None and strides is None
             and _is_torch_like(array)):
@@ -263,6 +265,18 @@ def _torch_request(array: Any, box: Any, options: tuple, found: Any) -> TensorMa
     return result
 
 
+def _flag(name: str, value: Any) -> None:
+    if type(value) is not bool and type(value).__name__ != "bool_":
+        raise InvalidArgumentError(name, value, "must be True or False", f"pass {name}=True or {name}=False")
+
+
+def _once(values: Any) -> Any:
+    """A one-shot iterable (generator, iterator) as a tuple; sequences and everything else unchanged."""
+    if values is None or isinstance(values, (tuple, list, str, bytes, dict)) or not hasattr(values, "__next__"):
+        return values
+    return tuple(values)
+
+
 def _typed(value: Any) -> tuple:
     return (type(value), value)
 
@@ -272,6 +286,9 @@ def _typed(value: Any) -> tuple:
 def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, options: tuple, *,
               cache: bool) -> tuple[TensorMap, _Template]:
     swizzle, oob_fill, l2_promotion, interleave, element_strides, _dtype, arch, encode = options
+    _flag("encode", encode)
+    box, element_strides = _once(box), _once(element_strides)  # a generator is read once, whatever is cached
+    options = options[:4] + (element_strides,) + options[5:]
     view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
     device = view.device if view is not None else None
     key = None
@@ -295,7 +312,8 @@ def _describe(array: Any, box: Any, shape: Any, dtype: Any, strides: Any, option
 
 def _from_template(template: _Template, address: int, device: int | None, owner: Any) -> TensorMap:
     if address % template.alignment:  # the only address-dependent rule: report it with all the others
-        raise TensorMapError(_with_address(template.spec, address).check(template.arch))
+        spec = _with_address(template.spec, address)
+        raise tensor_map_error(spec, template.arch, spec.check(template.arch), order="numpy")
     spec = _with_address(template.spec, address)
     descriptor = None
     if template.prepared is not None and owner is not None:
@@ -322,8 +340,8 @@ def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, 
                      OOBFill.parse(oob_fill, "oob_fill"))
     resolved = _resolve_arch(arch, device)
     violations = spec.check(resolved)
-    if violations:
-        raise TensorMapError(violations)
+    if violations:  # numpy order, with the one suggestion (tmakit/tensormap/suggest.py)
+        raise tensor_map_error(spec, resolved, violations, order="numpy", auto_swizzle=reason != "as requested")
     prepared = None
     if encode and view is not None and resolved.has_tma:
         from .encode import prepare_tiled
@@ -339,6 +357,7 @@ def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
                  encode: bool = True, owner: Any = None) -> TensorMap:
     """Driver-order twin of ``describe_tensor`` for raw addresses (dims/box innermost first, byte strides)."""
     dt = DataType.parse(dtype, "dtype") if not isinstance(dtype, DataType) else dtype
+    _flag("encode", encode)
     if isinstance(address, bool) or not hasattr(address, "__index__"):
         raise InvalidArgumentError("address", address, "must be an integer device address", "pass array.data_ptr()")
     dims_ = tuple(int_sequence("dims", dims))
@@ -351,7 +370,7 @@ def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
     if encode and device is not None and _driver.gpu_available():
         view = ArrayView(int(address), (), (), dt.short, dt.size, device, owner)
     return _finish(spec, _resolve_arch(arch, device if view is not None else None), device, view, encode,
-                   "as requested")
+                   "as requested", order="driver")
 
 
 def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_pixel: int | None = None,
@@ -366,6 +385,7 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
     ([D,] H, W): lower relative to the first pixel, upper relative to the last (a 3x3 convolution with
     padding 1 uses lower=(-1, -1), upper=(-1, -1)). ``channels_per_pixel`` defaults to all channels.
     """
+    _flag("encode", encode)
     view, dt, shp, st, address = _array_info(array, shape, dtype, strides)
     if not 3 <= len(shp) <= 5:
         raise InvalidArgumentError("shape", shp, "im2col needs a 3-D to 5-D N(D)HWC tensor", "reshape to N, H, W, C")

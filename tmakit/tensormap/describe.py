@@ -266,7 +266,7 @@ def _torch_request(array: Any, box: Any, options: tuple, found: Any) -> TensorMa
 
 
 def _flag(name: str, value: Any) -> None:
-    if type(value) is not bool and type(value).__name__ != "bool_":
+    if type(value) is not bool and type(value).__name__ not in ("bool", "bool_"):  # numpy's bool too
         raise InvalidArgumentError(name, value, "must be True or False", f"pass {name}=True or {name}=False")
 
 
@@ -326,8 +326,9 @@ def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, 
                    device: int | None) -> _Template:
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
-    if not shp:
-        raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
+    if not 1 <= len(shp) <= 5:
+        raise InvalidArgumentError("shape", shp, f"a {len(shp)}-d array has no tensor map (rank 1 to 5)",
+                                   "describe an array of 1 to 5 dims (merge or split dims, or add a unit dim)")
     box_np = positive_ints("box", box, len(shp))
     es_np = positive_ints("element_strides", element_strides, len(shp)) if element_strides is not None else (1,) * len(shp)
     il = Interleave.parse(interleave, "interleave")

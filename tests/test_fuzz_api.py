@@ -46,7 +46,7 @@ _ENUM_WORDS = {"0", "1", "2", "3", "4", "5", "6", "32", "64", "128", "256", "16"
                "NONE", "NAN", "ZERO", "ZEROS", "AUTO", "B32", "B64", "B128", "B16", "U8", "U16", "U32", "U64", "I32",
                "I64", "F16", "F32", "F64", "BF16", "TF32", "FP8", "I8", "I16", "E4M3", "E5M2", "HALF", "FLOAT", "BOOL",
                "INT8", "INT16", "INT32", "INT64", "DOUBLE", "FP16", "FP32", "FP64", "UINT8", "UINT16", "UINT32",
-               "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "BFLOAT16", "L2_64B", "L2_128B", "L2_256B", "INT32"}
+               "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "BFLOAT16", "L2_64B", "L2_128B", "L2_256B"}
 NOT_FLAG = st.one_of(st.text(max_size=4), st.integers(), st.floats(), st.none(), st.just(object()))
 
 
@@ -415,6 +415,18 @@ REACH = {
                                                              name=v)),
     ("compile_cuda", "source"): (st.one_of(st.none(), st.integers(), st.floats(), st.just(object())),
                                  tmakit.compile_cuda),
+    ("DeviceArray.empty", "shape"): (st.one_of(bad_ints(1, 0, 1 << 20).filter(lambda v: not isinstance(v, list) or not
+                                                all(type(d) is int and d >= 0 for d in v)),
+                                                st.tuples(st.integers(1 << 46, 1 << 80))),
+                                      lambda v: tmakit.DeviceArray.empty(v)),
+    ("DeviceArray.from_host", "array"): (NOT_SEQ, tmakit.DeviceArray.from_host),
+    ("pipeline", "inputs"): (NOT_SEQ, tmakit.pipeline),
+    ("pipeline", "chunk_bytes"): (bad_int(1, None), lambda v: tmakit.pipeline(np.zeros(4), chunk_bytes=v)),
+    ("registered", "array"): (NOT_SEQ, lambda v: tmakit.registered(v).__enter__()),
+    ("elapsed_ms", "start"): (NOT_SEQ, lambda v: tmakit.elapsed_ms(v, v)),
+    ("timed", "stream"): (st.one_of(st.floats(), st.text(max_size=3), st.just(object())),
+                          lambda v: tmakit.timed(v).__enter__()),
+    ("ops.ptx_tile_copy", "dst"): (NOT_SEQ, lambda v: tmakit.ops.ptx_tile_copy(v, np.zeros(4))),
     ("ops.copy", "dst"): (NOT_SEQ, lambda v: tmakit.ops.copy(v, np.zeros(4))),
     ("ops.transpose", "src"): (NOT_SEQ, lambda v: tmakit.ops.transpose(np.zeros(4), v)),
     ("ops.load_tiles", "coords"): (NOT_SEQ, lambda v: tmakit.ops.load_tiles(np.zeros((64, 64)), v, box=(8, 8))),

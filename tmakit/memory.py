@@ -152,6 +152,10 @@ def _normalize(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     if dt.hasobject:
         raise InvalidArgumentError("dtype", dtype, "holds Python objects, which cannot live in pinned memory",
                                    "use a numeric dtype")
+    nbytes = math.prod(dims) * dt.itemsize  # Python ints: (2**64, 2) is refused here, not an OverflowError
+    if nbytes >= 1 << 47:
+        raise InvalidArgumentError("shape", shape, f"needs {nbytes} bytes, more than 2^47 (no memory holds that)",
+                                   "allocate a smaller buffer (split the work into chunks)")
     return dims, dt
 
 
@@ -163,10 +167,7 @@ def pinned_empty(shape: int | Sequence[int], dtype: Any = np.float32, *, portabl
     (``arr.base.device_pointer``). write_combined: faster host->device over PCIe, very slow host reads.
     """
     dims, dt = _normalize(shape, dtype)
-    nbytes = math.prod(dims) * dt.itemsize  # Python ints: (2**64, 2) is refused below, not an OverflowError
-    if nbytes >= 1 << 47:
-        raise InvalidArgumentError("shape", shape, f"needs {nbytes} bytes, more than 2^47 bytes of host memory",
-                                   "allocate a smaller buffer (split the transfer into chunks)")
+    nbytes = math.prod(dims) * dt.itemsize
     for name, flag in (("portable", portable), ("mapped", mapped), ("write_combined", write_combined)):
         if not isinstance(flag, (bool, np.bool_)):
             raise InvalidArgumentError(name, flag, "must be True or False", f"pass {name}=True or {name}=False")

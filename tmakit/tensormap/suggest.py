@@ -29,6 +29,10 @@ TILED_OPTIONS = ("box", "swizzle", "element_strides", "oob_fill", "interleave")
 IM2COL_OPTIONS = ("channels_per_pixel", "pixels_per_column", "swizzle", "element_strides", "oob_fill", "interleave",
                   "corners")
 _HOPPER_SWIZZLES = (Swizzle.NONE, Swizzle.B32, Swizzle.B64, Swizzle.B128)
+# Rules about the tensor alone that no option can repair (16-byte alignment holds for every option; 32-byte
+# alignment comes from interleave 32B, which the search may drop): the search is skipped when one is broken.
+_UNFIXABLE = ("address.align16", "dims.", "strides.align16", "strides.negative", "strides.max", "strides.length",
+              "rank.range", "arch.no_tma", "arch.dtype_blackwell")
 
 
 def _log_distance(new: Sequence[int], old: Sequence[int]) -> float:
@@ -169,7 +173,8 @@ def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3) ->
     im2col corners as ``lower_corner``/``upper_corner``), or None when the request is valid or no change of
     options (at most ``max_changed`` of them) makes it so."""
     arch = Arch.parse(arch)
-    if not spec.check(arch):
+    violations = spec.check(arch)
+    if not violations or any(v.rule.startswith(_UNFIXABLE) for v in violations):
         return None
     tiled = isinstance(spec, TiledSpec)
     options = TILED_OPTIONS if tiled else IM2COL_OPTIONS
@@ -190,9 +195,8 @@ def _diff(old: Any, new: Any) -> dict[str, Any]:
 
 # ---- presentation: the caller's argument names and order -------------------------------------------------------
 def _show(value: Any) -> Any:
-    if isinstance(value, (Swizzle, Interleave, L2Promotion, OOBFill)):
-        return value.short if not isinstance(value, OOBFill) else value.short
-    return value
+    """Enum members as the short names the public API parses ('64B', 'zero'); everything else unchanged."""
+    return value.short if isinstance(value, (Swizzle, Interleave, L2Promotion, OOBFill)) else value
 
 
 def caller_arguments(spec: Any, changes: dict[str, Any], order: str) -> dict[str, Any]:
@@ -212,7 +216,7 @@ def caller_arguments(spec: Any, changes: dict[str, Any], order: str) -> dict[str
     return out
 
 
-def suggestion_line(arguments: dict[str, Any], changes: dict[str, Any], *, show_swizzle: bool = False) -> str:
+def suggestion_line(arguments: dict[str, Any], changes: Any, *, show_swizzle: bool = False) -> str:
     """``try: box=(64, 32), swizzle='64B'``: the changed arguments (and the swizzle when the caller's was "auto")."""
     keys = [k for k in arguments if k in changes or (k == "swizzle" and show_swizzle)]
     return "try: " + ", ".join(f"{k}={arguments[k]!r}" for k in keys)
@@ -227,8 +231,10 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
     suggestion, line = None, ""
     if changes:
         suggestion = caller_arguments(spec, changes, order)
-        line = suggestion_line(suggestion, {("lower_corner" if k == "upper_corner" else k) for k in changes}
-                               | set(changes), show_swizzle=auto_swizzle and bool({"box", "channels_per_pixel"} & set(changes)))
+        shown_keys = set(changes) | ({"lower_corner", "upper_corner"} & set(changes) and {"lower_corner", "upper_corner"})
+        # "auto" picks the swizzle from the inner box: when that changes, show the swizzle that goes with it
+        inner_changed = bool({"box", "channels_per_pixel"} & set(changes))
+        line = suggestion_line(suggestion, shown_keys, show_swizzle=auto_swizzle and inner_changed)
         shown = [_agree(v, line) for v in shown]
     err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
     err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order

@@ -150,3 +150,34 @@ def test_the_driver_accepts_every_corpus_suggestion():
         if int(err) != 0:
             refused.append((case["id"], err.name))
     assert refused == [], f"{len(refused)} of {len(cases)} suggestions refused, e.g. {refused[:5]}"
+
+
+def test_a_verifier_can_refuse_candidates_and_the_search_goes_on():
+    spec = TiledSpec(DataType.BFLOAT16, 1 << 20, (4096, 4096), (8192,), (300, 64), (1, 1), swizzle=Swizzle.B64)
+    first = suggest(spec, "sm_90")
+    seen = []
+
+    def refuse_first(candidate):
+        seen.append(candidate)
+        return len(seen) > 1
+    second = suggest(spec, "sm_90", verify=refuse_first)
+    assert first == {"box": (32, 64)} and second is not None and second != first
+    assert not spec.replace(**second).check(Arch(9, 0))
+    assert suggest(spec, "sm_90", verify=lambda c: False) is None
+    with pytest.raises(TensorMapError) as err:
+        describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 300), swizzle="64B")
+    assert err.value.suggestion_proof == "rules"  # no array on a GPU: the rules prove it
+
+
+@pytest.mark.requires_sm90
+def test_on_a_gpu_the_driver_proves_the_suggestion_of_a_real_array():
+    import numpy as np
+
+    from tmakit import DeviceArray
+
+    x = DeviceArray.from_host(np.zeros((256, 512), np.uint16))
+    with pytest.raises(TensorMapError) as err:
+        describe_tensor(x, dtype="bf16", box=(64, 300), swizzle="64B")
+    assert err.value.suggestion_proof == "rules and driver" and err.value.suggestion["box"] == (64, 32)
+    tm = describe_tensor(x, dtype="bf16", **err.value.suggestion)
+    assert tm.encoded and tm.box_shape == (64, 32)

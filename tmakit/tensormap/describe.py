@@ -213,7 +213,9 @@ def _finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, view: 
     """Check every rule, encode when a GPU can, and wrap the result (the slow, general path)."""
     violations = spec.check(arch)
     if violations:
-        raise tensor_map_error(spec, arch, violations, order=order, auto_swizzle=reason.startswith("auto"))
+        gpu = (view.device or 0, spec.address) if encode and view is not None else None  # the driver proves it too
+        raise tensor_map_error(spec, arch, violations, order=order, auto_swizzle=reason.startswith("auto"),
+                               driver_at=gpu)
     descriptor = None
     if encode and view is not None and arch.has_tma:
         descriptor = _encode_or_explain(spec, view.device or 0)
@@ -341,8 +343,10 @@ def _make_template(dt: DataType, shp: tuple, st: tuple, box: Any, swizzle: Any, 
                      OOBFill.parse(oob_fill, "oob_fill"))
     resolved = _resolve_arch(arch, device)
     violations = spec.check(resolved)
-    if violations:  # numpy order, with the one suggestion (tmakit/tensormap/suggest.py)
-        raise tensor_map_error(spec, resolved, violations, order="numpy", auto_swizzle=reason != "as requested")
+    if violations:  # numpy order, with the one suggestion (tmakit/tensormap/suggest.py), driver-proved on a GPU
+        gpu = (device or 0, view.ptr) if encode and view is not None else None
+        raise tensor_map_error(spec, resolved, violations, order="numpy", auto_swizzle=reason != "as requested",
+                               driver_at=gpu)
     prepared = None
     if encode and view is not None and resolved.has_tma:
         from .encode import prepare_tiled

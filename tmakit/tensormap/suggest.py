@@ -4,7 +4,8 @@
 OOB fill, then the interleave; never the tensor itself: dtype, address, dims, strides) for the valid parameter set
 that changes the fewest of them, preferring the earlier ones, then the smallest change. Every candidate is proved
 by the full rule checker (``spec.check(arch)``, which agrees with the driver on the committed driver-truth corpus),
-so a suggestion always passes every rule. It returns the changed fields in driver order, or None when no change of
+so a suggestion always passes every rule; where a GPU encodes the described array, the driver must accept it
+too (``driver_verifier``). It returns the changed fields in driver order, or None when no change of
 options makes the request valid (the tensor itself breaks a rule).
 
 ``tensor_map_error`` builds the ``TensorMapError`` a describe call raises: violations indexed in the caller's order
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..arch import Arch
 from ..dtypes import DataType
@@ -168,10 +169,12 @@ def _candidates_im2col(spec: Im2colSpec, arch: Arch, changed: tuple[str, ...]):
                                        lower_corner=tuple(lower), upper_corner=tuple(upper))
 
 
-def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3) -> dict[str, Any] | None:
+def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3,
+            verify: Callable[[Any], bool] | None = None) -> dict[str, Any] | None:
     """The nearest valid parameter set: ``{field: new value}`` in driver order (only the fields that change; the
     im2col corners as ``lower_corner``/``upper_corner``), or None when the request is valid or no change of
-    options (at most ``max_changed`` of them) makes it so."""
+    options (at most ``max_changed`` of them) makes it so. ``verify`` (e.g. ``driver_verifier``) must also accept
+    a candidate that passes every rule."""
     arch = Arch.parse(arch)
     violations = spec.check(arch)
     if not violations or any(v.rule.startswith(_UNFIXABLE) for v in violations):
@@ -182,9 +185,23 @@ def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3) ->
     for n in range(1, max_changed + 1):
         for changed in itertools.combinations(options, n):  # combinations keep the preference order
             for candidate in make(spec, arch, changed):
-                if not candidate.check(arch):
+                if not candidate.check(arch) and (verify is None or verify(candidate)):
                     return _diff(spec, candidate)
     return None
+
+
+def driver_verifier(device: int, address: int) -> Callable[[Any], bool]:
+    """A ``verify`` for ``suggest``: the driver encodes the candidate at ``address`` in ``device``'s context
+    (the pattern describe's own encode uses) and must return CUDA_SUCCESS."""
+    from .. import _driver
+    from .encode import encode_im2col_raw, encode_tiled_raw
+
+    def verify(candidate: Any) -> bool:
+        raw = encode_tiled_raw if isinstance(candidate, TiledSpec) else encode_im2col_raw
+        with _driver.context_for(device):
+            err, _ = raw(*candidate.replace(address=address).encode_args())
+        return int(err) == 0
+    return verify
 
 
 def _diff(old: Any, new: Any) -> dict[str, Any]:
@@ -223,10 +240,14 @@ def suggestion_line(arguments: dict[str, Any], changes: Any, *, show_swizzle: bo
 
 
 def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequence[Any], *, order: str,
-                     auto_swizzle: bool = False, header: str = "invalid tensor map") -> TensorMapError:
+                     auto_swizzle: bool = False, header: str = "invalid tensor map",
+                     driver_at: tuple[int, int] | None = None) -> TensorMapError:
     """The error a describe call raises: violations in the caller's ``order`` ("numpy" or "driver"), per-rule
-    fixes that agree with the one suggestion, and ``suggestion`` (a dict of arguments, or None)."""
-    changes = suggest(spec, arch)
+    fixes that agree with the one suggestion, and ``suggestion`` (a dict of arguments, or None). ``driver_at``
+    ((device, address) of the described array, where an sm_90+ GPU encodes) makes the driver prove the suggestion
+    too; ``err.suggestion_proof`` says what proved it ("rules" or "rules and driver")."""
+    verify = driver_verifier(*driver_at) if driver_at is not None and Arch.parse(arch).has_tma else None
+    changes = suggest(spec, arch, verify=verify)
     shown = to_caller_order(violations, spec, order)
     suggestion, line = None, ""
     if changes:
@@ -238,6 +259,7 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
         shown = [_agree(v, line) for v in shown]
     err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
     err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order
+    err.suggestion_proof = None if suggestion is None else "rules and driver" if verify is not None else "rules"
     if line:
         err.args = (f"{err.args[0]}\n  {line}",)
     return err

@@ -106,6 +106,17 @@ def test_no_suggestion_when_the_tensor_itself_is_invalid():
     assert {v.parameter for v in err.value.violations} == {"strides[0]", "box[0]"}
 
 
+def test_with_an_invalid_tensor_the_option_fixes_still_agree():
+    with pytest.raises(TensorMapError) as err:  # the README example: a row pitch of 8190 bytes, and the box
+        describe_tensor(shape=(4096, 4095), dtype="bf16", box=(64, 300), swizzle="64B")
+    e = err.value
+    assert e.suggestion is None and e.suggestion_proof is None
+    fixes = {v.rule: v.fix for v in e.violations}
+    assert fixes["strides.align16"].startswith("pad rows")
+    assert {fixes[r] for r in ("box.range", "box.inner_multiple_16", "box.inner_vs_swizzle")} == {
+        "use box=(64, 32) (with the tensor's own violations fixed, that one change repairs the rest)"}
+
+
 def test_driver_order_apis_suggest_in_driver_order():
     with pytest.raises(TensorMapError) as err:
         encode_tiled("bf16", 1 << 20, (4096, 4096), (8192,), (300, 64), swizzle="64B", encode=False)

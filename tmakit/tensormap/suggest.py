@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from ..arch import Arch
@@ -169,23 +170,35 @@ def _candidates_im2col(spec: Im2colSpec, arch: Arch, changed: tuple[str, ...]):
                                        lower_corner=tuple(lower), upper_corner=tuple(upper))
 
 
+def _unfixable(violation: Any) -> bool:
+    return violation.rule.startswith(_UNFIXABLE)
+
+
 def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3,
-            verify: Callable[[Any], bool] | None = None) -> dict[str, Any] | None:
+            verify: Callable[[Any], bool] | None = None, options_only: bool = False) -> dict[str, Any] | None:
     """The nearest valid parameter set: ``{field: new value}`` in driver order (only the fields that change; the
     im2col corners as ``lower_corner``/``upper_corner``), or None when the request is valid or no change of
     options (at most ``max_changed`` of them) makes it so. ``verify`` (e.g. ``driver_verifier``) must also accept
-    a candidate that passes every rule."""
+    a candidate that passes every rule. ``options_only``: the nearest options that break no rule but the
+    tensor's own (what the per-rule fixes of an invalid tensor agree on; never a suggestion to pass back)."""
     arch = Arch.parse(arch)
     violations = spec.check(arch)
-    if not violations or any(v.rule.startswith(_UNFIXABLE) for v in violations):
+    tensor_broken = any(_unfixable(v) for v in violations)
+    # a suggestion needs an intact tensor; options_only needs a broken tensor and an option to repair as well
+    if not violations or tensor_broken != options_only or all(map(_unfixable, violations)):
         return None
+
+    def passes(candidate: Any) -> bool:
+        if options_only:
+            return all(_unfixable(v) for v in candidate.check(arch))
+        return not candidate.check(arch) and (verify is None or verify(candidate))
     tiled = isinstance(spec, TiledSpec)
     options = TILED_OPTIONS if tiled else IM2COL_OPTIONS
     make = _candidates_tiled if tiled else _candidates_im2col
     for n in range(1, max_changed + 1):
         for changed in itertools.combinations(options, n):  # combinations keep the preference order
             for candidate in make(spec, arch, changed):
-                if not candidate.check(arch) and (verify is None or verify(candidate)):
+                if passes(candidate):
                     return _diff(spec, candidate)
     return None
 
@@ -257,6 +270,12 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
         inner_changed = bool({"box", "channels_per_pixel"} & set(changes))
         line = suggestion_line(suggestion, shown_keys, show_swizzle=auto_swizzle and inner_changed)
         shown = [_agree(v, line) for v in shown]
+    else:  # the tensor breaks a rule: the fixes of the options' violations still agree on one set of options
+        options = suggest(spec, arch, options_only=True)
+        if options:
+            partial = suggestion_line(caller_arguments(spec, options, order), set(options))
+            shown = [v if _unfixable(v) else replace(v, fix=f"use {partial[5:]} (with the tensor's own violations "
+                                                         "fixed, that one change repairs the rest)") for v in shown]
     err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
     err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order
     err.suggestion_proof = None if suggestion is None else "rules and driver" if verify is not None else "rules"
@@ -267,6 +286,4 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
 
 def _agree(violation: Any, line: str) -> Any:
     """``violation`` with its fix rewritten to the one suggestion, so that every fix agrees."""
-    from dataclasses import replace
-
     return replace(violation, fix=f"use {line[5:]}: that one change repairs every violation")

@@ -73,3 +73,83 @@ def test_module_entry_point_runs():
 def test_corpus_check_on_gpu(capsys):
     code, out = run(capsys, "corpus-check", "--n", "300", "--seed", "7", "--json")
     assert code == 0 and json.loads(out)["disagreements"] == 0
+
+
+# ---- errors, JSON, pipes, ranges (issue: every input checked) ----------------------------------------------
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.startswith("tmakit 0.")
+
+
+@pytest.mark.parametrize("argv, parameter", [
+    (["describe", "--shape", "64,64", "--dtype", "fp9", "--box", "8,8"], "dtype"),
+    (["describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,8", "--arch", "sm_9999"], "arch"),
+    (["describe", "--shape", "4096,-4096", "--dtype", "bf16", "--box", "8,8"], "shape[1]"),
+    (["describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,8", "--swizzle", "96B"], "swizzle"),
+    (["swizzle", "128B_ATOM_32B"], "mode"),
+])
+def test_json_errors_are_json_and_exit_2(capsys, argv, parameter):
+    code, out = run(capsys, *argv, "--json")
+    doc = json.loads(out)
+    assert code == 2 and doc["valid"] is False and doc["error"]["parameter"] == parameter
+    code, out = run(capsys, *argv)
+    assert code == 2 and parameter in out and "error" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["swizzle", "128B", "--rows", "-3"], ["swizzle", "128B", "--rows", "100000"], ["swizzle", "128B", "--rows", "2.5"],
+    ["swizzle", "128B", "--rows", "0"], ["corpus-check", "--n", "-1"], ["corpus-check", "--n", "10000000"],
+    ["corpus-check", "--device", "-2"], ["describe", "--shape", "64,y", "--dtype", "f32", "--box", "8,8"],
+])
+def test_numeric_options_are_range_checked(capsys, argv):
+    code, out = run(capsys, *argv, "--json")
+    assert code == 2 and json.loads(out)["error"]["type"] == "UsageError"
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2 and "tmakit: error: argument" in err
+
+
+def test_an_invalid_map_shows_one_fix_in_numpy_order(capsys):
+    code, out = run(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,100", "--swizzle", "64B")
+    assert code == 2 and "box[1]" in out and "box[0]" not in out and "try: box=(64, 32)" in out
+    assert "numpy order" in out
+    code, out = run(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,100", "--swizzle", "64B",
+                    "--json")
+    doc = json.loads(out)
+    assert doc["order"] == "numpy" and doc["try"] == "try: box=(64, 32)" and doc["suggestion"]["box"] == [64, 32]
+    assert {v["parameter"] for v in doc["violations"]} == {"box[1]"}
+    code, out = run(capsys, "describe", "--shape", "0,4096", "--dtype", "bf16", "--box", "8,8", "--json")
+    doc = json.loads(out)
+    assert doc["suggestion"] is None and doc["violations"][0]["parameter"] == "shape[0]"
+
+
+def test_dtype_aliases_are_named_for_what_they_become(capsys):
+    for alias in ("fp8", "e4m3", "e5m2", "i8"):
+        code, out = run(capsys, "describe", "--shape", "64,64", "--dtype", alias, "--box", "8,64", "--json")
+        doc = json.loads(out)
+        assert code == 0 and doc["tensor_map"]["dtype"] == "u8" and "moved as u8" in doc["notes"][0]
+    code, out = run(capsys, "describe", "--shape", "64,64", "--dtype", "fp8", "--box", "8,64")
+    assert code == 0 and "moved as u8" in out.replace("\n", " ")
+
+
+def test_info_says_each_thing_once(capsys, gpu):
+    code, out = run(capsys, "info")
+    text = out.lower().replace("\n", " ")
+    assert code == 0 and text.count("no gpu") <= 1 and text.count("still validate") <= 1
+
+
+def test_arch_error_suggests_a_form_the_cli_parses(capsys):
+    code, out = run(capsys, "describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,8", "--arch", "(99, 99)",
+                    "--json")
+    fix = json.loads(out)["error"]["fix"]
+    assert code == 2 and "sm_90" in fix and "(9, 0)" not in fix
+    code, out = run(capsys, "describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,64", "--arch", "sm_90a")
+    assert code == 0
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    script = (f"{sys.executable} -m tmakit describe --shape 4096,4096 --dtype bf16 --box 64,64 --json | head -2; "
+              f"{sys.executable} -m tmakit swizzle 128B --rows 256 | head -1")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("{") and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr

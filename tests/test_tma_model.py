@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tmakit import DataType, Swizzle
-from tmakit.layout import bank_conflicts, box_geometry, swizzle_offset, tma_load_image, tma_store
+from tmakit.layout import bank_conflicts, box_geometry, swizzle_offset, swizzle_pattern, tma_load_image, tma_store
 from tmakit.layout.tma_model import NAN_FILL
 
 DATA = Path(__file__).parent / "data"  # tests/data/README.md says how each dump was recorded
@@ -193,3 +193,57 @@ def test_store_refuses_a_negative_start():
             tma_store(spec, memory, coords, image)
     tma_store(spec, memory, [120, 60], image)  # clipped at the far edges
     assert memory.reshape(64, 512)[60:, 480:].any() and not memory.reshape(64, 512)[:60].any()
+
+
+# ---- argument checks: every bad value is an InvalidArgumentError naming the parameter ----------------------
+def _mem():
+    return np.zeros(64 * 8 * 4, np.uint8)
+
+
+@pytest.mark.parametrize("call, parameter", [
+    (lambda: tma_load_image(None, _mem(), [0, 0]), "spec"),
+    (lambda: box_geometry("abc"), "spec"),
+    (lambda: box_geometry(SimpleNamespace(dtype=7)), "spec"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), [0, 0], poison=256), "poison"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), [0, 0], poison=1.5), "poison"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), [0, 0], poison=True), "poison"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), [8.9, 0]), r"coords\[0\]"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), ["8", 0]), r"coords\[0\]"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), [0, 2**40]), r"coords\[1\]"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), _mem(), "00"), "coords"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8]), None, [0, 0]), "memory"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 8], swizzle=4), _mem(), [0, 0]), "spec.swizzle"),
+    (lambda: tma_load_image(spec(7, [64, 8], [8, 300]), _mem(), [0, 0]), r"spec.box\[1\]"),
+    (lambda: tma_store(spec(7, [64, 8], [8, 8]), _mem(), [0, 0], np.zeros(256, np.float32)), "image"),
+    (lambda: tma_store(spec(7, [64, 8], [8, 8]), _mem(), [0, 0], np.zeros(255, np.uint8)), "image"),
+    (lambda: tma_store(spec(7, [64, 8], [8, 8]), _mem(), [0, -1], np.zeros(256, np.uint8)), r"coords\[1\]"),
+    (lambda: tma_store(spec(7, [64, 8], [8, 8]), np.zeros(16, np.uint8), [0, 0], np.zeros(256, np.uint8)), "memory"),
+    (lambda: swizzle_offset(-1, "128B"), "offset"),
+    (lambda: swizzle_offset(1.5, "128B"), "offset"),
+    (lambda: swizzle_offset(np.array([-16]), "128B"), "offset"),
+    (lambda: swizzle_offset(16, "128B_ATOM_32B"), "swizzle"),
+    (lambda: swizzle_pattern("128B", -1), "rows"),
+    (lambda: swizzle_pattern("128B", 10**9), "rows"),
+    (lambda: swizzle_pattern("128B", 2.0), "rows"),
+    (lambda: bank_conflicts([-4, 0], 4), r"byte_offsets\[0\]"),
+    (lambda: bank_conflicts(["0"], 4), r"byte_offsets\[0\]"),
+    (lambda: bank_conflicts([0], True), "access_bytes"),
+    (lambda: bank_conflicts(None, 4), "byte_offsets"),
+])
+def test_layout_model_refuses_bad_arguments_by_name(call, parameter):
+    from tmakit.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=rf"^{parameter}=.*: .*fix: "):
+        call()
+
+
+def test_layout_model_accepts_unusual_valid_forms():
+    s = spec(7, [64, 8], [8, 8])
+    memory = np.arange(64 * 8 * 4, dtype=np.uint32).astype(np.uint8)
+    base = tma_load_image(s, memory, [16, 0])
+    for coords in ((16, 0), np.array([16, 0]), (np.int64(16), np.int32(0)), (c for c in [16, 0])):
+        assert np.array_equal(tma_load_image(s, memory, coords, poison=np.uint8(0)), base)
+    assert np.array_equal(swizzle_offset([0, 128, 256], "128B"), swizzle_offset(np.array([0, 128, 256]), Swizzle.B128))
+    assert swizzle_offset(np.int64(144), 3) == swizzle_offset(144, "128B") == 128
+    assert swizzle_pattern(Swizzle.B64, np.int64(4)).shape == (4, 4)
+    assert bank_conflicts((a for a in [0, 4, 8]), np.int64(4)) == 0

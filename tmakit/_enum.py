@@ -70,11 +70,13 @@ class ParsableEnum(enum.IntEnum):
         param = parameter or cls.__name__
         if isinstance(value, cls):
             return value
-        if isinstance(value, bool):
+        if isinstance(value, bool) or type(value).__name__ == "bool_":
             raise InvalidArgumentError(param, value, f"is not a {cls.__name__}", cls._choices())
+        if not isinstance(value, (int, str, enum.Enum)) and hasattr(value, "__index__") and type(value).__name__ != "ndarray":
+            value = int(value.__index__())  # a numpy integer
         if isinstance(value, enum.Enum) and not isinstance(value, str):  # a cuda.bindings enum member
             value = value.name if type(value).__name__.startswith("CU") else value.value
-        if isinstance(value, int):
+        if isinstance(value, int) and not isinstance(value, bool):
             try:
                 return cls(int(value))
             except ValueError:

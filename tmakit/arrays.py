@@ -63,7 +63,25 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _from_cai(obj: Any, cai: dict) -> ArrayView:
+def _from_cai(obj: Any, cai: Any) -> ArrayView:
+    """A view from ``__cuda_array_interface__``; a malformed dict is an InvalidArgumentError naming ``array``."""
+    def is_int(v: Any) -> bool:
+        return hasattr(v, "__index__") and not isinstance(v, bool)
+    try:
+        ok = (isinstance(cai, dict) and isinstance(cai["typestr"], str) and len(cai["typestr"]) >= 3
+              and all(is_int(d) and d >= 0 for d in cai["shape"]) and is_int(cai["data"][0]) and cai["data"][0] >= 0
+              and (not cai.get("strides") or (len(cai["strides"]) == len(cai["shape"])
+                                               and all(is_int(v) for v in cai["strides"]))))
+    except (KeyError, TypeError, IndexError):
+        ok = False
+    if not ok or not cai["typestr"][2:].isdigit():
+        raise InvalidArgumentError("array", cai, "has a malformed __cuda_array_interface__ (it needs typestr, shape "
+                                   "of ints >= 0, data=(pointer, readonly) and optional strides of ints)",
+                                   "pass the array object itself (torch/cupy/tmakit), or fix its interface dict")
+    return _view_from_cai(obj, cai)
+
+
+def _view_from_cai(obj: Any, cai: dict) -> ArrayView:
     typestr = cai["typestr"]
     key = (typestr[1], int(typestr[2:]))
     name = _TYPESTR_NAMES.get(key)

@@ -55,6 +55,19 @@ class DataType(ParsableEnum):
     def driver_name(self) -> str:
         return self._driver_prefix() + _PACKED_DRIVER.get(self.name, self.name)
 
+    @staticmethod
+    def alias_note(name: Any) -> str | None:
+        """For a name that becomes a type of another meaning (fp8 -> u8, i8 -> u8, i16 -> u16): one sentence that
+        says what it becomes and why; None for names that mean what they say."""
+        if not isinstance(name, str):
+            return None
+        key = name.strip().lower()
+        target = _MOVED_AS.get(key)
+        if target is None:
+            return None
+        return (f"dtype {name!r} is moved as {target.short}: TMA copies bytes and has no {key} element type, so the "
+                f"tensor map is a {target.short} map of the same bytes")
+
     @property
     def short(self) -> str:
         return _SHORT[self]
@@ -87,6 +100,8 @@ class DataType(ParsableEnum):
         return {1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[self.size] if self.is_packed or self in (
             DataType.BFLOAT16, DataType.TFLOAT32, DataType.TFLOAT32_FTZ, DataType.FLOAT32_FTZ) else _NUMPY[self]
 
+
+_MOVED_AS: dict[str, "DataType"] = {}  # filled below: aliases whose element type is not the one named
 
 _PACKED_DRIVER = {"U4X16_ALIGN8B": "16U4_ALIGN8B", "U4X16_ALIGN16B": "16U4_ALIGN16B", "U6X16_ALIGN16B": "16U6_ALIGN16B"}
 _BITS = {
@@ -149,3 +164,9 @@ def dtype_from_any(value: Any, parameter: str = "dtype") -> DataType:
         raise InvalidArgumentError(parameter, value, "has no TMA element type",
                                    "use a 1/2/4/8-byte integer or float type (fp8 is moved as uint8)")
     return DataType.parse(value, parameter)
+
+
+for _name, _target in (("fp8", "UINT8"), ("e4m3", "UINT8"), ("e5m2", "UINT8"), ("float8_e4m3fn", "UINT8"),
+                       ("float8_e5m2", "UINT8"), ("int8", "UINT8"), ("i8", "UINT8"), ("bool", "UINT8"),
+                       ("int16", "UINT16"), ("i16", "UINT16")):
+    _MOVED_AS[_name] = DataType[_target]

@@ -48,8 +48,17 @@ class UnsupportedDeviceError(TmakitError):
 
 
 class TensorMapError(TmakitError, ValueError):
-    """Tensor-map parameters violate one or more rules; ``violations`` holds all of them
-    (``tmakit.tensormap.rules.Violation``)."""
+    """Tensor-map parameters violate one or more rules; ``violations`` holds all of them.
+
+    ``suggestion``: the nearest valid request's arguments (a dict to pass back: ``describe_tensor(x,
+    **err.suggestion)``), or None when no change of options can make it valid (the tensor itself breaks a rule);
+    ``suggestion_line`` shows it as one line ("try: box=(64, 32), swizzle='64B'"); ``order`` says whether indices
+    are in numpy order (outermost first) or driver order (innermost first). tmakit.tensormap.suggest fills them.
+    """
+
+    suggestion: "dict | None" = None
+    suggestion_line: "str | None" = None
+    order: "str | None" = None
 
     def __init__(self, violations: Sequence[Any], header: str = "invalid tensor map"):
         self.violations = list(violations)

@@ -13,6 +13,7 @@ flags, which is why this module talks to the driver directly.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import weakref
 from typing import Any, Iterator, Sequence
@@ -135,7 +136,9 @@ class PinnedBuffer(_UseTracker):
 
 def _normalize(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    if isinstance(dims, (str, bytes)) or not hasattr(dims, "__iter__") or not all(
+    if not isinstance(dims, (str, bytes, dict)) and hasattr(dims, "__iter__"):
+        dims = tuple(dims)  # a generator is read once
+    if isinstance(dims, (str, bytes, dict)) or not hasattr(dims, "__iter__") or not all(
             isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
         raise InvalidArgumentError("shape", shape, "must be an int or a sequence of ints", "e.g. (1024, 1024)")
     dims = tuple(int(d) for d in dims)
@@ -148,6 +151,10 @@ def _normalize(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     if dt.hasobject:
         raise InvalidArgumentError("dtype", dtype, "holds Python objects, which cannot live in pinned memory",
                                    "use a numeric dtype")
+    nbytes = math.prod(dims) * dt.itemsize  # Python ints: (2**64, 2) is refused here, not an OverflowError
+    if nbytes >= 1 << 47:
+        raise InvalidArgumentError("shape", shape, f"needs {nbytes} bytes, more than 2^47 (no memory holds that)",
+                                   "allocate a smaller buffer (split the work into chunks)")
     return dims, dt
 
 
@@ -159,7 +166,12 @@ def pinned_empty(shape: int | Sequence[int], dtype: Any = np.float32, *, portabl
     (``arr.base.device_pointer``). write_combined: faster host->device over PCIe, very slow host reads.
     """
     dims, dt = _normalize(shape, dtype)
-    nbytes = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+    nbytes = math.prod(dims) * dt.itemsize
+    for name, flag in (("portable", portable), ("mapped", mapped), ("write_combined", write_combined)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InvalidArgumentError(name, flag, "must be True or False", f"pass {name}=True or {name}=False")
+    if isinstance(device, (bool, np.bool_)) or not hasattr(device, "__index__") or int(device) < 0:
+        raise InvalidArgumentError("device", device, "must be a device ordinal (an int >= 0)", "pass device=0")
     buf = PinnedBuffer(nbytes, portable=portable, mapped=mapped, write_combined=write_combined, device=device)
     buf._shape, buf._dtype = dims, dt
     return np.asarray(buf)  # .base is `buf`; views chain back to it (host_owner follows the chain)
@@ -169,6 +181,12 @@ def pinned_like(array: np.ndarray, *, copy: bool = False, **flags: Any) -> np.nd
     """A pinned array with ``array``'s shape and dtype; ``copy=True`` also copies its contents."""
     if not isinstance(array, np.ndarray):
         raise InvalidArgumentError("array", type(array).__name__, "must be a numpy array", "pass numpy.asarray(x)")
+    if not isinstance(copy, (bool, np.bool_)):
+        raise InvalidArgumentError("copy", copy, "must be True or False", "pass copy=True to copy the contents")
+    unknown = set(flags) - {"portable", "mapped", "write_combined", "device"}
+    if unknown:
+        raise InvalidArgumentError(sorted(unknown)[0], flags[sorted(unknown)[0]], "is not a pinned_like option",
+                                   "use portable=, mapped=, write_combined= or device=")
     out = pinned_empty(array.shape, array.dtype, **flags)
     if copy:
         np.copyto(out, array)

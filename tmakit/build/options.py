@@ -57,7 +57,16 @@ def program_options(arch: Arch, include_dirs: Sequence[Path | str], defines: Map
     from cuda.core import ProgramOptions
 
     fields: dict[str, Any] = {"std": "c++17", "ptxas_options": []}
-    macros = [_macro(f"{k}={v}") for k, v in sorted((defines or {}).items())]
+    if defines is not None and not isinstance(defines, Mapping):
+        raise InvalidArgumentError("defines", defines, "must be a mapping of macro name -> value", "defines={'TILE_M': 64}")
+    for k, v in (defines or {}).items():
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise InvalidArgumentError("defines", {k: v}, "macro values must be strings or numbers", "defines={'TILE_M': 64}")
+    if not isinstance(name, str):
+        raise InvalidArgumentError("name", name, "must be a string (the program's name in logs)", "name='my_kernel.cu'")
+    if not isinstance(options, str) and not hasattr(options, "__iter__"):
+        raise InvalidArgumentError("options", options, "must be a sequence of flags", "options=['-lineinfo']")
+    macros = [_macro(f"{k}={v}") for k, v in sorted((defines or {}).items(), key=lambda kv: str(kv[0]))]
     includes = [str(d) for d in include_dirs]
     if isinstance(options, str):
         raise InvalidArgumentError("options", options, "must be a sequence of flags, not one string",

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import InvalidArgumentError
+from ._args import as_int, is_int
 
 BANKS = 32
 BANK_BYTES = 4
@@ -18,12 +19,18 @@ def bank_conflicts(byte_offsets: Sequence[int | None], access_bytes: int = 4) ->
     within a phase, distinct 4-byte words in the same bank serialise while identical words broadcast.
     Returns (wavefronts - ideal wavefronts); 0 = conflict free.
     """
-    if access_bytes not in (1, 2, 4, 8, 16):
+    if not is_int(access_bytes) or int(access_bytes) not in (1, 2, 4, 8, 16):
         raise InvalidArgumentError("access_bytes", access_bytes, "must be 1, 2, 4, 8 or 16", "use a native width")
-    lanes = list(byte_offsets)
+    access_bytes = int(access_bytes)
+    if byte_offsets is None or isinstance(byte_offsets, (str, bytes, dict)) or not hasattr(byte_offsets, "__iter__"):
+        raise InvalidArgumentError("byte_offsets", byte_offsets, "must be a sequence of up to 32 byte offsets "
+                                   "(None for an inactive lane)", "pass one warp's addresses, e.g. [0, 4, 8, ...]")
+    lanes = [None if a is None else as_int(f"byte_offsets[{i}]", a, 0, (1 << 62) - 1,
+                                            "pass byte offsets >= 0 (None for an inactive lane)")
+             for i, a in enumerate(byte_offsets)]
     if not lanes or len(lanes) > 32:
         raise InvalidArgumentError("byte_offsets", len(lanes), "must hold 1..32 addresses (one warp)", "pass one warp")
-    active = [int(a) for a in lanes if a is not None]
+    active = [a for a in lanes if a is not None]
     if any(a % access_bytes for a in active):
         raise InvalidArgumentError("byte_offsets", lanes, f"must be {access_bytes}-byte aligned",
                                    "align each access to its width")

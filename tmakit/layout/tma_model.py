@@ -33,7 +33,8 @@ import numpy as np
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from ..tensormap.enums import Interleave, OOBFill, Swizzle
-from .swizzle import swizzle_offset
+from ._args import as_byte_array, as_int, as_ints
+from .swizzle import swizzle_bits, swizzle_offset
 
 # The bit pattern of the "NaN request zero FMA" fill, measured on an H100: 0x7FF7 in every 16-bit half-word
 # (f16/bf16 0x7FF7, f32 0x7FF77FF7, f64 0x7FF77FF77FF77FF7), a NaN in each of these formats.
@@ -64,17 +65,70 @@ class BoxGeometry:
         return -(-total // self.swizzle_span) * self.swizzle_span if self.swizzle_span else total
 
 
+_SPEC_RULE = ("must be a tiled TensorMap, a TiledSpec, or an object with dtype, dims, strides, box, "
+              "element_strides, swizzle, interleave and oob_fill (driver order)")
+MAX_COORD = (1 << 31) - 1  # PTX tensor coordinates are signed 32-bit
+
+
+@dataclass(frozen=True)
+class _Model:
+    """The fields of a spec the model reads, checked and parsed (driver order)."""
+
+    dtype: DataType
+    box: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: Swizzle
+    interleave: Interleave
+    dims: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    oob_fill: OOBFill = OOBFill.NONE
+
+
+def _field(spec: Any, name: str) -> Any:
+    try:
+        return getattr(spec, name)
+    except AttributeError:
+        raise InvalidArgumentError("spec", type(spec).__name__, f"{_SPEC_RULE}; it has no {name!r}",
+                                   "pass tmakit.describe_tensor(...) (or its .spec)") from None
+
+
+def _model(spec: Any, memory: bool = True) -> _Model:
+    """Check ``spec`` once: ranges as the driver's rules allow (box 1..256, element strides 1..8, rank 1..5)."""
+    if isinstance(spec, _Model):
+        return spec
+    if spec is None or isinstance(spec, (str, bytes, int, float, dict, list, tuple)):
+        raise InvalidArgumentError("spec", spec, _SPEC_RULE, "pass tmakit.describe_tensor(...) (or its .spec)")
+    if getattr(spec, "mode", "tiled") != "tiled" or hasattr(spec, "pixels_per_column"):
+        raise InvalidArgumentError("spec", type(spec).__name__, "is an im2col map; this model covers tiled maps",
+                                   "describe the tensor with describe_tensor (tiled mode)")
+    dtype = DataType.parse(_field(spec, "dtype"), "spec.dtype")
+    box = as_ints("spec.box", _field(spec, "box"), 1, 256, fix="box sizes are 1..256 (driver order)")
+    if not 1 <= len(box) <= 5:
+        raise InvalidArgumentError("spec.box", box, "needs 1 to 5 entries (the rank)", "one size per dimension")
+    es = as_ints("spec.element_strides", _field(spec, "element_strides"), 1, 8, len(box),
+                 fix="traversal strides are 1..8, one per dimension")
+    swizzle = Swizzle.parse(_field(spec, "swizzle"), "spec.swizzle")
+    swizzle_bits(swizzle, "spec.swizzle")
+    interleave = Interleave.parse(_field(spec, "interleave"), "spec.interleave")
+    if not memory:
+        return _Model(dtype, box, es, swizzle, interleave)
+    dims = as_ints("spec.dims", _field(spec, "dims"), 1, 1 << 32, len(box), fix="dims are 1..2^32, one per box entry")
+    strides = as_ints("spec.strides", _field(spec, "strides"), 0, (1 << 40) - 1, len(box) - 1,
+                      fix="byte strides of dims 1..rank-1, each in [0, 2^40)")
+    oob = OOBFill.parse(_field(spec, "oob_fill"), "spec.oob_fill")
+    return _Model(dtype, box, es, swizzle, interleave, dims, strides, oob)
+
+
 def box_geometry(spec: Any) -> BoxGeometry:
     """Geometry of ``spec`` (anything with dtype, box, element_strides, swizzle, interleave; driver order)."""
-    dtype = DataType.parse(spec.dtype)
-    interleave = Interleave.parse(spec.interleave)
-    swizzle = Swizzle.parse(spec.swizzle)
-    es = list(spec.element_strides)
+    m = _model(spec, memory=False)
+    dtype, interleave, swizzle, es = m.dtype, m.interleave, m.swizzle, m.element_strides
     counts = [(-(-b // e) if (i > 0 or interleave is not Interleave.NONE) else b)
-              for i, (b, e) in enumerate(zip(spec.box, es))]
+              for i, (b, e) in enumerate(zip(m.box, es))]
     size = dtype.size
     if interleave is not Interleave.NONE:  # rows are whole slices, counted along dim 0; dim rank-2 loads once
-        counts[len(counts) - 2] = 1
+        if len(counts) >= 2:
+            counts[len(counts) - 2] = 1
         slice_bytes = interleave_slice_bytes(interleave)
         rows = int(np.prod(counts, dtype=np.int64))
         return BoxGeometry(tuple(counts), size, slice_bytes, slice_bytes, rows, True, swizzle.span)
@@ -97,12 +151,11 @@ def _fill_value(dtype: DataType, oob: OOBFill) -> int:
 
 def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndarray, np.ndarray, np.ndarray]:
     """For every loaded element: its shared-memory offset, its global byte offset and whether it is in bounds."""
+    spec = _model(spec)
     geo = box_geometry(spec)
-    interleave = Interleave.parse(spec.interleave)
+    interleave = spec.interleave
     rank = len(geo.counts)
-    if len(coords) != rank:
-        raise InvalidArgumentError("coords", list(coords), f"needs {rank} entries (innermost first), one per dimension",
-                                   "pass the box's start coordinates in driver order")
+    coords = _coords(coords, rank)
     if interleave is not Interleave.NONE:
         return geo, *_interleaved_map(spec, geo, coords)
     check_box_start(geo, coords)
@@ -114,8 +167,13 @@ def _element_map(spec: Any, coords: Sequence[int]) -> tuple[BoxGeometry, np.ndar
         row += idx[i] * mult
         mult *= geo.counts[i]
     soff = row * geo.row_pitch + idx[0] * geo.elem_size
-    soff = swizzle_offset(soff, Swizzle.parse(spec.swizzle))
+    soff = swizzle_offset(soff, spec.swizzle)
     return geo, soff, goff, inb
+
+
+def _coords(coords: Any, rank: int) -> tuple[int, ...]:
+    return as_ints("coords", coords, -MAX_COORD - 1, MAX_COORD, rank,
+                   fix=f"pass {rank} whole-number start coordinates (signed 32-bit), innermost first (driver order)")
 
 
 def _walk(spec: Any, counts: Sequence[int], coords: Sequence[int], es: Sequence[int],
@@ -142,7 +200,7 @@ def _interleaved_map(spec: Any, geo: BoxGeometry, coords: Sequence[int]) -> tupl
     per_slice = slice_bytes // size
     element = np.arange(per_slice, dtype=np.int64) * size
     soff = (np.arange(idx[0].size, dtype=np.int64)[:, None] * slice_bytes + element).ravel()
-    soff = swizzle_offset(soff, Swizzle.parse(spec.swizzle))
+    soff = swizzle_offset(soff, spec.swizzle)
     return soff, (goff[:, None] + element).ravel(), np.repeat(inb, per_slice)
 
 
@@ -188,12 +246,14 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
     ``memory`` holds the tensor's bytes starting at its base address (uint8). The result has
     ``smem_bytes`` entries; padding bytes the hardware leaves untouched are ``poison`` (0 when None).
     """
+    spec = _model(spec)
+    poison = 0 if poison is None else as_int("poison", poison, 0, 255, "pass a byte value 0..255, or None")
+    mem = as_byte_array("memory", memory)
     geo, soff, goff, inb = _element_map(spec, coords)
-    dtype = DataType.parse(spec.dtype)
-    mem = np.ascontiguousarray(memory).view(np.uint8).ravel()
-    image = np.full(geo.smem_bytes, 0 if poison is None else poison, dtype=np.uint8)
+    dtype = spec.dtype
+    image = np.full(geo.smem_bytes, poison, dtype=np.uint8)
     size = geo.elem_size
-    fill = np.frombuffer(int(_fill_value(dtype, OOBFill.parse(spec.oob_fill))).to_bytes(size, "little"), dtype=np.uint8)
+    fill = np.frombuffer(int(_fill_value(dtype, spec.oob_fill)).to_bytes(size, "little"), dtype=np.uint8)
     byte = np.arange(size, dtype=np.int64)
     src = goff[inb][:, None] + byte
     dst = soff[:, None] + byte
@@ -214,6 +274,7 @@ def check_store_start(coords: Sequence[int]) -> None:
     past the far edges are clipped. The CUDA programming guide says as much ("the top left corner cannot have
     any negative indices"). A load may start anywhere (it fills).
     """
+    coords = as_ints("coords", coords, -MAX_COORD - 1, MAX_COORD)
     negative = [i for i, c in enumerate(coords) if int(c) < 0]
     if negative:
         raise InvalidArgumentError(f"coords[{negative[0]}]", int(coords[negative[0]]),
@@ -226,15 +287,27 @@ def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.nd
     edges are dropped, except along dim 0 up to the row's next 16-byte boundary, which the hardware writes:
     ``tma_reduce.store_element_map``; a negative start is refused, as the hardware faults there:
     ``check_store_start``)."""
+    spec = _model(spec)
+    coords = _coords(coords, len(spec.box))
     check_store_start(coords)
-    if not (isinstance(memory, np.ndarray) and memory.flags.c_contiguous and memory.flags.writeable):
+    if not (isinstance(memory, np.ndarray) and memory.flags.c_contiguous and memory.flags.writeable
+            and not memory.dtype.hasobject):
         raise InvalidArgumentError("memory", type(memory).__name__, "must be a writable C-contiguous numpy array "
                                    "(the store writes into it in place)", "pass numpy.ascontiguousarray(...) and use the result")
     from .tma_reduce import store_element_map  # deferred: tma_reduce imports this module
 
     geo, soff, goff, inb = store_element_map(spec, coords, memory.nbytes)
-    mem = memory.view(np.uint8).reshape(-1)
+    if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.size != geo.smem_bytes:
+        got = (f"{image.dtype} array of {image.size} elements" if isinstance(image, np.ndarray)
+               else type(image).__name__)
+        raise InvalidArgumentError("image", got, f"must be a uint8 numpy array of the box's {geo.smem_bytes} "
+                                   "shared-memory bytes (values are stored as bytes, never cast)",
+                                   "pass the image tma_load_image returns, or array.view(numpy.uint8) of one box")
+    mem = memory.reshape(-1).view(np.uint8)
     byte = np.arange(geo.elem_size, dtype=np.int64)
-    img = np.asarray(image, dtype=np.uint8).ravel()
-    mem[(goff[inb][:, None] + byte)] = img[(soff[inb][:, None] + byte)]
+    src = goff[inb][:, None] + byte
+    if src.size and src.max() >= mem.size:
+        raise InvalidArgumentError("memory", f"{mem.size} bytes", f"is too small: the box writes up to byte "
+                                   f"{int(src.max())}", "pass the tensor's whole extent, starting at its base address")
+    mem[src] = image.reshape(-1)[(soff[inb][:, None] + byte)]
     return memory

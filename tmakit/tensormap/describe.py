@@ -24,6 +24,7 @@ from .encode import encode_spec, raw_encoder
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import _SIZE, Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
+from .suggest import tensor_map_error
 from .tensor_map import TensorMap
 
 _DEFAULT_ARCH = Arch(9, 0)
@@ -214,8 +215,9 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     rank = len(shp)
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")
-    if not rank:
-        raise InvalidArgumentError("shape", shp, "a 0-d array has no tensor map", "describe an array with >= 1 dim")
+    if not 1 <= rank <= 5:
+        raise InvalidArgumentError("shape", shp, f"a {rank}-d array has no tensor map (rank 1 to 5)",
+                                   "describe an array of 1 to 5 dims (merge or split dims, or add a unit dim)")
     box_np = _sizes("box", box, rank)
     es_np = (1,) * rank if element_strides is None else _sizes("element_strides", element_strides, rank)
     il = _IL_NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
@@ -241,9 +243,13 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     if shp[-1] > 1 and st[-1] != size:
         split_strides(dt, shp, st, "strides")  # raises: the innermost dimension is not contiguous
     dims, gstrides, box_d, es_d = shp[::-1], tuple(st[-2::-1]), box_np[::-1], es_np[::-1]
-    if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
-        raise TensorMapError(rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved))
     spec = TiledSpec.checked(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
+    if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
+        # numpy order, with the one suggestion (suggest.py), proved by the driver too where a GPU encodes
+        violations = rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved)
+        gpu = (device, address) if encode and device is not None else None
+        raise tensor_map_error(spec, resolved, violations, order="numpy", auto_swizzle=swizzle is _AUTO
+                               or reason.startswith("auto"), driver_at=gpu)
     descriptor = None
     if encode and device is not None and resolved.major >= 9:
         descriptor = encode_or_explain(spec, device)
@@ -275,5 +281,6 @@ def encode_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequenc
     resolved = resolve_arch(arch, device if on_gpu else None)
     violations = rules.check_spec(spec, resolved)
     if violations:
-        raise TensorMapError(violations)
+        raise tensor_map_error(spec, resolved, violations, order="driver",
+                               driver_at=(device, int(address)) if on_gpu else None)
     return finish(spec, resolved, device, on_gpu, "as requested", owner)

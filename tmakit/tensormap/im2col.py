@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import InvalidArgumentError, TensorMapError
+from ..errors import InvalidArgumentError
 from . import rules
+from .suggest import tensor_map_error
 from .describe import check_encode_flag, finish, parse_swizzle, resolve_arch, source, split_strides
 from .enums import Interleave, L2Promotion, OOBFill
 from .spec import Im2colSpec, int_sequence, positive_ints, to_driver_order
@@ -45,5 +46,7 @@ def describe_im2col(array: Any = None, *, pixels_per_column: int, channels_per_p
     resolved = resolve_arch(arch, device)
     violations = rules.check_spec(spec, resolved)
     if violations:
-        raise TensorMapError(violations)
+        gpu = (device, spec.address) if encode and device is not None else None
+        raise tensor_map_error(spec, resolved, violations, order="numpy", auto_swizzle=reason.startswith("auto"),
+                               driver_at=gpu)
     return finish(spec, resolved, device, encode, reason, array)

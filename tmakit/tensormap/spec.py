@@ -106,7 +106,8 @@ def positive_ints(name: str, values: Any, length: int | None = None) -> tuple[in
     out = int_sequence(name, values)
     for i, v in enumerate(out):
         if v < 0:
-            raise InvalidArgumentError(f"{name}[{i}]", v, "must not be negative", "sizes and strides are >= 0")
+            raise InvalidArgumentError(f"{name}[{i}]", v, "must not be negative (numpy order: index 0 = outermost)",
+                                       "sizes and strides are >= 0")
     if length is not None and len(out) != length:
         raise InvalidArgumentError(name, tuple(out), f"needs {length} entries (one per dimension, outermost first)",
                                    f"give {length} values")

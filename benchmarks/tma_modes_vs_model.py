@@ -273,7 +273,8 @@ def run_tiled(tally: Tally, n_desc: int, interleave: bool) -> None:
 
 def run_im2col(tally: Tally, n_desc: int) -> None:
     from tmakit.layout.im2col import im2col_load_image
-    from tmakit.ops.modes import POISON, encode_im2col, load_im2col
+    from tmakit import encode_im2col
+    from tmakit.ops.modes import POISON, load_im2col
 
     rng = random.Random(tally.seed)
     host = np.random.default_rng(tally.seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     if not _driver.gpu_available():
         for backend, arch in ((Backend.TMA, "sm_90a"), (Backend.CP_ASYNC, "sm_80")):
             show_plan(backend, args, arch)
-        print("\nno GPU here: compiled both backends and showed the maps and budgets; nothing launched")
+        print("\nno CUDA GPU here: compiled both backends and showed the maps and budgets; nothing launched")
         return 0
     try:
         import torch

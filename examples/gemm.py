@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                                  shared_mem_limit=232448 if arch == "sm_90a" else 166912)
             code = tmakit.compile_cuda("gemm.cu", arch=arch, defines={**backend.defines, **cfg.defines})
             print(f"compiled {cfg.entry} for {arch}: {len(code.code)} bytes of cubin")
-        print("no CUDA GPU (or no torch): compiled both backends and explained the maps; nothing launched")
+        print("no CUDA GPU here (or no torch): compiled both backends and explained the maps; nothing launched")
         return 0
 
     tdt = getattr(torch, dtype)

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py"))
 SMALL = {"describe_and_load.py": ["--rows", "200", "--cols", "256"],
          "tma_copy_transpose.py": ["--rows", "1040", "--cols", "528", "--repeats", "2"],
-         "async_memcpy_overlap.py": ["--gib", "0.0625", "--chunk-mib", "4"]}
+         "async_memcpy_overlap.py": ["--gib", "0.0625", "--chunk-mib", "4"],
+         "gemm.py": ["--shape", "1000,4097,520", "--check"],
+         "attention.py": ["--batch", "1", "--heads", "2", "--seqlen", "1000", "--check"]}
 
 
 def _run(name: str, *argv: str, gpu: bool = True) -> subprocess.CompletedProcess:

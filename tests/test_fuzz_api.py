@@ -132,7 +132,7 @@ DESCRIBE_BAD = {
     "dtype": NOT_ENUM_NN, "strides": bad_ints(2, 0, 1 << 30, optional=True), "swizzle": NOT_ENUM, "oob_fill": NOT_ENUM,
     "l2_promotion": NOT_ENUM, "interleave": NOT_ENUM, "element_strides": bad_ints(2, 1, 8, optional=True),
     "arch": NOT_ARCH,
-    "encode": NOT_FLAG, "cache": NOT_FLAG,
+    "encode": NOT_FLAG,
 }
 
 

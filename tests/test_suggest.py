@@ -12,6 +12,7 @@ from tmakit import Arch, DataType, TensorMapError, describe_im2col, describe_ten
 from tmakit.tensormap.corpus import case_address
 from tmakit.tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
 from tmakit.tensormap.spec import Im2colSpec, TiledSpec
+from tmakit.tensormap.rules import check_spec
 from tmakit.tensormap.suggest import suggest
 
 CORPUS = Path(__file__).parent / "data" / "tensormap_corpus.jsonl"
@@ -40,7 +41,7 @@ def rejected_cases_with_a_valid_tensor():
         if case["verdict"] != "CUDA_ERROR_INVALID_VALUE" or len(case["dims"]) > 5 or len(case["dims"]) < 1:
             continue
         spec = spec_of(case)
-        rules = [v.rule for v in spec.check(arch)]
+        rules = [v.rule for v in check_spec(spec, arch)]
         # an im2col dimension of 2^31 or more wraps every bounding box in the driver's 32-bit arithmetic
         wraps = case["kind"] == "im2col" and any(d >= 1 << 31 for d in case["dims"])
         if rules and not any(r.startswith(TENSOR_RULES) for r in rules) and not wraps:
@@ -61,7 +62,7 @@ def test_every_rejected_corpus_case_with_a_valid_tensor_gets_a_suggestion_the_ch
             continue
         assert set(changes) <= {"box", "swizzle", "element_strides", "oob_fill", "interleave", "channels_per_pixel",
                                 "pixels_per_column", "lower_corner", "upper_corner"}
-        if spec.replace(**changes).check(arch):
+        if check_spec(spec.replace(**changes), arch):
             wrong.append(case["id"])
     assert missing == [] and wrong == [], (missing[:5], wrong[:5])
     assert slowest < 0.1, f"slowest search {slowest * 1e3:.1f} ms"
@@ -173,7 +174,7 @@ def test_a_verifier_can_refuse_candidates_and_the_search_goes_on():
         return len(seen) > 1
     second = suggest(spec, "sm_90", verify=refuse_first)
     assert first == {"box": (32, 64)} and second is not None and second != first
-    assert not spec.replace(**second).check(Arch(9, 0))
+    assert not check_spec(spec.replace(**second), Arch(9, 0))
     assert suggest(spec, "sm_90", verify=lambda c: False) is None
     with pytest.raises(TensorMapError) as err:
         describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 300), swizzle="64B")

@@ -39,6 +39,7 @@ from .tensormap import (
     check_tiled,
     describe_im2col,
     describe_tensor,
+    encode_im2col,
     encode_tiled,
 )
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
@@ -49,7 +50,7 @@ __all__ = [
     "Arch", "DataType", "Interleave", "L2Promotion", "OOBFill", "Swizzle",
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
     "InvalidArgumentError",
-    "describe_tensor", "describe_im2col", "encode_tiled", "check_tiled", "check_im2col", "TensorMap", "Violation",
+    "describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",
     "im2col_load_image", "tma_reduce_add",

@@ -26,6 +26,7 @@ records in benchmarks/results/interleave_probe_h100*.jsonl) and is checked by te
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Sequence
 
 import numpy as np
@@ -282,10 +283,30 @@ def check_store_start(coords: Sequence[int]) -> None:
                                    "start the box at 0 and leave its first elements to another store")
 
 
+def store_element_map(spec: Any, coords: Sequence[int], memory_bytes: int | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
+    """(geometry, smem offsets, global byte offsets, written?) of a store of ``spec``'s box at ``coords``: the
+    element map of a load, with dim 0's bound widened to the row's next 16-byte boundary (measured: tmakit/layout/tma_reduce.py's docstring).
+    Interleaved maps keep the load's bounds (their dim 0 is whole 16/32-byte slices already). With
+    ``memory_bytes``, a store that would write past the end of the caller's memory is refused."""
+    if Interleave.parse(getattr(spec, "interleave", 0)) is Interleave.NONE:
+        size = DataType.parse(spec.dtype).size
+        dims = [int(d) for d in spec.dims]
+        dims[0] = -(-dims[0] * size // 16) * 16 // size
+        spec = SimpleNamespace(dtype=spec.dtype, dims=dims, strides=list(spec.strides), box=list(spec.box),
+                               element_strides=list(spec.element_strides), swizzle=spec.swizzle,
+                               interleave=getattr(spec, "interleave", 0), oob_fill=getattr(spec, "oob_fill", 0))
+    geo, soff, goff, inb = _element_map(spec, coords)
+    if memory_bytes is not None and inb.any() and int(goff[inb].max()) + geo.elem_size > memory_bytes:
+        raise InvalidArgumentError("memory", f"{memory_bytes} bytes", f"is too small: the store writes up to byte "
+                                   f"{int(goff[inb].max()) + geo.elem_size} (TMA writes dim 0 up to the row's next "
+                                   "16-byte boundary)", "pass the tensor's whole extent, rounded up to 16 bytes")
+    return geo, soff, goff, inb
+
+
 def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:
     """Apply a TMA tile store of ``image`` at ``coords`` to ``memory`` in place (OOB elements past the far
     edges are dropped, except along dim 0 up to the row's next 16-byte boundary, which the hardware writes:
-    ``tma_reduce.store_element_map``; a negative start is refused, as the hardware faults there:
+    ``store_element_map``; a negative start is refused, as the hardware faults there:
     ``check_store_start``)."""
     spec = _model(spec)
     coords = _coords(coords, len(spec.box))
@@ -294,8 +315,6 @@ def tma_store(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.nd
             and not memory.dtype.hasobject):
         raise InvalidArgumentError("memory", type(memory).__name__, "must be a writable C-contiguous numpy array "
                                    "(the store writes into it in place)", "pass numpy.ascontiguousarray(...) and use the result")
-    from .tma_reduce import store_element_map  # deferred: tma_reduce imports this module
-
     geo, soff, goff, inb = store_element_map(spec, coords, memory.nbytes)
     if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.size != geo.smem_bytes:
         got = (f"{image.dtype} array of {image.size} elements" if isinstance(image, np.ndarray)

@@ -4,7 +4,7 @@ Which elements a store writes (measured on an H100, benchmarks/tma_modes_vs_mode
 every element of the box inside the tensor, AND, along dim 0, the elements past ``dims[0]`` up to the next
 16-byte boundary of the row (``ceil(dims[0] * elem_size / 16) * 16`` bytes): the TMA unit writes whole 16-byte
 chunks along the innermost dimension, so the padding between a row's end and the next 16 bytes is overwritten
-with the box's data (a reduce-add adds into it). The other dimensions are clipped exactly. ``store_element_map``
+with the box's data (a reduce-add adds into it). The other dimensions are clipped exactly. ``tma_model.store_element_map``
 gives this set; ``tma_model.tma_store`` and ``tma_reduce_add`` use it.
 
 Reduce-add (``cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.tile``), PTX ISA "cp.reduce.async.bulk.tensor": each element of the box is reduced into global memory inline; ``.add``
@@ -24,7 +24,7 @@ import numpy as np
 
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
-from .tma_model import _element_map, check_store_start
+from .tma_model import check_store_start, store_element_map
 
 # The element types .add accepts (PTX ISA table of cp.reduce.async.bulk.tensor), with the numpy type of the sum.
 REDUCE_ADD_TYPES = {DataType.UINT32: np.uint32, DataType.INT32: np.int32, DataType.UINT64: np.uint64,
@@ -60,30 +60,6 @@ def add_elements(dtype: Any, before: np.ndarray, addend: np.ndarray) -> np.ndarr
     t = REDUCE_ADD_TYPES[dt]
     with np.errstate(over="ignore"):
         return (a.view(t) + b.view(t)).astype(t).view(np.uint8).reshape(a.shape)
-
-
-def store_element_map(spec: Any, coords: Sequence[int], memory_bytes: int | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
-    """(geometry, smem offsets, global byte offsets, written?) of a store of ``spec``'s box at ``coords``: the
-    element map of a load, with dim 0's bound widened to the row's next 16-byte boundary (module docstring).
-    Interleaved maps keep the load's bounds (their dim 0 is whole 16/32-byte slices already). With
-    ``memory_bytes``, a store that would write past the end of the caller's memory is refused."""
-    from types import SimpleNamespace
-
-    from ..tensormap.enums import Interleave
-
-    if Interleave.parse(getattr(spec, "interleave", 0)) is Interleave.NONE:
-        size = DataType.parse(spec.dtype).size
-        dims = [int(d) for d in spec.dims]
-        dims[0] = -(-dims[0] * size // 16) * 16 // size
-        spec = SimpleNamespace(dtype=spec.dtype, dims=dims, strides=list(spec.strides), box=list(spec.box),
-                               element_strides=list(spec.element_strides), swizzle=spec.swizzle,
-                               interleave=getattr(spec, "interleave", 0), oob_fill=getattr(spec, "oob_fill", 0))
-    geo, soff, goff, inb = _element_map(spec, coords)
-    if memory_bytes is not None and inb.any() and int(goff[inb].max()) + geo.elem_size > memory_bytes:
-        raise InvalidArgumentError("memory", f"{memory_bytes} bytes", f"is too small: the store writes up to byte "
-                                   f"{int(goff[inb].max()) + geo.elem_size} (TMA writes dim 0 up to the row's next "
-                                   "16-byte boundary)", "pass the tensor's whole extent, rounded up to 16 bytes")
-    return geo, soff, goff, inb
 
 
 def tma_reduce_add(spec: Any, memory: np.ndarray, coords: Sequence[int], image: np.ndarray) -> np.ndarray:

@@ -73,30 +73,6 @@ def _shared_limit(device: int, need: int, what: Any) -> None:
                                    "use a smaller box")
 
 
-def encode_im2col(dtype: Any, address: int, dims: Any, strides: Any, lower_corner: Any, upper_corner: Any,
-                  channels_per_pixel: int, pixels_per_column: int, element_strides: Any = None, *,
-                  swizzle: Any = "none", oob_fill: Any = "zero", l2_promotion: Any = "none", device: int = 0,
-                  owner: Any = None) -> Any:
-    """Driver-order im2col TensorMap for a raw device address (the im2col twin of ``tmakit.encode_tiled``):
-    every rule is checked, then the driver encodes it. ``owner`` keeps the memory alive; without one the caller
-    owns it."""
-    from ..arrays import ArrayView
-    from ..dtypes import DataType
-    from ..tensormap.describe import _finish, _resolve_arch
-    from ..tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
-    from ..tensormap.spec import Im2colSpec
-
-    dt = DataType.parse(dtype, "dtype")
-    dims = tuple(int(d) for d in dims)
-    es = tuple(int(e) for e in element_strides) if element_strides is not None else (1,) * len(dims)
-    spec = Im2colSpec(dt, int(address), dims, tuple(int(s) for s in strides), tuple(int(v) for v in lower_corner),
-                      tuple(int(v) for v in upper_corner), int(channels_per_pixel), int(pixels_per_column), es,
-                      Interleave.NONE, Swizzle.parse(swizzle, "swizzle"), L2Promotion.parse(l2_promotion, "l2_promotion"),
-                      OOBFill.parse(oob_fill, "oob_fill"))
-    view = ArrayView(int(address), (), (), dt.short, dt.size, device, owner) if _driver.gpu_available() else None
-    return _finish(spec, _resolve_arch(None, device if view is not None else None), device, view, True, "as requested")
-
-
 def load_im2col(tm: Any, coords: Any, offsets: Any, *, backend: Any = "auto") -> np.ndarray:
     """Run one im2col load per row of ``coords`` ((n, rank), driver order: c, w[, h[, d]], n) with the im2col
     ``offsets`` ((n, rank-2), W first); return the shared-memory images, uint8 [n, smem_bytes]. Bytes the load
@@ -108,7 +84,7 @@ def load_im2col(tm: Any, coords: Any, offsets: Any, *, backend: Any = "auto") ->
     require_tma("im2col", choice)
     if getattr(tm, "mode", "im2col") != "im2col" or getattr(tm, "descriptor", None) is None:
         raise InvalidArgumentError("tensor_map", repr(tm), "must be an encoded im2col TensorMap",
-                                   "use tmakit.describe_im2col(device_array, ...) or tmakit.ops.modes.encode_im2col")
+                                   "use tmakit.describe_im2col(device_array, ...) or tmakit.encode_im2col")
     rank = len(tm.dims)
     at = _coords("coords", coords, rank)
     off = _coords("offsets", offsets, rank - 2, 3)

@@ -67,6 +67,8 @@ def resolve_arch(arch: Any, device: int | None) -> Arch:
 
 def check_encode_flag(encode: Any) -> bool:
     if type(encode) is not bool:
+        if type(encode).__module__ == "numpy" and type(encode).__name__ in ("bool", "bool_"):  # numpy's bool
+            return bool(encode)
         raise InvalidArgumentError("encode", encode, "must be True or False", "encode=True (or False to skip the "
                                    "driver)")
     return encode
@@ -204,7 +206,7 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     descriptor is encoded in the array's context. The returned TensorMap holds ``array`` (``tm.owner``).
     """
     if type(encode) is not bool:
-        check_encode_flag(encode)
+        encode = check_encode_flag(encode)
     if array is not None and shape is None and strides is None and dtype is None:  # the common call
         view = as_array_view(array, "array")
         shp, st, address, device = view.shape, view.strides, view.ptr, view.device

@@ -227,4 +227,4 @@ def test_example_runs(capsys) -> None:
     assert example.main(["--batch", "1", "--heads", "2", "--seqlen", "300", "--dim", "64", "--causal",
                          "--layout", "bshd", "--check"]) == 0
     text = capsys.readouterr().out
-    assert "per stage (K + V tiles of" in text and ("PASSED" in text or "no GPU here" in text)
+    assert "per stage (K + V tiles of" in text and ("PASSED" in text or "no CUDA GPU here" in text)

@@ -93,7 +93,10 @@ def choose_backend(requested: Any = "auto", *, device: int = 0, arch: Any = None
     source = "argument"
     if want == "auto" and os.environ.get(ENV_VAR):
         want, source = parse_backend(os.environ[ENV_VAR], ENV_VAR), "environment"
-    target = Arch.parse(arch) if arch is not None else _driver.device_arch(device)
+    if arch is None and (type(device) is bool or not hasattr(device, "__index__") or int(device) < 0):
+        raise InvalidArgumentError("device", device, "must be a device ordinal (an int >= 0)",
+                                   "pass device=0, or arch= to choose without a GPU")
+    target = Arch.parse(arch) if arch is not None else _driver.device_arch(int(device))
     if want == "auto":
         source = "auto"
         if target.has_tma:

@@ -36,10 +36,13 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
   for (int i = 0; i < rank; ++i)
     if (at.c[i] < 0) asm volatile("trap;");
   // TMA writes whole 16-byte chunks along dim 0: the elements past dims[0] up to the row's next 16-byte boundary
-  // are written too (measured on the H100: tmakit.layout.tma_reduce.store_element_map). The twin does the same,
-  // through a copy of the parameters whose dims[0] reaches that boundary (still inside the row's stride).
+  // are written too (measured on the H100: tmakit.layout.tma_model.store_element_map). The twin does the same
+  // for every map TMA can encode (rank 1, or a row pitch that is a multiple of 16 bytes: the widened row stays
+  // inside its pitch), through a copy of the parameters whose dims[0] reaches that boundary. Pitches only the
+  // twin can express (not multiples of 16) are written exactly: widening them would write into the next row.
   BoxParams wide = dst;
-  wide.dims[0] = ((dst.dims[0] * dst.elem_size + 15u) / 16u) * 16u / dst.elem_size;
+  if (dst.rank == 1 || dst.strides[1] % 16u == 0)
+    wide.dims[0] = ((dst.dims[0] * dst.elem_size + 15u) / 16u) * 16u / dst.elem_size;
   const uint8_t* base = static_cast<const uint8_t*>(smem);
   const Plain2dBox box(wide, at);
   if (box.plain) {  // whole 16-byte stores for the chunks inside, nothing for those outside: no per-chunk geometry

@@ -286,9 +286,11 @@ def check_store_start(coords: Sequence[int]) -> None:
 def store_element_map(spec: Any, coords: Sequence[int], memory_bytes: int | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray]:
     """(geometry, smem offsets, global byte offsets, written?) of a store of ``spec``'s box at ``coords``: the
     element map of a load, with dim 0's bound widened to the row's next 16-byte boundary (measured: tmakit/layout/tma_reduce.py's docstring).
-    Interleaved maps keep the load's bounds (their dim 0 is whole 16/32-byte slices already). With
+    Interleaved maps keep the load's bounds (their dim 0 is whole 16/32-byte slices already), and so do row
+    pitches that are not multiples of 16 bytes (only the cp.async twin expresses those; it writes them exactly). With
     ``memory_bytes``, a store that would write past the end of the caller's memory is refused."""
-    if Interleave.parse(getattr(spec, "interleave", 0)) is Interleave.NONE:
+    pitch_ok = len(spec.dims) == 1 or int(spec.strides[0]) % 16 == 0  # every map TMA encodes; see box_store.cuh
+    if Interleave.parse(getattr(spec, "interleave", 0)) is Interleave.NONE and pitch_ok:
         size = DataType.parse(spec.dtype).size
         dims = [int(d) for d in spec.dims]
         dims[0] = -(-dims[0] * size // 16) * 16 // size

@@ -117,7 +117,7 @@ class Kernel:
         memory themselves, e.g. by keying launches on the arrays' addresses)."""
         self._require_module()
         config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
-        packer = ArgPacker(self.params, self.name, self.device)
+        packer = self._packer.blank()  # its own buffer, the kernel's parameter layout
         packer.pack(args)
         return BoundLaunch(self, config, packer, list(args), stream, keep_args)
 

@@ -27,14 +27,27 @@ class ArgPacker:
     ``pointers`` is the ``kernelParams`` array (one pointer per parameter, into ``buffer``), built once.
     """
 
-    def __init__(self, params: Sequence[ParamInfo], kernel: str, device: int | None = None):
-        self.params, self.kernel, self.device = list(params), kernel, device
-        size = max((p.offset + p.size for p in self.params), default=0)
-        self.buffer = ctypes.create_string_buffer(max(size, 8))
+    def __init__(self, params: Sequence[ParamInfo], kernel: str, device: int | None = None,
+                 like: "ArgPacker | None" = None):
+        if like is None:  # lay the parameters out (once per kernel: a bound launch takes ``blank()``)
+            self.params, self.kernel, self.device = list(params), kernel, device
+            self._size = max(max((p.offset + p.size for p in self.params), default=0), 8)
+            self._layout = [self._param_layout(p) for p in self.params]
+            self._offsets = struct.Struct(f"<{max(len(self.params), 1)}Q"), [p.offset for p in self.params]
+            self._proto = self
+        else:
+            self.params, self.kernel, self.device = like.params, like.kernel, like.device
+            self._size, self._layout, self._offsets = like._size, like._layout, like._offsets
+            self._proto = like._proto  # the writers' checks run on it: a blank packer holds no reference cycle
+        self.buffer = ctypes.create_string_buffer(self._size)
         self.view = memoryview(self.buffer).cast("B")
         self.pointers = self._pointer_array(self.buffer)
         self.pointers_address = ctypes.addressof(self.pointers)
-        self._writers = [self._writer(p) for p in self.params]
+        self._writers = [self._writer(*layout) for layout in self._layout]
+
+    def blank(self) -> "ArgPacker":
+        """A packer of the same parameter list with its own zeroed buffer (the layout is shared, not redone)."""
+        return ArgPacker((), self.kernel, like=self)
 
     def pack(self, args: Sequence[Any]) -> None:
         if len(args) != len(self._writers):
@@ -52,8 +65,8 @@ class ArgPacker:
 
     def _pointer_array(self, buffer: Any) -> Any:
         """The kernelParams array for ``buffer``: one pointer per parameter, at its offset."""
-        base = ctypes.addressof(buffer)
-        return (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
+        base, (packer, offsets) = ctypes.addressof(buffer), self._offsets
+        return (ctypes.c_void_p * max(len(offsets), 1)).from_buffer_copy(packer.pack(*([base + o for o in offsets] or [0])))
 
     def bytes_of(self, index: int) -> bytes:
         p = self.params[index]
@@ -103,43 +116,51 @@ class ArgPacker:
             "an integer parameter takes an int, a numpy integer of its size" + (", or a device array" if p.size == 8 else "")
         raise self._fail(p, value, rule)
 
-    def _writer(self, p: ParamInfo) -> Callable[[Any], None]:
-        view, start, end = self.view, p.offset, p.offset + p.size
+    @staticmethod
+    def _param_layout(p: ParamInfo) -> tuple:
+        """What a writer of ``p`` needs, worked out once per kernel: (p, kind, struct, low, high, mask, float struct)."""
         kind = p.kind
         if kind == "unknown":  # driver layout only: scalars by size, anything else is a by-value struct
             kind = "int" if p.size in _INT_FORMATS else "bytes"
         if kind == "bytes":
-            def write_bytes(value: Any) -> None:
-                view[start:end] = self._by_value(p, value)
-            return write_bytes
+            return p, kind, None, 0, 0, 0, None
         if kind == "float":
-            packer = struct.Struct(_FLOAT_FORMATS[p.size])
-
-            def write_float(value: Any) -> None:
-                if isinstance(value, np.generic) and (value.dtype.kind != "f" or value.dtype.itemsize != p.size):
-                    raise self._fail(p, value, f"a numpy {value.dtype} does not match; pass a Python float")
-                if not isinstance(value, (float, int, np.generic)) or isinstance(value, bool):
-                    raise self._fail(p, value, "a float parameter takes a Python float or int")
-                packer.pack_into(view, start, value)
-            return write_float
-        packer = struct.Struct(_INT_FORMATS[p.size])
+            return p, kind, struct.Struct(_FLOAT_FORMATS[p.size]), 0, 0, 0, None
         # NVRTC declares `int` as .u32 (PTX keeps no signedness for parameters), so any value that fits the
         # width in two's complement is accepted and stored masked.
         low, high, mask = -(1 << (8 * p.size - 1)), (1 << (8 * p.size)) - 1, (1 << (8 * p.size)) - 1
         untyped_float = struct.Struct(_FLOAT_FORMATS[p.size]) if p.kind == "unknown" and p.size in _FLOAT_FORMATS else None
+        return p, kind, struct.Struct(_INT_FORMATS[p.size]), low, high, mask, untyped_float
+
+    def _writer(self, p: ParamInfo, kind: str, packer: Any, low: int, high: int, mask: int,
+                untyped_float: Any) -> Callable[[Any], None]:
+        view, start, end = self.view, p.offset, p.offset + p.size
+        by_value, fail, integer = self._proto._by_value, self._proto._fail, self._proto._integer
+        if kind == "bytes":
+            def write_bytes(value: Any) -> None:
+                view[start:end] = by_value(p, value)
+            return write_bytes
+        if kind == "float":
+            def write_float(value: Any) -> None:
+                if isinstance(value, np.generic) and (value.dtype.kind != "f" or value.dtype.itemsize != p.size):
+                    raise fail(p, value, f"a numpy {value.dtype} does not match; pass a Python float")
+                if not isinstance(value, (float, int, np.generic)) or isinstance(value, bool):
+                    raise fail(p, value, "a float parameter takes a Python float or int")
+                packer.pack_into(view, start, value)
+            return write_float
 
         def write_int(value: Any) -> None:
             if type(value) is int and low <= value <= high:  # the common case, no further checks
                 packer.pack_into(view, start, value & mask)
                 return
             if hasattr(value, "__kernel_param__"):
-                view[start:end] = self._by_value(p, value)
+                view[start:end] = by_value(p, value)
                 return
             if untyped_float is not None and isinstance(value, float):
                 untyped_float.pack_into(view, start, value)  # no PTX type known: a float is sent as one
                 return
-            number = self._integer(p, value)
+            number = integer(p, value)
             if not low <= number <= high:
-                raise self._fail(p, value, f"out of range for a {p.size}-byte integer")
+                raise fail(p, value, f"out of range for a {p.size}-byte integer")
             packer.pack_into(view, start, number & mask)
         return write_int

@@ -116,15 +116,24 @@ def is_array(obj: Any) -> bool:
 
 
 def _from_torch_like(obj: Any) -> ArrayView:
-    get_device = getattr(obj, "get_device", None)  # torch: an int, -1 on the CPU (cheaper than .device)
-    device = get_device() if get_device is not None else getattr(obj.device, "index", 0)
-    if device is None or device < 0 or (get_device is None and getattr(obj.device, "type", "cuda") != "cuda"):
+    try:
+        device = obj.get_device()  # torch: an int, -1 on the CPU (cheaper than .device)
+    except AttributeError:  # a look-alike without get_device(): its .device
+        device = getattr(obj.device, "index", 0) if getattr(obj.device, "type", "cuda") == "cuda" else None
+    if device is None or device < 0:
         raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
                                    "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
     itemsize = int(obj.element_size())
-    name = str(obj.dtype).rsplit(".", 1)[-1]
-    return ArrayView(int(obj.data_ptr()), tuple(obj.shape), tuple([int(s) * itemsize for s in obj.stride()]), name,
-                     itemsize, int(device), obj)
+    name = str(obj.dtype)
+    st = obj.stride()
+    strides = (int(st[0]) * itemsize, int(st[1]) * itemsize) if len(st) == 2 else \
+        tuple([int(s) * itemsize for s in st])
+    # tuple.__new__: the named tuple's own __new__ is a Python function (this is on every describe/with_address)
+    return _tuple_new(ArrayView, (int(obj.data_ptr()), tuple(obj.shape), strides, name[name.rfind(".") + 1:],
+                                  itemsize, int(device), obj))
+
+
+_tuple_new = tuple.__new__
 
 
 class _DLDevice(ctypes.Structure):
@@ -180,7 +189,11 @@ def _from_dlpack(obj: Any) -> ArrayView:
 
 def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
     """View a device array. Host arrays raise ``InvalidArgumentError`` naming ``parameter``."""
-    # torch first (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8)
+    if type(obj) is ArrayView:  # the ops' own views (they have no torch API)
+        if obj.device is None:
+            raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
+        return obj
+    # torch next (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8)
     if _has_torch_api(obj):
         return _from_torch_like(obj)
     if isinstance(obj, ArrayView):
@@ -217,6 +230,14 @@ def array_pointer(obj: Any, parameter: str = "array") -> int | None:
     if isinstance(cai, dict) and isinstance(cai.get("data"), tuple):
         return int(cai["data"][0])
     return device_array_view(obj, parameter).ptr
+
+
+def view_if_array(obj: Any, parameter: str = "array") -> ArrayView | None:
+    """``as_array_view(obj)`` when ``obj`` is an array (``is_array``), else None (a number, say): one look at
+    the object for callers that take an array or something else."""
+    if _has_torch_api(obj):
+        return _from_torch_like(obj)
+    return device_array_view(obj, parameter) if is_array(obj) else None
 
 
 as_array_view = device_array_view  # the adapter's name; device_array_view stays for existing callers

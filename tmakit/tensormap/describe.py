@@ -38,14 +38,19 @@ def auto_swizzle(inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str
     span are not padded). Wider spans would only pad more: TMA pads every row to the span."""
     if interleave is not _IL_NONE:
         return _SW_B32 if interleave is _IL_B32 else _SW_NONE, "interleave decides"
+    full = _FULL_SPANS.get(inner_bytes)
+    if full is not None:  # rows that fill a span exactly (the common boxes): the answer and its reason as constants
+        return full
     if inner_bytes <= 16:
         return _SW_NONE, f"auto: {inner_bytes}-byte rows are narrower than any swizzle span"
     if inner_bytes > 128:
         return _SW_NONE, f"auto: {inner_bytes}-byte rows are wider than the 128B span"
     sw, span = (_SW_B32, 32) if inner_bytes <= 32 else (_SW_B64, 64) if inner_bytes <= 64 else (_SW_B128, 128)
-    if inner_bytes == span:
-        return sw, f"auto: {inner_bytes}-byte rows fill the {span}B span"
     return sw, f"auto: {inner_bytes}-byte rows, padded to the {span}B span"
+
+
+_FULL_SPANS = {span: (sw, f"auto: {span}-byte rows fill the {span}B span")
+               for span, sw in ((32, _SW_B32), (64, _SW_B64), (128, _SW_B128))}
 
 
 def parse_swizzle(swizzle: Any, inner_bytes: int, interleave: Interleave) -> tuple[Swizzle, str]:
@@ -191,6 +196,8 @@ def finish(spec: TiledSpec | Im2colSpec, arch: Arch, device: int | None, encode:
 
 _AUTO, _ZERO, _NONE = "auto", "zero", "none"  # describe_tensor's defaults: recognised by identity, no parsing
 _ARRAY_DTYPES = DataType._names()  # array element-type names ("bfloat16", "float32", ...) -> DataType
+_new_spec = object.__new__
+tiled_ok = rules.tiled_ok
 
 
 def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swizzle: Any = _AUTO,
@@ -245,8 +252,10 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     if shp[-1] > 1 and st[-1] != size:
         split_strides(dt, shp, st, "strides")  # raises: the innermost dimension is not contiguous
     dims, gstrides, box_d, es_d = shp[::-1], tuple(st[-2::-1]), box_np[::-1], es_np[::-1]
-    spec = TiledSpec.checked(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
-    if not rules.tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
+    spec = _new_spec(TiledSpec)  # TiledSpec.checked, inline: every value above is parsed and checked
+    spec.__dict__.update(dtype=dt, address=address, dims=dims, strides=gstrides, box=box_d, element_strides=es_d,
+                         interleave=il, swizzle=sw, l2_promotion=l2, oob_fill=oob)
+    if not tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
         # numpy order, with the one suggestion (suggest.py), proved by the driver too where a GPU encodes
         violations = rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved)
         gpu = (device, address) if encode and device is not None else None
@@ -254,7 +263,10 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
                                or reason.startswith("auto"), driver_at=gpu)
     descriptor = None
     if encode and device is not None and resolved.major >= 9:
-        descriptor = encode_or_explain(spec, device)
+        if _driver.device_count() == 1:  # encode_or_explain's first step, inline: one GPU, encode at once
+            descriptor = encode_spec(spec)[1]
+        if descriptor is None:
+            descriptor = encode_or_explain(spec, device)
     return TensorMap(spec, resolved, device, descriptor, reason, array)
 
 

@@ -2,8 +2,8 @@
 ``cuTensorMapReplaceAddress``.
 
 ``encode_*_raw`` return the driver's verdict without raising (the driver-truth corpus needs verdicts);
-``encode_spec`` returns the 128 descriptor bytes or None when the driver refuses; ``replace_address`` re-points
-a copy of a descriptor. Parameters are in driver order and units.
+``encode_spec`` returns the driver's CUtensorMap or None when the driver refuses; ``replace_address`` re-points
+a copy of a descriptor; ``descriptor_bytes`` reads a CUtensorMap's 128 bytes. Parameters are in driver order and units.
 """
 from __future__ import annotations
 
@@ -84,14 +84,15 @@ def descriptor_bytes(tensor_map: Any) -> bytes:
     return ctypes.string_at(int(tensor_map.getPtr()), DESCRIPTOR_SIZE)
 
 
-def encode_spec(spec: TiledSpec | Im2colSpec) -> tuple[Any, bytes | None]:
-    """``(CUresult, descriptor bytes or None)`` for a spec; a context of the address's device must be current."""
+def encode_spec(spec: TiledSpec | Im2colSpec) -> tuple[Any, Any]:
+    """``(CUresult, the driver's CUtensorMap or None)`` for a spec; a context of the address's device must be
+    current. The map's 128 bytes are read only when asked for (``descriptor_bytes``)."""
     if type(spec) is TiledSpec:
         err, tmap = encode_tiled_raw(spec.dtype, spec.address, spec.dims, spec.strides, spec.box, spec.element_strides,
                                      spec.interleave, spec.swizzle, spec.l2_promotion, spec.oob_fill)
     else:
         err, tmap = encode_im2col_raw(*spec.encode_args())
-    return err, (descriptor_bytes(tmap) if int(err) == 0 else None)
+    return err, (tmap if int(err) == 0 else None)
 
 
 def encode_tiled(*args: Any) -> bytes:
@@ -102,14 +103,14 @@ def encode_im2col(*args: Any) -> bytes:
     return descriptor_bytes(_driver.check("cuTensorMapEncodeIm2col", encode_im2col_raw(*args)))
 
 
-def replace_address(descriptor: bytes, address: int) -> bytes:
-    """A copy of ``descriptor`` pointing at ``address`` (cuTensorMapReplaceAddress on a fresh CUtensorMap; the
-    original bytes are never written). Raises ``CudaDriverError`` when the driver refuses."""
-    drv = _driver.bindings()
-    tmap = drv.CUtensorMap()
+def replace_address(descriptor: Any, address: int) -> Any:
+    """A copy of ``descriptor`` (128 bytes or a driver CUtensorMap, never written) pointing at ``address``, as a
+    driver CUtensorMap (cuTensorMapReplaceAddress on a fresh one). Raises ``CudaDriverError`` when the driver
+    refuses."""
+    tmap = _driver.bindings().CUtensorMap()
     ptr = tmap.getPtr()
-    ctypes.memmove(ptr, descriptor, DESCRIPTOR_SIZE)
-    result = drv.cuTensorMapReplaceAddress(tmap, address)
+    ctypes.memmove(ptr, descriptor if type(descriptor) is bytes else descriptor.getPtr(), DESCRIPTOR_SIZE)
+    result = _driver.bindings().cuTensorMapReplaceAddress(tmap, address)
     if result[0]:
         _driver.check("cuTensorMapReplaceAddress", result)
-    return ctypes.string_at(ptr, DESCRIPTOR_SIZE)
+    return tmap

@@ -14,11 +14,11 @@ from typing import Any
 
 from .. import _driver
 from ..arch import Arch
-from ..arrays import as_array_view, is_array
+from ..arrays import view_if_array
 from ..dtypes import DataType, dtype_from_any
 from ..errors import CudaDriverError, InvalidArgumentError, LaunchError
 from ..layout.tma_model import box_geometry
-from .encode import DESCRIPTOR_SIZE, replace_address
+from .encode import DESCRIPTOR_SIZE, descriptor_bytes, replace_address
 from .enums import Interleave, Swizzle
 from .spec import Im2colSpec, TiledSpec
 
@@ -54,13 +54,14 @@ class TensorMap:
     """A tensor map for one tensor: its parameters (both orders), sizes, and the 128-byte descriptor.
 
     ``descriptor`` is None where no driver encode was possible (no GPU, or a GPU below sm_90); the object
-    then still carries the parameters the cp.async fallback needs (``box_params()``).
+    then still carries the parameters the cp.async fallback needs (``box_params()``). The encoded descriptor is
+    held as the driver gave it (a CUtensorMap, or 128 bytes); ``descriptor`` reads its bytes.
     """
 
     spec: TiledSpec | Im2colSpec
     arch: Arch
     device: int | None
-    descriptor: bytes | None
+    _descriptor: Any  # the driver's CUtensorMap, 128 bytes, or None
     swizzle_reason: str = ""
     owner: Any = field(default=None, repr=False)  # keeps the described array alive; None: caller-owned memory
 
@@ -126,8 +127,14 @@ class TensorMap:
         return tuple(reversed(self.box))
 
     @property
+    def descriptor(self) -> bytes | None:
+        """The 128 descriptor bytes (a CUtensorMap kernel parameter), or None when not encoded."""
+        d = self._descriptor
+        return d if d is None or type(d) is bytes else descriptor_bytes(d)
+
+    @property
     def encoded(self) -> bool:
-        return self.descriptor is not None
+        return self._descriptor is not None
 
     @property
     def backend(self) -> str:
@@ -172,8 +179,7 @@ class TensorMap:
             if not 0 <= target < 1 << 64:
                 raise InvalidArgumentError("array_or_ptr", target, "must be a 64-bit unsigned device address",
                                            "pass array.data_ptr()")
-        elif is_array(target):
-            view = as_array_view(target, "array")
+        elif (view := view_if_array(target, "array")) is not None:
             self._check_same_geometry(view)
             address, device, owner = view.ptr, view.device, target
         elif isinstance(target, bool) or not hasattr(target, "__index__"):
@@ -185,7 +191,7 @@ class TensorMap:
             need = address_alignment(spec.dtype, spec.interleave)
             raise InvalidArgumentError("address", hex(address), f"must be {need}-byte aligned for this map",
                                        f"start the buffer at a {need}-byte boundary")
-        descriptor = self.descriptor
+        descriptor = self._descriptor
         if descriptor is not None:
             try:
                 descriptor = replace_address(descriptor, address)
@@ -230,7 +236,7 @@ class TensorMap:
     def __kernel_param__(self, nbytes: int) -> bytes:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""
         if nbytes == DESCRIPTOR_SIZE:
-            if self.descriptor is None:
+            if self._descriptor is None:
                 raise LaunchError(
                     f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
                     "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")

@@ -52,7 +52,13 @@ def is_c_contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: 
     """Row-major without gaps (size-1 dims may have any stride; an empty array always is)."""
     if 0 in shape:
         return True
-    return all(d == 1 or s == c for d, s, c in zip(shape, strides, _c_strides(shape, itemsize)))
+    acc = itemsize  # the C stride of each dim, innermost first (no dim is 0 here)
+    for i in range(len(shape) - 1, -1, -1):
+        d = shape[i]
+        if d != 1 and strides[i] != acc:
+            return False
+        acc *= d
+    return True
 
 
 def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

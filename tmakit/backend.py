@@ -111,5 +111,6 @@ def choose_backend(requested: Any = "auto", *, device: int = 0, arch: Any = None
         _require(backend, target, source)
         reason = f"requested by {'the ' + ENV_VAR + ' environment variable' if source == 'environment' else 'the caller'}"
     choice = BackendChoice(backend, target, source, reason)
-    log.info("%s", choice.log_line)
+    if log.isEnabledFor(logging.INFO):  # the line is formatted only when someone reads it (ops call this each time)
+        log.info("%s", choice.log_line)
     return choice

@@ -29,7 +29,7 @@ from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
-from ..tensormap.enums import L2Promotion
+from ..tensormap.enums import L2Promotion, Swizzle
 from . import _checks
 from ._boxparams import pack_box_params
 from ._kernels import kernel
@@ -227,12 +227,12 @@ class TransposePlan(Plan):
                 out += [repoint(previous[2 + k], c) for k, c in enumerate(views)]
             else:
                 def src_box(box_rows: int) -> Any:
-                    return describe_tensor(s, box=(box_rows, width), swizzle="128B", oob_fill="zero",
-                                           l2_promotion=self._l2_promotion.short)
+                    return describe_tensor(s, box=(box_rows, width), swizzle=Swizzle.B128, oob_fill="zero",
+                                           l2_promotion=self._l2_promotion)
 
                 source = src_box(self.result.tile_plan.rows)
                 out = [source, src_box(v) if self._layout.sectors.shifted else source]
-                out += [describe_tensor(c, box=(width // classes, width), swizzle="128B") for c in views]
+                out += [describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128) for c in views]
         else:
             dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
 

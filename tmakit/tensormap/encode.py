@@ -107,10 +107,10 @@ def replace_address(descriptor: Any, address: int) -> Any:
     """A copy of ``descriptor`` (128 bytes or a driver CUtensorMap, never written) pointing at ``address``, as a
     driver CUtensorMap (cuTensorMapReplaceAddress on a fresh one). Raises ``CudaDriverError`` when the driver
     refuses."""
-    tmap = _driver.bindings().CUtensorMap()
-    ptr = tmap.getPtr()
-    ctypes.memmove(ptr, descriptor if type(descriptor) is bytes else descriptor.getPtr(), DESCRIPTOR_SIZE)
-    result = _driver.bindings().cuTensorMapReplaceAddress(tmap, address)
+    drv = _driver.bindings()
+    tmap = drv.CUtensorMap()
+    ctypes.memmove(tmap.getPtr(), descriptor if type(descriptor) is bytes else descriptor.getPtr(), DESCRIPTOR_SIZE)
+    result = drv.cuTensorMapReplaceAddress(tmap, address)
     if result[0]:
         _driver.check("cuTensorMapReplaceAddress", result)
     return tmap

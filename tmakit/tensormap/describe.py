@@ -20,7 +20,8 @@ from ..arrays import ArrayView, as_array_view
 from ..dtypes import DataType, dtype_from_any
 from ..errors import InvalidArgumentError, TensorMapError, UnsupportedDeviceError
 from . import rules
-from .encode import encode_spec, encode_tiled_raw, raw_encoder
+from . import encode as _encode
+from .encode import encode_spec, raw_encoder
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .rules import _SIZE, Violation
 from .spec import Im2colSpec, TiledSpec, int_sequence, positive_ints, to_driver_order
@@ -264,7 +265,7 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     descriptor = None
     if encode and device is not None and resolved.major >= 9:
         if _driver.device_count() == 1:  # encode_or_explain's first step, inline: one GPU, encode at once
-            err, descriptor = encode_tiled_raw(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
+            err, descriptor = _encode.encode_tiled_raw(dt, address, dims, gstrides, box_d, es_d, il, sw, l2, oob)
             if int(err) != 0:
                 descriptor = None
         if descriptor is None:

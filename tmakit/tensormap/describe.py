@@ -124,6 +124,17 @@ def split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) ->
     return tuple(strides[-2::-1])  # dims 1..rank-1, innermost first (to_driver_order of strides[:-1])
 
 
+def _plain_sizes(values: tuple) -> bool:
+    """Whether every entry is a plain int >= 0 (the common form of box= and element_strides=)."""
+    for v in values:
+        if type(v) is not int or v < 0:
+            return False
+    return True
+
+
+_ONES = {rank: (1,) * rank for rank in range(1, 6)}  # element_strides=None: every element, each rank
+
+
 def _sizes(name: str, values: Any, rank: int) -> tuple[int, ...]:
     """``positive_ints`` with a fast path for the common form: a tuple of ``rank`` non-negative ints."""
     if type(values) is tuple and len(values) == rank:
@@ -228,8 +239,8 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     if not 1 <= rank <= 5:
         raise InvalidArgumentError("shape", shp, f"a {rank}-d array has no tensor map (rank 1 to 5)",
                                    "describe an array of 1 to 5 dims (merge or split dims, or add a unit dim)")
-    box_np = _sizes("box", box, rank)
-    es_np = (1,) * rank if element_strides is None else _sizes("element_strides", element_strides, rank)
+    box_np = box if type(box) is tuple and len(box) == rank and _plain_sizes(box) else positive_ints("box", box, rank)
+    es_np = _ONES[rank] if element_strides is None else _sizes("element_strides", element_strides, rank)
     il = _IL_NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
     size = _SIZE[dt]
     if swizzle is _AUTO:
@@ -247,12 +258,12 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
         resolved = resolve_arch(arch, device)
     # numpy order -> driver order (what spec.to_driver_order does, as slices): dims, box, traversal strides,
     # and globalStrides = the byte strides of dims 1..rank-1 (the innermost must be the element size)
-    for s in st:
-        if s < 0:
-            split_strides(dt, shp, st, "strides")  # raises, naming the negative stride
-    if shp[-1] > 1 and st[-1] != size:
-        split_strides(dt, shp, st, "strides")  # raises: the innermost dimension is not contiguous
-    dims, gstrides, box_d, es_d = shp[::-1], tuple(st[-2::-1]), box_np[::-1], es_np[::-1]
+    if min(st) < 0 or (shp[-1] > 1 and st[-1] != size):
+        split_strides(dt, shp, st, "strides")  # raises, naming the negative or the non-contiguous stride
+    dims, gstrides, box_d = shp[::-1], st[-2::-1], box_np[::-1]
+    es_d = es_np if element_strides is None else es_np[::-1]
+    if type(gstrides) is not tuple:
+        gstrides = tuple(gstrides)
     spec = _new_spec(TiledSpec)  # TiledSpec.checked, inline: every value above is parsed and checked
     spec.__dict__.update(dtype=dt, address=address, dims=dims, strides=gstrides, box=box_d, element_strides=es_d,
                          interleave=il, swizzle=sw, l2_promotion=l2, oob_fill=oob)

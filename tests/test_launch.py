@@ -126,6 +126,32 @@ def test_bad_arguments_raise_before_launch(args: tuple, pattern: str) -> None:
         _packer().pack(list(args))
 
 
+def test_blank_packer_shares_the_layout_with_its_own_buffer() -> None:
+    """What Kernel.bind takes: a packer of the same parameter list, its own buffer and kernelParams, the same
+    checks, and no reference cycle (freed by reference counting alone, without the cycle collector)."""
+    import gc
+    import weakref
+
+    proto = _packer()
+    args = [FakeDeviceArray(0x1000), -3, b"\x07" * 128, 2.5, -7]
+    proto.pack(args)
+    blank = proto.blank()
+    assert ctypes.addressof(blank.buffer) != ctypes.addressof(proto.buffer) and blank.bytes_of(2) == bytes(128)
+    base = ctypes.addressof(blank.buffer)
+    assert [blank.pointers[i] - base for i in range(5)] == [0, 8, 64, 192, 200]
+    blank.pack(args)
+    assert [blank.bytes_of(i) for i in range(5)] == [proto.bytes_of(i) for i in range(5)]
+    with pytest.raises(LaunchError, match=r"kernel first: argument 1 .*out of range"):
+        blank.write(1, 1 << 20)
+    gc.disable()
+    try:
+        gone = weakref.ref(blank.buffer)
+        del blank
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
 def test_unknown_type_params_pack_by_size() -> None:
     packer = ArgPacker([ParamInfo(0, 0, 4), ParamInfo(1, 8, 8), ParamInfo(2, 16, 16)], "k")
     packer.pack([1.5, -1, b"\1" * 16])

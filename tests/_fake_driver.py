@@ -418,14 +418,15 @@ class FakeKernel:
 
 @pytest.fixture
 def fake_launch(monkeypatch):
-    """The ops on an sm_90 that is not there: kernels, device attributes and the backend choice are faked;
-    returns the list of FakeKernels the ops asked for."""
+    """The ops on an sm_90 that is not there: kernels, device attributes and the backend choice are faked for
+    every op module (copy, transpose, load_tiles, gemm, attention); returns the list of FakeKernels the ops asked
+    for. Without a GPU no tensor map encodes: plan gemm and attention with ``backend="cp.async"``."""
     import importlib
 
     from tmakit.backend import choose_backend
 
     # the modules, not the functions tmakit.ops re-exports under the same names
-    copy_module, transpose_module = (importlib.import_module(f"tmakit.ops.{m}") for m in ("copy", "transpose"))
+    modules = [importlib.import_module(f"tmakit.ops.{m}") for m in ("copy", "transpose", "load_tiles", "gemm", "attention")]
 
     kernels = []
 
@@ -435,9 +436,10 @@ def fake_launch(monkeypatch):
 
     attributes = {"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
                   "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}
-    for module in (copy_module, transpose_module):
+    for module in modules:
         monkeypatch.setattr(module, "kernel", kernel)
         monkeypatch.setattr(module, "choose_backend", lambda backend, device: choose_backend(backend, arch="sm_90"))
-    monkeypatch.setattr(copy_module, "sm_count", lambda device: 132)
+        if hasattr(module, "sm_count"):
+            monkeypatch.setattr(module, "sm_count", lambda device: 132)
     monkeypatch.setattr(_driver, "device_attribute", lambda name, device: attributes[name])
     return kernels

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -77,6 +78,8 @@ def test_traced_transpose_compiles_for_both_engines(backend):
     assert ".entry tmakit_transpose" in traced.ptx and ".entry tmakit_transpose" in plain.ptx
     assert re.search(r"\.global .*tmakit_trace\[", traced.ptx), "the traced module has no trace buffer"
     assert "tmakit_trace" not in plain.ptx and "activemask" not in plain.ptx, "the product kernel records accesses"
+    # a load and a store hook for each element size (4) and row-class count (2), at least
+    assert traced.ptx.count("activemask") >= 16, "the hooks did not reach the turn's accesses"
 
 
 # ---- GPU tier ------------------------------------------------------------------------------------------------
@@ -174,3 +177,18 @@ class Turn:
 
     def __init__(self, esize):
         self.slice_bytes = 16 // max(1, 4 // esize)  # S = 16 / P, P = max(1, 4 / E)
+
+
+def test_trace_decoding_on_a_made_up_record(monkeypatch):
+    """What the GPU test reads back, decoded: per warp instruction its kind, width and the active lanes' addresses."""
+    counts = np.zeros(BLOCKS * WARPS, np.uint32)
+    trace = np.zeros((BLOCKS * WARPS, RECORDS, 32), np.uint32)
+    counts[3] = 2
+    trace[3, 0, :] = 0x80000000 | (4 << 24) | (np.arange(32, dtype=np.uint32) * 4 + 0x400)  # a 4-byte load, all lanes
+    trace[3, 1, 7::8] = 0x80000000 | (1 << 30) | (16 << 24) | 0x810  # a 16-byte store by lanes 7, 15, 23, 31
+    monkeypatch.setattr(sys.modules[__name__], "_read_global",
+                        lambda module, name, count: counts if name == "tmakit_trace_count" else trace.ravel())
+    (load, store) = _warp_accesses(None)
+    assert load == ("load", 4, [0x400 + 4 * i for i in range(32)]) and bank_conflicts(load[2], 4) == 0
+    assert store[:2] == ("store", 16) and [i for i, a in enumerate(store[2]) if a is not None] == [7, 15, 23, 31]
+    assert bank_conflicts(store[2], 16) == 0  # four lanes, one per 8-lane phase

@@ -54,11 +54,13 @@ __device__ __forceinline__ void tmakit_trace_record(unsigned address, unsigned b
   __syncwarp(mask);
 }}
 // the turn loads through const pointers and stores through mutable ones
-__device__ __forceinline__ void tmakit_trace_access(const void* p, unsigned bytes) {{
-  tmakit_trace_record((unsigned)__cvta_generic_to_shared(p), bytes, 0u);
-}}
-__device__ __forceinline__ void tmakit_trace_access(void* p, unsigned bytes) {{
-  tmakit_trace_record((unsigned)__cvta_generic_to_shared(p), bytes, 1u);
+__host__ __device__ constexpr unsigned tmakit_trace_is_store(const void*) {{ return 0u; }}
+__host__ __device__ constexpr unsigned tmakit_trace_is_store(void*) {{ return 1u; }}
+static_assert(tmakit_trace_is_store((uint4*)nullptr) == 1u && tmakit_trace_is_store((const unsigned char*)nullptr) == 0u,
+              "the turn's stores (uint4*) and loads (const uint8_t*) are told apart");
+template <class P>
+__device__ __forceinline__ void tmakit_trace_access(P* p, unsigned bytes) {{
+  tmakit_trace_record((unsigned)__cvta_generic_to_shared(p), bytes, tmakit_trace_is_store(p));
 }}
 #define TMAKIT_TRANSPOSE_TRACE(pointer, bytes) tmakit_trace_access((pointer), (bytes))
 #include "transpose.cu"

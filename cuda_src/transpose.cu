@@ -42,11 +42,18 @@
 // phase of a warp's loads and stores; the exceptions are 8-byte elements in two classes (the shifted class's
 // stores 2-way, column_chunk says why). The prefix's items take the same order, as one more group of 8
 // micro-block rows of which only the last (the prefix's V rows) works: its stores are then as conflict free
-// as the tile's (in a compact order they all landed in one image column, up to 8-way). tests/test_ops.py
-// counts all of it with tmakit.layout.
+// as the tile's (in a compact order they all landed in one image column, up to 8-way).
+// tests/test_transpose_banks.py counts the kernel's own accesses on the GPU (TMAKIT_TRANSPOSE_TRACE).
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
 #include "tmakit/swizzle.cuh"
+
+// TMAKIT_TRANSPOSE_TRACE(pointer, bytes): called before each shared-memory access of the turn (the tile's
+// loads, the images' stores) with its address and width. Empty (no code) unless defined before this file is
+// compiled: tests/test_transpose_banks.py records every lane's address with it and counts bank conflicts.
+#ifndef TMAKIT_TRANSPOSE_TRACE
+#define TMAKIT_TRANSPOSE_TRACE(pointer, bytes) ((void)0)
+#endif
 
 using namespace tmakit;
 
@@ -185,8 +192,9 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefi
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t j = 0; j < K::V; ++j) {
-      const SliceBits x = *reinterpret_cast<const SliceBits*>(
-          source + swizzle_offset((first_row + j) * kSpan + c * 16u, kSwizzle128B) + p * K::S);
+      const uint8_t* at = source + swizzle_offset((first_row + j) * kSpan + c * 16u, kSwizzle128B) + p * K::S;
+      TMAKIT_TRANSPOSE_TRACE(at, K::S);
+      const SliceBits x = *reinterpret_cast<const SliceBits*>(at);
       memcpy(in[j], &x, K::S);
     }
     uint4 out[K::R];
@@ -284,8 +292,10 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run
-      *reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)position / 8u, k) +
-                                swizzle_offset((d / Classes) * kSpan + ((uint32_t)position % 8u) * 16u, kSwizzle128B)) = v;
+      uint4* at = reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)position / 8u, k) +
+                                           swizzle_offset((d / Classes) * kSpan + ((uint32_t)position % 8u) * 16u, kSwizzle128B));
+      TMAKIT_TRANSPOSE_TRACE(at, 16u);
+      *at = v;
     });
     box_store_begin();
 #pragma unroll

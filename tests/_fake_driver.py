@@ -1,10 +1,18 @@
-"""A CPU stand-in for the CUDA driver, so the host-side logic (exactly-once frees, keep-alive, copy checks,
-chunking) is tested on machines without a GPU. It implements only the calls tmakit's host side makes;
-"device memory" is ordinary host memory and every copy runs at once (bounds-checked against live
-allocations, so an out-of-bounds copy fails the test instead of corrupting memory).
+"""The one fake layer of the CPU tests: a stand-in CUDA driver, fake device arrays, streams, tensor maps,
+kernels and launches, so the host-side logic (exactly-once frees, keep-alive, copy checks, chunking, argument
+packing, plans) is tested on machines without a GPU. No test file keeps a private fake.
 
-Usage: the ``fake`` fixture patches ``tmakit._driver.driver``; ``fake.hold_events = True`` keeps events
-"not ready" until ``fake.complete_all()``.
+- ``fake`` (fixture): patches ``tmakit._driver.driver`` with a FakeDriver. It implements only the calls
+  tmakit's host side makes; "device memory" is ordinary host memory and every copy runs at once
+  (bounds-checked against live allocations, so an out-of-bounds copy fails the test instead of corrupting
+  memory). ``fake.hold_events = True`` keeps events "not ready" until ``fake.complete_all()``.
+- ``FakeDeviceArray`` (a ``__cuda_array_interface__`` object, or any interface dict), ``FakeTorchTensor``
+  (``data_ptr()`` and friends), ``device_view`` (an ArrayView at an address), the stream-likes
+  ``TorchLikeStream`` / ``CupyLikeStream`` / ``ProtocolStream``, ``FakeDescriptor`` (a TensorMap's by-value
+  bytes).
+- ``LaunchDriver`` + ``fake_kernel_of(monkeypatch, params)``: a real ``tmakit.launch.Kernel`` over a driver that
+  records each launch's argument bytes as the driver reads them.
+- ``fake_launch`` (fixture): the ops on a pretend sm_90 with ``FakeKernel``s that record binds and launches.
 """
 from __future__ import annotations
 
@@ -238,11 +246,136 @@ def fake(monkeypatch):
 # ---- fake arrays and launches: the ops' host side without a GPU ---------------------------------------------
 
 class FakeDeviceArray:
-    """A __cuda_array_interface__ object at address 0 (no driver needed to view it): enough for argument checks."""
+    """A __cuda_array_interface__ object at ``ptr`` (no driver needed to view it at 0): enough for argument
+    checks and pointer packing. ``FakeDeviceArray.of_interface(d)`` carries any dict, malformed ones too."""
 
-    def __init__(self, shape, typestr="<f4", strides=None, ptr=0):
+    def __init__(self, shape=(4,), typestr="<f4", strides=None, ptr=0):
         self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": typestr, "data": (ptr, False),
                                          "strides": strides, "version": 3}
+
+    @classmethod
+    def of_interface(cls, interface):
+        array = cls.__new__(cls)
+        array.__cuda_array_interface__ = interface
+        return array
+
+
+class FakeTorchTensor:
+    """Enough of a CUDA torch tensor for tmakit's array adapter (data_ptr, stride, element_size, device)."""
+
+    class _Device:
+        type, index = "cuda", 0
+
+    def __init__(self, shape, ptr=1 << 20, dtype="float32", itemsize=4):
+        self.shape, self._ptr, self.dtype, self._itemsize = tuple(shape), ptr, f"torch.{dtype}", itemsize
+        self.device = self._Device()
+        self._strides = tuple(int(x) for x in np.cumprod((1,) + self.shape[:0:-1])[::-1])
+
+    def data_ptr(self):
+        return self._ptr
+
+    def stride(self):
+        return self._strides
+
+    def element_size(self):
+        return self._itemsize
+
+    def get_device(self):
+        return 0
+
+
+class TorchLikeStream:
+    """A stream object as torch shows it (``.cuda_stream``)."""
+
+    def __init__(self, handle):
+        self.cuda_stream = handle
+
+
+class CupyLikeStream:
+    """A stream object as CuPy shows it (``.ptr``)."""
+
+    def __init__(self, handle):
+        self.ptr = handle
+
+
+class ProtocolStream:
+    """A stream through the CUDA stream protocol (``__cuda_stream__``)."""
+
+    def __init__(self, handle, version=0):
+        self._answer = (version, handle)
+
+    def __cuda_stream__(self):
+        return self._answer
+
+
+class FakeDescriptor:
+    """Stands in for tmakit's TensorMap: by-value bytes through __kernel_param__, and a device ordinal."""
+
+    def __init__(self, payload: bytes, device: int = 0):
+        self.payload, self.device, self.asked = payload, device, []
+
+    def __kernel_param__(self, nbytes: int) -> bytes:
+        self.asked.append(nbytes)
+        return self.payload
+
+
+class LaunchDriver:
+    """Answers the driver calls a Kernel makes; cuLaunchKernelEx reads kernelParams back like the driver does and
+    records ``(config, [argument bytes])`` in ``launches``."""
+
+    def __init__(self, layout):
+        self.real, self.layout, self.launches, self.set_attrs, self.fail_next = real, layout, [], [], []
+        for name in ("CUfunction_attribute", "CUlaunchConfig", "CUstream", "CUlaunchAttribute", "CUlaunchAttributeID"):
+            setattr(self, name, getattr(real, name))
+        self.func_attrs = {"MAX_THREADS_PER_BLOCK": 1024, "SHARED_SIZE_BYTES": 1024,
+                           "MAX_DYNAMIC_SHARED_SIZE_BYTES": 48 * 1024 - 1024}
+
+    def cuFuncGetParamInfo(self, func, index):
+        if index >= len(self.layout):
+            return real.CUresult.CUDA_ERROR_INVALID_VALUE, 0, 0
+        return (OK, *self.layout[index])
+
+    def cuFuncGetAttribute(self, attr, func):
+        return OK, self.func_attrs[attr.name.replace("CU_FUNC_ATTRIBUTE_", "")]
+
+    def cuFuncSetAttribute(self, func, attr, value):
+        self.set_attrs.append((attr.name, value))
+        return (OK,)
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, func, threads, smem):
+        per_sm = (228 * 1024) // (smem + self.func_attrs["SHARED_SIZE_BYTES"]) if threads <= 1024 else 0
+        return OK, min(per_sm, 2048 // threads)
+
+    def cuLaunchKernelEx(self, config, func, params, extra):
+        if self.fail_next:
+            return (self.fail_next.pop(0),)
+        pointers = (ctypes.c_void_p * len(self.layout)).from_address(params)
+        args = [ctypes.string_at(pointers[i], size) for i, (_, size) in enumerate(self.layout)]
+        self.launches.append((config, args))
+        return (OK,)
+
+
+class FakeModule:
+    """What a Kernel holds of its Module: a device and a finalizer that says it is open."""
+
+    def __init__(self, device=0):
+        self.device = device
+        self._finalizer = weakref.finalize(self, lambda: None)
+
+
+def fake_kernel_of(monkeypatch, params, name="first"):
+    """``(kernel, driver, module)``: a real tmakit Kernel for the PTX parameters ``params`` on a LaunchDriver
+    (an sm_90 with 227 KiB of shared memory)."""
+    from tmakit import Arch
+    from tmakit.launch import Kernel
+
+    drv = LaunchDriver([(p.offset, p.size) for p in params])
+    monkeypatch.setattr(_driver, "driver", lambda: drv)
+    monkeypatch.setattr(_driver, "bindings", lambda: real)
+    monkeypatch.setattr(_driver, "device_arch", lambda ordinal=0: Arch(9, 0))
+    monkeypatch.setattr(_driver, "device_attribute", lambda name, ordinal=0: 227 * 1024)
+    module = FakeModule()
+    return Kernel(module, name, object(), params), drv, module
 
 
 def device_view(ptr, shape, dtype="float32", strides=None, device=0):
@@ -285,14 +418,15 @@ class FakeKernel:
 
 @pytest.fixture
 def fake_launch(monkeypatch):
-    """The ops on an sm_90 that is not there: kernels, device attributes and the backend choice are faked;
-    returns the list of FakeKernels the ops asked for."""
+    """The ops on an sm_90 that is not there: kernels, device attributes and the backend choice are faked for
+    every op module (copy, transpose, load_tiles, gemm, attention); returns the list of FakeKernels the ops asked
+    for. Without a GPU no tensor map encodes: plan gemm and attention with ``backend="cp.async"``."""
     import importlib
 
     from tmakit.backend import choose_backend
 
     # the modules, not the functions tmakit.ops re-exports under the same names
-    copy_module, transpose_module = (importlib.import_module(f"tmakit.ops.{m}") for m in ("copy", "transpose"))
+    modules = [importlib.import_module(f"tmakit.ops.{m}") for m in ("copy", "transpose", "load_tiles", "gemm", "attention")]
 
     kernels = []
 
@@ -302,9 +436,10 @@ def fake_launch(monkeypatch):
 
     attributes = {"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
                   "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}
-    for module in (copy_module, transpose_module):
+    for module in modules:
         monkeypatch.setattr(module, "kernel", kernel)
         monkeypatch.setattr(module, "choose_backend", lambda backend, device: choose_backend(backend, arch="sm_90"))
-    monkeypatch.setattr(copy_module, "sm_count", lambda device: 132)
+        if hasattr(module, "sm_count"):
+            monkeypatch.setattr(module, "sm_count", lambda device: 132)
     monkeypatch.setattr(_driver, "device_attribute", lambda name, device: attributes[name])
     return kernels

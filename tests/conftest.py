@@ -1,7 +1,9 @@
 """One place that probes the GPU once and turns capability markers into skips with reasons.
 
 Markers: requires_gpu, requires_sm90 (TMA), requires_sm80 (cp.async). A skipped test is reported as
-skipped, never as passed.
+skipped, never as passed. On a machine meant to run them, ``TMAKIT_TEST_REQUIRE_GPU=1`` (or ``=sm_90``) turns
+those skips into an error: a broken driver then fails the run instead of skipping every GPU test.
+tests/test_suite_rules.py keeps the tests honest (no early return, every skip with a reason, known markers).
 """
 from __future__ import annotations
 
@@ -50,13 +52,26 @@ def gpu() -> GpuProbe:
     return gpu_probe()
 
 
+def _required_gpu(probe: GpuProbe) -> None:
+    """With TMAKIT_TEST_REQUIRE_GPU set, a GPU (of at least that arch) must be here: no GPU test may skip."""
+    want = os.environ.get("TMAKIT_TEST_REQUIRE_GPU", "")
+    if not want or want == "0":
+        return
+    major = int(want[3:4]) if want.startswith("sm_") and want[3:4].isdigit() else 0
+    if not probe.available or probe.major < major:
+        have = f"{probe.name} (sm_{probe.major}{probe.minor})" if probe.available else probe.reason
+        raise pytest.UsageError(f"TMAKIT_TEST_REQUIRE_GPU={want}, but {have}: the GPU tests would all skip")
+
+
 def pytest_collection_modifyitems(config, items):
     probe = None
     for item in items:
         needs = {m.name for m in item.iter_markers()} & {"requires_gpu", "requires_sm90", "requires_sm80"}
         if not needs:
             continue
-        probe = probe or gpu_probe()
+        if probe is None:
+            probe = gpu_probe()
+            _required_gpu(probe)
         if not probe.available:
             item.add_marker(pytest.mark.skip(reason=f"requires a GPU: {probe.reason}"))
         elif "requires_sm90" in needs and probe.major < 9:

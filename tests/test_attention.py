@@ -21,7 +21,7 @@ from tmakit.ops import plan_attention
 attn_mod = importlib.import_module("tmakit.ops.attention")  # the module (tmakit.ops.attention is the function)
 check_config, default_config = attn_mod.check_config, attn_mod.default_config
 
-from test_ops import FakeDeviceArray
+from _fake_driver import FakeDeviceArray
 
 
 # ----------------------------------------------------------------------------------------------------------

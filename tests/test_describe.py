@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from _fake_driver import FakeTorchTensor
 import tmakit
 from tmakit import InvalidArgumentError, Swizzle, TensorMapError, describe_im2col, describe_tensor
 from tmakit.tensormap.tensor_map import TensorMap
@@ -14,7 +15,7 @@ def test_describe_without_gpu_checks_and_sizes():
     assert tm.dims == (4096, 4096) and tm.strides == (8192,) and tm.box == (64, 64)
     assert tm.shape == (4096, 4096) and tm.box_shape == (64, 64)
     assert tm.swizzle is Swizzle.B128 and tm.box_bytes == 8192 and tm.smem_alignment == 1024
-    assert not tm.encoded and tm.backend == "cp.async" and len(tm.box_params()) == 160
+    assert not tm.encoded and tm.backend == "cp.async"  # its BoxParams: test_box_params_layout
     assert "TensorMap(tiled, bf16" in repr(tm)
 
 
@@ -234,37 +235,13 @@ def test_encode_tiled_and_im2col_validate_their_inputs():
         describe_im2col(shape=(8, 64), dtype="f16", pixels_per_column=8, encode=False)
 
 
-class _TorchLike:
-    """Enough of a CUDA torch tensor for describe_tensor's per-array cache (no GPU: encode=False)."""
-
-    class _Device:
-        type, index = "cuda", 0
-
-    def __init__(self, shape, ptr=1 << 20, dtype="float32", itemsize=4):
-        self.shape, self._ptr, self.dtype, self._itemsize = tuple(shape), ptr, f"torch.{dtype}", itemsize
-        self.device = self._Device()
-        self._strides = tuple(int(x) for x in np.cumprod((1,) + self.shape[:0:-1])[::-1])
-
-    def data_ptr(self):
-        return self._ptr
-
-    def stride(self):
-        return self._strides
-
-    def element_size(self):
-        return self._itemsize
-
-    def get_device(self):
-        return 0
-
-
 def test_describe_reads_the_array_each_call_and_holds_it():
     """No request cache: a moved or resized array is described as it is now, bad twins of a good request
     are refused, and the map holds the array it describes."""
     import gc
     import weakref
 
-    x = _TorchLike((256, 512))
+    x = FakeTorchTensor((256, 512))
     first = describe_tensor(x, box=(64, 32), encode=False)
     assert first.owner is x and first.address == x._ptr
     x._ptr += 4096
@@ -289,13 +266,13 @@ def test_describe_reads_the_array_each_call_and_holds_it():
     del x, first
     gc.collect()
     assert alive() is not None and tm.owner is alive(), "a TensorMap keeps its array alive"
-    assert "holds its _TorchLike" in repr(tm)
+    assert "holds its FakeTorchTensor" in repr(tm)
 
 
 def test_with_address_without_gpu_moves_the_spec_and_checks_the_array():
-    x = _TorchLike((256, 512))
+    x = FakeTorchTensor((256, 512))
     tm = describe_tensor(x, box=(64, 32), encode=False)
-    y = _TorchLike((256, 512), ptr=1 << 24)
+    y = FakeTorchTensor((256, 512), ptr=1 << 24)
     moved = tm.with_address(y)
     assert moved.address == 1 << 24 and moved.owner is y and moved.spec.box == tm.spec.box and moved.descriptor is None
     assert tm.address == 1 << 20 and tm.owner is x
@@ -304,10 +281,10 @@ def test_with_address_without_gpu_moves_the_spec_and_checks_the_array():
     with pytest.raises(InvalidArgumentError, match="^address.*16-byte aligned"):
         tm.with_address(0x7F0000001008)
     with pytest.raises(InvalidArgumentError, match="^array.*shape.*must match the map's shape"):
-        tm.with_address(_TorchLike((128, 512), ptr=1 << 24))
+        tm.with_address(FakeTorchTensor((128, 512), ptr=1 << 24))
     with pytest.raises(InvalidArgumentError, match="^array.*dtype int32.*must match the map's dtype f32"):
-        tm.with_address(_TorchLike((256, 512), ptr=1 << 24, dtype="int32"))
-    z = _TorchLike((256, 512), ptr=1 << 24)
+        tm.with_address(FakeTorchTensor((256, 512), ptr=1 << 24, dtype="int32"))
+    z = FakeTorchTensor((256, 512), ptr=1 << 24)
     z._strides = (1024, 1)  # padded rows
     with pytest.raises(InvalidArgumentError, match="^array.*strides.*must match the map's strides"):
         tm.with_address(z)

@@ -196,16 +196,55 @@ def test_kernel_compiles_and_box_param_matches_backend(kernel, arch, forced):
         assert first.size == expected, f"{kernel} {arch} forced={forced}: box parameter is {first.size} bytes"
 
 
-def test_tma_instructions_only_in_sm90_builds():
-    """The sm_80 PTX of a one-source kernel must not contain TMA (it would not assemble)."""
-    if not _nvrtc_available():
-        pytest.skip("NVRTC is not importable")
+def _mma_probe() -> str:
+    from test_mma_sync import SOURCE  # the probe the GPU test runs
+
+    return SOURCE
+
+
+_BULK = "cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+# The one table of "this build emits these instructions (and not those)": (source, arch, defines, PTX that must
+# appear, PTX that must not, SASS that must appear where cuobjdump is on the PATH). Each kernel also compiles for
+# both engines in test_kernel_compiles_and_box_param_matches_backend.
+INSTRUCTIONS = {
+    "tile_load_sm80": ("tile_load.cu", "sm_80", None, ["cp.async.cg.shared.global"], ["cp.async.bulk.tensor"], []),
+    "tile_load_sm90a": ("tile_load.cu", "sm_90a", None, ["cp.async.bulk.tensor"], [], []),
+    "tma_modes": ("tma_modes.cu", "sm_90a", None,
+                  [f"cp.async.bulk.tensor.{n}d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes" for n in (3, 4, 5)]
+                  + [_BULK.format(n=n) + ".multicast::cluster" for n in range(1, 6)]
+                  + [f"cp.reduce.async.bulk.tensor.{n}d.global.shared::cta.add.tile.bulk_group" for n in range(1, 6)]
+                  + ["barrier.cluster.arrive.release.aligned", "%cluster_ctarank"], [], []),
+    "tma_prefetch": ("tma_prefetch.cu", "sm_90a", None,
+                     [f"cp.async.bulk.prefetch.tensor.{n}d.L2.global.tile" for n in range(1, 6)], [], []),
+    "tma_prefetch_forced_cp_async": ("tma_prefetch.cu", "sm_90a", {"TMAKIT_FORCE_CP_ASYNC": 1},
+                                     ["cp.async.cg.shared.global"], ["prefetch.tensor"], []),  # the twin only loads
+    "wgmma_probe": ("wgmma_probe.cu", "sm_90a", None, ["wgmma.mma_async.sync.aligned.m64n64k16"], [], []),
+    "mma_probe_sm80": (_mma_probe, "sm_80", None, ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                       "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"], [],
+                       ["HMMA.16816.F32.BF16", "LDSM.16.MT88.4", "LDSM.16.M88.4"]),
+    "mma_probe_sm90a": (_mma_probe, "sm_90a", None, ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"], [],
+                        ["HMMA.16816.F32.BF16", "LDSM.16.MT88.4", "LDSM.16.M88.4"]),
+}
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("case", list(INSTRUCTIONS))
+def test_builds_emit_the_documented_instructions(case, tmp_path):
+    import shutil
+    import subprocess
+
     from tmakit.build import compile_cuda
 
-    ptx80 = compile_cuda("tile_load.cu", arch="sm_80").ptx
-    ptx90 = compile_cuda("tile_load.cu", arch="sm_90a").ptx
-    assert "cp.async.bulk.tensor" not in ptx80 and "cp.async.cg.shared.global" in ptx80
-    assert "cp.async.bulk.tensor" in ptx90
+    source, arch, defines, present, absent, sass = INSTRUCTIONS[case]
+    code = compile_cuda(source() if callable(source) else source, arch=arch, defines=defines, name=f"{case}.cu")
+    assert [p for p in present if p not in code.ptx] == [], f"{case}: missing from the PTX"
+    assert [a for a in absent if a in code.ptx] == [], f"{case}: in the PTX, but must not be"
+    if sass and shutil.which("cuobjdump"):
+        cubin = tmp_path / f"{case}.cubin"
+        cubin.write_bytes(code.code)
+        dump = subprocess.run(["cuobjdump", "--dump-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        assert [x for x in sass if x not in dump] == [], f"{case}: missing from the SASS"
 
 
 @pytest.mark.parametrize("name", PTX)

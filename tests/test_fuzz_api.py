@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from _fake_driver import FakeDeviceArray
 import tmakit
 from tmakit import (Arch, DataType, Interleave, L2Promotion, OOBFill, Swizzle, TensorMapError, TmakitError,
                     bank_conflicts, box_geometry, check_im2col, check_tiled, describe_im2col, describe_tensor,
@@ -136,11 +137,6 @@ DESCRIBE_BAD = {
 }
 
 
-class _CAI:
-    def __init__(self, cai):
-        self.__cuda_array_interface__ = cai
-
-
 CAI_BAD = st.one_of(
     st.dictionaries(st.sampled_from(["typestr", "shape", "data", "strides", "version"]),
                     st.one_of(st.none(), st.text(max_size=4), st.integers(-5, 5), st.lists(st.integers(-3, 3)))),
@@ -164,7 +160,7 @@ def test_describe_tensor_refuses_invalid_values(parameter, data):
 
 
 @FUZZ
-@given(array=st.one_of(CAI_BAD.map(_CAI), st.just(np.zeros((64, 64), np.float32)), st.integers(), st.text(max_size=3),
+@given(array=st.one_of(CAI_BAD.map(FakeDeviceArray.of_interface), st.just(np.zeros((64, 64), np.float32)), st.integers(), st.text(max_size=3),
                        st.just(object())))
 def test_describe_tensor_refuses_what_is_not_a_device_array(array):
     refused("describe_tensor", "array", lambda: describe_tensor(array, box=(8, 8)))

@@ -22,7 +22,7 @@ from tmakit.ops import plan_gemm
 gemm_mod = importlib.import_module("tmakit.ops.gemm")
 check_config, default_config = gemm_mod.check_config, gemm_mod.default_config
 
-from test_ops import FakeDeviceArray  # noqa: E402
+from _fake_driver import FakeDeviceArray  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------------------

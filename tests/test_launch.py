@@ -7,6 +7,8 @@ import struct
 import numpy as np
 import pytest
 
+from _fake_driver import (CupyLikeStream, FakeDescriptor, FakeDeviceArray, TorchLikeStream,
+                          fake_kernel_of)
 from tmakit import InvalidArgumentError, LaunchError, UnsupportedDeviceError
 from tmakit.arrays import ArrayView
 from tmakit.kernel_signature import ParamInfo, merge_driver_layout, parse_ptx_entries, ptx_targets
@@ -59,22 +61,6 @@ def test_merge_driver_layout() -> None:
         merge_driver_layout(ptx, [(0, 8)], "first")
 
 
-class FakeDescriptor:
-    """Stands in for tmakit's TensorMap: by-value bytes through __kernel_param__, and a device ordinal."""
-
-    def __init__(self, payload: bytes, device: int = 0):
-        self.payload, self.device, self.asked = payload, device, []
-
-    def __kernel_param__(self, nbytes: int) -> bytes:
-        self.asked.append(nbytes)
-        return self.payload
-
-
-class FakeDeviceArray:
-    def __init__(self, ptr: int):
-        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4", "version": 3}
-
-
 def _packer() -> ArgPacker:
     return ArgPacker(parse_ptx_entries(HAND_PTX)["first"], "first", device=0)
 
@@ -86,7 +72,7 @@ def test_packs_every_kind_byte_for_byte() -> None:
     packer = _packer()
     packer.view[:] = b"\xcd" * len(packer.view)  # poison
     desc = FakeDescriptor(payload)
-    packer.pack([FakeDeviceArray(ptr), -3, desc, 2.5, -7])
+    packer.pack([FakeDeviceArray(ptr=ptr), -3, desc, 2.5, -7])
     assert packer.bytes_of(0) == struct.pack("<Q", ptr)
     assert packer.bytes_of(1) == b"\xfd"
     assert packer.bytes_of(2) == payload and desc.asked == [128]
@@ -159,14 +145,8 @@ def test_unknown_type_params_pack_by_size() -> None:
 
 
 def test_stream_handle_forms() -> None:
-    class TorchLike:
-        cuda_stream = 0x1234
-
-    class CupyLike:
-        ptr = 0x99
-
     assert stream_handle(None) == 0 and stream_handle(42) == 42
-    assert stream_handle(TorchLike()) == 0x1234 and stream_handle(CupyLike()) == 0x99
+    assert stream_handle(TorchLikeStream(0x1234)) == 0x1234 and stream_handle(CupyLikeStream(0x99)) == 0x99
     from cuda.bindings import driver
 
     assert stream_handle(driver.CUstream(77)) == 77
@@ -410,64 +390,9 @@ def test_closed_module_refuses_launch(buffer) -> None:
 # ------------------------------------------------- CPU tests of Kernel against a recording stand-in driver
 
 
-class RecordingDriver:
-    """Answers the driver calls Kernel makes; cuLaunchKernelEx reads kernelParams back like the driver does."""
-
-    def __init__(self, layout: list[tuple[int, int]]):
-        from cuda.bindings import driver as real
-
-        self.real, self.layout, self.launches, self.set_attrs, self.fail_next = real, layout, [], [], []
-        for name in ("CUfunction_attribute", "CUlaunchConfig", "CUstream", "CUlaunchAttribute", "CUlaunchAttributeID"):
-            setattr(self, name, getattr(real, name))
-        self.func_attrs = {"MAX_THREADS_PER_BLOCK": 1024, "SHARED_SIZE_BYTES": 1024,
-                           "MAX_DYNAMIC_SHARED_SIZE_BYTES": 48 * 1024 - 1024}
-
-    def cuFuncGetParamInfo(self, func, index):
-        if index >= len(self.layout):
-            return self.real.CUresult.CUDA_ERROR_INVALID_VALUE, 0, 0
-        return (self.real.CUresult.CUDA_SUCCESS, *self.layout[index])
-
-    def cuFuncGetAttribute(self, attr, func):
-        return self.real.CUresult.CUDA_SUCCESS, self.func_attrs[attr.name.replace("CU_FUNC_ATTRIBUTE_", "")]
-
-    def cuFuncSetAttribute(self, func, attr, value):
-        self.set_attrs.append((attr.name, value))
-        return (self.real.CUresult.CUDA_SUCCESS,)
-
-    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, func, threads, smem):
-        per_sm = (228 * 1024) // (smem + self.func_attrs["SHARED_SIZE_BYTES"]) if threads <= 1024 else 0
-        return self.real.CUresult.CUDA_SUCCESS, min(per_sm, 2048 // threads)
-
-    def cuLaunchKernelEx(self, config, func, params, extra):
-        if self.fail_next:
-            return (self.fail_next.pop(0),)
-        pointers = (ctypes.c_void_p * len(self.layout)).from_address(params)
-        args = [ctypes.string_at(pointers[i], size) for i, (_, size) in enumerate(self.layout)]
-        self.launches.append((config, args))
-        return (self.real.CUresult.CUDA_SUCCESS,)
-
-
-class FakeModule:
-    def __init__(self):
-        import weakref
-
-        self.device = 0
-        self._finalizer = weakref.finalize(self, lambda: None)
-
-
 @pytest.fixture()
 def fake_kernel(monkeypatch: pytest.MonkeyPatch):
-    from tmakit import Arch, _driver
-    from tmakit.launch import Kernel
-
-    params = parse_ptx_entries(HAND_PTX)["first"]
-    drv = RecordingDriver([(p.offset, p.size) for p in params])
-    monkeypatch.setattr(_driver, "driver", lambda: drv)
-    monkeypatch.setattr(_driver, "bindings", lambda: drv.real)
-    monkeypatch.setattr(_driver, "device_arch", lambda ordinal=0: Arch(9, 0))
-    monkeypatch.setattr(_driver, "device_attribute", lambda name, ordinal=0: 227 * 1024)
-    module = FakeModule()
-    return Kernel(module, "first", object(), params), drv, module
+    return fake_kernel_of(monkeypatch, parse_ptx_entries(HAND_PTX)["first"])
 
 
 def test_kernel_launch_passes_params_by_pointer(fake_kernel) -> None:
@@ -582,12 +507,8 @@ def test_bound_launch_update_writes_only_that_argument(fake_kernel) -> None:
 def test_bound_launch_on_another_stream(fake_kernel) -> None:
     kernel, drv, _ = fake_kernel
     bound = kernel.bind(16, 7, bytes(128), 0.5, 3, grid=2, block=64, stream=0x55)
-
-    class TorchLikeStream:
-        cuda_stream = 0x77
-
     bound()
-    bound(stream=TorchLikeStream())
+    bound(stream=TorchLikeStream(0x77))
     bound()
     streams = [int(config.hStream) for config, _ in drv.launches]
     assert streams == [0x55, 0x77, 0x55]
@@ -600,11 +521,7 @@ def test_bound_launch_keeps_its_arguments_alive_or_refuses_once_gone(fake_kernel
 
     kernel, drv, _ = fake_kernel
 
-    class FakeArray:  # a device array stand-in: the bound launch took its pointer
-        def __init__(self, ptr):
-            self.__cuda_array_interface__ = {"data": (ptr, False), "shape": (4,), "typestr": "<f4", "version": 3}
-
-    arr = FakeArray(0x10000)
+    arr = FakeDeviceArray(ptr=0x10000)  # the bound launch takes its pointer
     alive = weakref.ref(arr)
     bound = kernel.bind(arr, 7, bytes(128), 0.5, 3, grid=1, block=32)
     del arr
@@ -612,7 +529,7 @@ def test_bound_launch_keeps_its_arguments_alive_or_refuses_once_gone(fake_kernel
     assert alive() is not None, "a bound launch keeps the arrays it took pointers from"
     bound()
     assert drv.launches[-1][1][0] == struct.pack("<Q", 0x10000)
-    arr2 = FakeArray(0x20000)
+    arr2 = FakeDeviceArray(ptr=0x20000)
     weak_bound = kernel.bind(arr2, 7, bytes(128), 0.5, 3, grid=1, block=32, keep_args=False)
     weak_bound()
     del arr2

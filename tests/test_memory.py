@@ -34,6 +34,21 @@ def test_pinned_empty_is_numpy_array_owned_by_buffer(fake):
     assert a.sum() == 105.0
 
 
+@pytest.mark.parametrize("bad", ["x", None, 3, [1.0, 2.0], memoryview(b"abcd"), object()],
+                         ids=["str", "none", "int", "list", "memoryview", "object"])
+def test_is_pinned_refuses_what_is_not_a_numpy_array(fake, bad):
+    with pytest.raises(InvalidArgumentError, match=r"array=.*must be a numpy array"):
+        memory.is_pinned(bad)
+    with pytest.raises(InvalidArgumentError, match=r"array=.*must be a numpy array"):
+        memory.host_owner(bad)
+    # also while a registration exists (the lookup then reads the array's address)
+    held = np.zeros(64, np.uint8)
+    with memory.registered(held):
+        with pytest.raises(InvalidArgumentError, match=r"array=.*must be a numpy array"):
+            memory.is_pinned(bad)
+    assert memory.is_pinned(np.zeros(4)) is False
+
+
 def test_flags_reach_the_driver(fake, monkeypatch):
     seen = []
     real_alloc = fake.cuMemHostAlloc

@@ -11,7 +11,7 @@ import secrets
 
 import numpy as np
 import pytest
-from _fake_driver import device_view, fake_launch  # noqa: F401 - fixture
+from _fake_driver import device_view, fake, fake_launch  # noqa: F401 - fixture
 
 from tmakit import ops
 from tmakit.errors import InvalidArgumentError
@@ -234,3 +234,154 @@ def test_load_tiles_plan_on_the_gpu(backend):
             want = np.stack([tma_model.tma_load_image(tm, host.view(np.uint8).ravel(), c[::-1], poison=POISON)
                              for c in coords])
             assert np.array_equal(images, want), f"seed {seed}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Lifetimes: a plan keeps the arrays it took pointers from alive (CPU: fake arrays and kernels)
+# ----------------------------------------------------------------------------------------------------------
+
+def _held_after_del(make_plan, arrays):
+    """Make the plan from ``arrays`` (a dict of FakeDeviceArrays), drop every reference the test holds, collect:
+    the names of the arrays the plan let go."""
+    import gc
+    import weakref
+
+    refs = {name: weakref.ref(a) for name, a in arrays.items()}
+    plan = make_plan(**arrays)
+    arrays.clear()
+    gc.collect()
+    gone = sorted(name for name, ref in refs.items() if ref() is None)
+    return plan, gone
+
+
+def _fa(drv, shape, typestr="<f4"):
+    """A FakeDeviceArray over fake device memory (so that the array adapter finds its device)."""
+    from _fake_driver import FakeDeviceArray
+
+    nbytes = int(np.prod(shape)) * int(typestr[2:])
+    from tmakit import _driver
+
+    _driver.ensure_context(0)
+    return FakeDeviceArray(shape, typestr, ptr=drv.cuMemAlloc(nbytes)[1])
+
+
+LIFETIME_CASES = {
+    "copy": (lambda dst, src: ops.plan_copy(dst, src),
+             lambda d: {"dst": _fa(d, (64, 64)), "src": _fa(d, (64, 64))}),
+    "copy_cp_async": (lambda dst, src: ops.plan_copy(dst, src, backend="cp.async"),
+                      lambda d: {"dst": _fa(d, (64, 64)), "src": _fa(d, (64, 64))}),
+    "transpose_cp_async": (lambda dst, src: ops.plan_transpose(dst, src, backend="cp.async"),
+                           lambda d: {"dst": _fa(d, (48, 64)), "src": _fa(d, (64, 48))}),
+    "gemm_cp_async": (lambda a, b, c: ops.plan_gemm(a, b, c, backend="cp.async"),
+                      lambda d: {"a": _fa(d, (128, 64), "<f2"), "b": _fa(d, (64, 64), "<f2"),
+                                 "c": _fa(d, (128, 64), "<f2")}),
+    "attention_cp_async": (lambda q, k, v, out, lse: ops.plan_attention(q, k, v, out, lse=lse, backend="cp.async"),
+                           lambda d: {"q": _fa(d, (1, 2, 64, 64), "<f2"), "k": _fa(d, (1, 2, 64, 64), "<f2"),
+                                      "v": _fa(d, (1, 2, 64, 64), "<f2"), "out": _fa(d, (1, 2, 64, 64), "<f2"),
+                                      "lse": _fa(d, (1, 2, 64), "<f4")}),
+}
+
+
+@pytest.mark.parametrize("case", list(LIFETIME_CASES))
+def test_plans_keep_the_arrays_they_took_pointers_from_alive(fake, fake_launch, case):
+    make_plan, arrays = LIFETIME_CASES[case]
+    plan, gone = _held_after_del(make_plan, arrays(fake))
+    assert gone == [], f"plan_{case} let {gone} go while its launch still points at them"
+    plan()  # and it still runs
+    assert fake_launch[-1].bound[-1].launches == 1
+
+
+def _drop_and_reuse(*nbytes):
+    """Collect garbage, then allocate and fill buffers of these sizes with 0x5A: memory a plan let go would be
+    handed out again and overwritten here. Returns the buffers (keep them until the check)."""
+    import gc
+
+    from tmakit.device_array import DeviceArray
+
+    gc.collect()
+    return [DeviceArray.from_host(np.full(n, 0x5A, np.uint8)) for n in nbytes for _ in range(2)]
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("op", ["copy", "transpose"])
+def test_plans_keep_their_buffers_alive_on_the_gpu(backend, op):
+    """The plan is the only holder of its device arrays: after the caller drops them (and the memory would be
+    reused), plan() still reads and writes them."""
+    import weakref
+
+    from tmakit.device_array import DeviceArray
+
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    host = _random(rng, (256, 320), np.float32)
+    src, dst = DeviceArray.from_host(host), _poisoned((320, 256) if op == "transpose" else (256, 320), np.float32)
+    plan = (ops.plan_transpose if op == "transpose" else ops.plan_copy)(dst, src, backend=backend)
+    refs = [weakref.ref(src), weakref.ref(dst)]
+    del src, dst
+    junk = _drop_and_reuse(host.nbytes)
+    assert all(r() is not None for r in refs), "the plan let its buffers go"
+    plan()
+    _sync()
+    want = np.ascontiguousarray(host.T) if op == "transpose" else host
+    assert refs[1]().to_host().tobytes() == want.tobytes(), f"seed {seed}"
+    del junk
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_load_tiles_plan_keeps_its_array_alive_on_the_gpu(backend):
+    import weakref
+
+    from tmakit.device_array import DeviceArray
+    from tmakit.layout import tma_model
+
+    seed = secrets.randbits(32)
+    host = _random(np.random.default_rng(seed), (64, 64), np.float32)
+    array = DeviceArray.from_host(host)
+    coords = [[0, 0], [8, 32]]
+    plan = ops.plan_load_tiles(array, coords, box=(8, 32), swizzle="128B", backend=backend)
+    ref = weakref.ref(array)
+    del array
+    junk = _drop_and_reuse(host.nbytes)
+    assert ref() is not None, "the plan let its array go"
+    result = plan()
+    want = np.stack([tma_model.tma_load_image(result.tensor_map, host.view(np.uint8).ravel(), c[::-1], poison=POISON)
+                     for c in coords])
+    assert np.array_equal(result.images, want), f"seed {seed}"
+    del junk
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gemm_and_attention_plans_keep_their_operands_alive_on_the_gpu(backend):
+    import weakref
+
+    from tmakit.device_array import DeviceArray
+
+    seed = secrets.randbits(32)
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((128, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 64)).astype(np.float16)
+    da, db, dc = DeviceArray.from_host(a), DeviceArray.from_host(b), _poisoned((128, 64), np.float16)
+    gemm = ops.plan_gemm(da, db, dc, backend=backend)
+    q, k, v = (rng.standard_normal((1, 2, 64, 64)).astype(np.float16) for _ in range(3))
+    dq, dk, dv = (DeviceArray.from_host(x) for x in (q, k, v))
+    do, dl = _poisoned((1, 2, 64, 64), np.float16), _poisoned((1, 2, 64), np.float32)
+    attention = ops.plan_attention(dq, dk, dv, do, lse=dl, backend=backend)
+    refs = [weakref.ref(x) for x in (da, db, dc, dq, dk, dv, do, dl)]
+    del da, db, dc, dq, dk, dv, do, dl
+    junk = _drop_and_reuse(a.nbytes, b.nbytes, q.nbytes)
+    assert all(r() is not None for r in refs), "a plan let an operand go"
+    gemm()
+    attention()
+    _sync()
+    want = a.astype(np.float32) @ b.astype(np.float32).T
+    got = refs[2]().to_host().astype(np.float32)
+    assert np.allclose(got, want, rtol=2e-2, atol=5e-2), f"seed {seed}: gemm max error {np.abs(got - want).max()}"
+    s = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float32), k.astype(np.float32)) / 8.0
+    p = np.exp(s - s.max(-1, keepdims=True))
+    o = np.einsum("bhqk,bhkd->bhqd", p / p.sum(-1, keepdims=True), v.astype(np.float32))
+    got = refs[6]().to_host().astype(np.float32)
+    assert np.allclose(got, o, rtol=2e-2, atol=2e-2), f"seed {seed}: attention max error {np.abs(got - o).max()}"
+    del junk

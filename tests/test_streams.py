@@ -6,7 +6,7 @@ import gc
 import numpy as np
 import pytest
 
-from _fake_driver import fake  # noqa: F401 - fixture
+from _fake_driver import CupyLikeStream, ProtocolStream, TorchLikeStream, fake  # noqa: F401 - fixture
 from conftest import gpu_probe
 from tmakit import InvalidArgumentError, TmakitError, UnsupportedDeviceError, _driver
 from tmakit.device_array import DeviceArray
@@ -49,17 +49,7 @@ def test_stream_and_event_lifecycle(fake):
 def test_borrowed_streams_are_never_destroyed(fake):
     owner = Stream(0)
 
-    class TorchLike:
-        cuda_stream = owner.handle
-
-    class CupyLike:
-        ptr = owner.handle
-
-    class Protocol:
-        def __cuda_stream__(self):
-            return (0, owner.handle)
-
-    for obj in (TorchLike(), CupyLike(), Protocol(), owner.handle):
+    for obj in (TorchLikeStream(owner.handle), CupyLikeStream(owner.handle), ProtocolStream(owner.handle), owner.handle):
         s = as_stream(obj)
         assert s.borrowed and s.handle == owner.handle and s.device == 0
         s.close()

@@ -193,3 +193,51 @@ def test_on_a_gpu_the_driver_proves_the_suggestion_of_a_real_array():
     assert err.value.suggestion_proof == "rules and driver" and err.value.suggestion["box"] == (64, 32)
     tm = describe_tensor(x, dtype="bf16", **err.value.suggestion)
     assert tm.encoded and tm.box_shape == (64, 32)
+
+
+def test_check_tiled_and_check_im2col_fixes_agree_on_every_rejected_corpus_case():
+    """The public driver-order checkers: every fix of a rejected request names the same one change (the
+    suggestion where the tensor is valid, the nearest options otherwise), and that change passes every rule."""
+    from tmakit import check_im2col, check_tiled
+
+    lines = CORPUS.read_text().splitlines()
+    arch = json.loads(lines[0])["arch"]
+    checked, disagree, wrong = 0, [], []
+    for line in lines[1:]:
+        case = json.loads(line)
+        if case["verdict"] != "CUDA_ERROR_INVALID_VALUE" or not 1 <= len(case["dims"]) <= 5:
+            continue
+        options = dict(interleave=case["interleave"], swizzle=case["swizzle"], l2_promotion=case["l2_promotion"],
+                       oob_fill=case["oob_fill"], arch=arch)
+        if case["kind"] == "tiled":
+            found = check_tiled(case["dtype"], case_address(case), case["dims"], case["strides"], case["box"],
+                                case["element_strides"], **options)
+        else:
+            found = check_im2col(case["dtype"], case_address(case), case["dims"], case["strides"], case["lower_corner"],
+                                 case["upper_corner"], case["channels_per_pixel"], case["pixels_per_column"],
+                                 case["element_strides"], **options)
+        fixes = {v.fix for v in found if not v.rule.startswith(TENSOR_RULES)}
+        if not fixes:
+            continue
+        checked += 1
+        if len(fixes) != 1:
+            disagree.append((case["id"], sorted(fixes)))
+            continue
+        changes = suggest(spec_of(case), arch) if not any(v.rule.startswith(TENSOR_RULES) for v in found) else None
+        if changes is not None and check_spec(spec_of(case).replace(**changes), Arch.parse(arch)):
+            wrong.append(case["id"])
+    assert checked > 3000
+    assert disagree == [] and wrong == [], (len(disagree), disagree[:3], wrong[:3])
+
+
+def test_check_tiled_gives_the_issue_example_one_fix_in_driver_order():
+    from tmakit import check_tiled
+    from tmakit.tensormap import rules
+
+    args = ("bf16", 1 << 20, [4096, 4096], [8192], [300, 64], [1, 1])
+    raw = rules.check_tiled(*args, swizzle="64B")
+    assert len({v.fix for v in raw}) == 3  # the per-rule fixes, each right alone, contradict each other
+    found = check_tiled(*args, swizzle="64B")
+    assert [v.rule for v in found] == [v.rule for v in raw]
+    assert {v.fix for v in found} == {"use box=(32, 64): that one change repairs every violation"}
+    assert check_tiled("bf16", 1 << 20, [4096, 4096], [8192], [32, 64], [1, 1], swizzle="64B") == []

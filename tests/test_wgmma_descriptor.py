@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from tmakit import describe_tensor, tma_load_image
-from tmakit.build import compile_cuda
 from tmakit.layout.wgmma import (WgmmaDescriptor, check_wgmma_descriptor, operand_offsets, read_operand,
                                  wgmma_descriptors)
 
@@ -124,11 +123,6 @@ def test_operand_offsets_cover_distinct_bytes() -> None:
 # ----------------------------------------------------------------------------------------------------------
 # GPU: the hardware reads what the model says
 # ----------------------------------------------------------------------------------------------------------
-
-def test_probe_compiles() -> None:
-    code = compile_cuda("wgmma_probe.cu", arch="sm_90a")
-    assert code.entry_names() == ["tmakit_wgmma_probe"] and "wgmma.mma_async.sync.aligned.m64n64k16" in code.ptx
-
 
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("swizzle", SWIZZLES)

@@ -246,6 +246,10 @@ def host_owner(array: np.ndarray, parameter: str = "array") -> PinnedBuffer | Re
 
     Raises when the array's pinned buffer was freed: using it would read freed memory.
     """
+    if not isinstance(array, np.ndarray):
+        raise InvalidArgumentError(parameter, array if isinstance(array, (int, float, str, bytes, type(None))) else
+                                   type(array).__name__, "must be a numpy array (host memory)",
+                                   "pass a numpy array, e.g. one from tmakit.pinned_empty(...)")
     base: Any = array
     while isinstance(base, np.ndarray) and base.base is not None:
         base = base.base

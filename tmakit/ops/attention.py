@@ -273,6 +273,7 @@ class AttentionPlan:
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, lse: Any) -> None:
         cfg, scale_log2 = self.config, self.scale * math.log2(math.e)
+        self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
         if cfg.backend is Backend.TMA:
             from ..tensormap import describe_tensor

@@ -232,6 +232,7 @@ class GemmPlan:
     def _bind(self, a: ArrayView, b: ArrayView, c: ArrayView) -> None:
         cfg = self.config
         M, N, K = self.m, self.n, self.k
+        self._operands = (a, b, c)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         scal = (float(self.alpha), float(self.beta), cfg.group_m)
         ldc = c.strides[0] // c.itemsize if M > 1 else N
         if cfg.backend is Backend.TMA:

@@ -4,8 +4,9 @@ tensor_map (``TensorMap``), describe (``describe_tensor``, ``encode_tiled``), im
 from .describe import describe_tensor, encode_tiled
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .im2col import describe_im2col, encode_im2col
-from .rules import Violation, check_im2col, check_tiled
+from .rules import Violation
 from .spec import Im2colSpec, TiledSpec
+from .suggest import check_im2col, check_tiled
 from .tensor_map import TensorMap
 
 __all__ = ["describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col",

@@ -8,7 +8,8 @@ so a suggestion always passes every rule; where a GPU encodes the described arra
 too (``driver_verifier``). It returns the changed fields in driver order, or None when no change of
 options makes the request valid (the tensor itself breaks a rule).
 
-``tensor_map_error`` builds the ``TensorMapError`` a describe call raises: violations indexed in the caller's order
+``check_tiled`` / ``check_im2col`` (the public checkers, driver order) return the rule checker's violations with
+the same agreeing fixes. ``tensor_map_error`` builds the ``TensorMapError`` a describe call raises: violations indexed in the caller's order
 (``order``), every per-rule fix rewritten to agree with the suggestion, and ``err.suggestion`` holding the
 corrected arguments as a dict ready to pass back (``describe_tensor(x, **err.suggestion)``).
 """
@@ -24,6 +25,7 @@ from ..dtypes import DataType
 from ..errors import TensorMapError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .order import ORDER_NOTE, to_caller_order
+from . import rules
 from .rules import check_spec
 from .spec import Im2colSpec, TiledSpec
 
@@ -171,8 +173,17 @@ def _candidates_im2col(spec: Im2colSpec, arch: Arch, changed: tuple[str, ...]):
                                        lower_corner=tuple(lower), upper_corner=tuple(upper))
 
 
+# Rules about the tensor itself (its type, address, shape, strides): what the options' fixes set aside when the
+# tensor breaks one (32-byte strides of a packed type, say, which no option repairs either).
+_TENSOR = ("address.", "dims.", "strides.", "rank.", "arch.no_tma", "arch.dtype_blackwell", "dtype.")
+
+
 def _unfixable(violation: Any) -> bool:
     return violation.rule.startswith(_UNFIXABLE)
+
+
+def _tensor_rule(violation: Any) -> bool:
+    return violation.rule.startswith(_UNFIXABLE) or violation.rule.startswith(_TENSOR)
 
 
 def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3,
@@ -186,12 +197,13 @@ def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3,
     violations = check_spec(spec, arch)
     tensor_broken = any(_unfixable(v) for v in violations)
     # a suggestion needs an intact tensor; options_only needs a broken tensor and an option to repair as well
-    if not violations or tensor_broken != options_only or all(map(_unfixable, violations)):
+    if not violations or tensor_broken != options_only or all(map(_tensor_rule if options_only else _unfixable,
+                                                                  violations)):
         return None
 
     def passes(candidate: Any) -> bool:
         if options_only:
-            return all(_unfixable(v) for v in check_spec(candidate, arch))
+            return all(_tensor_rule(v) for v in check_spec(candidate, arch))
         return not check_spec(candidate, arch) and (verify is None or verify(candidate))
     tiled = isinstance(spec, TiledSpec)
     options = TILED_OPTIONS if tiled else IM2COL_OPTIONS
@@ -261,6 +273,22 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
     ((device, address) of the described array, where an sm_90+ GPU encodes) makes the driver prove the suggestion
     too; ``err.suggestion_proof`` says what proved it ("rules" or "rules and driver")."""
     verify = driver_verifier(*driver_at) if driver_at is not None and Arch.parse(arch).has_tma else None
+    shown, suggestion, line = agreeing_fixes(spec, arch, violations, order=order, auto_swizzle=auto_swizzle,
+                                             verify=verify)
+    err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
+    err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order
+    err.suggestion_proof = None if suggestion is None else "rules and driver" if verify is not None else "rules"
+    if line:
+        err.args = (f"{err.args[0]}\n  {line}",)
+    return err
+
+
+def agreeing_fixes(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequence[Any], *, order: str,
+                   auto_swizzle: bool = False, verify: Callable[[Any], bool] | None = None
+                   ) -> tuple[list[Any], dict[str, Any] | None, str]:
+    """``(violations, suggestion, line)``: ``violations`` in the caller's ``order`` with every fix rewritten to
+    agree with the one suggestion (or, where the tensor itself breaks a rule, the options' fixes with the nearest
+    options that repair the rest), the suggestion as caller arguments (None without one) and its one line."""
     changes = suggest(spec, arch, verify=verify)
     shown = to_caller_order(violations, spec, order)
     suggestion, line = None, ""
@@ -275,16 +303,50 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
         options = suggest(spec, arch, options_only=True)
         if options:
             partial = suggestion_line(caller_arguments(spec, options, order), set(options))
-            shown = [v if _unfixable(v) else replace(v, fix=f"use {partial[5:]} (with the tensor's own violations "
+            shown = [v if _tensor_rule(v) else replace(v, fix=f"use {partial[5:]} (with the tensor's own violations "
                                                          "fixed, that one change repairs the rest)") for v in shown]
-    err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
-    err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order
-    err.suggestion_proof = None if suggestion is None else "rules and driver" if verify is not None else "rules"
-    if line:
-        err.args = (f"{err.args[0]}\n  {line}",)
-    return err
+        elif len({v.fix for v in shown if not _tensor_rule(v)}) > 1:  # no options repair them on this tensor
+            shown = [v if _tensor_rule(v) else replace(v, fix="fix the tensor's own violations first: on this tensor "
+                                                         "no change of options repairs the rest") for v in shown]
+    return shown, suggestion, line
 
 
 def _agree(violation: Any, line: str) -> Any:
     """``violation`` with its fix rewritten to the one suggestion, so that every fix agrees."""
     return replace(violation, fix=f"use {line[5:]}: that one change repairs every violation")
+
+
+def check_tiled(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], box: Sequence[int],
+                element_strides: Sequence[int], *, interleave: Any = "none", swizzle: Any = "none",
+                l2_promotion: Any = "none", oob_fill: Any = "none", arch: Any = "sm_90") -> list[Any]:
+    """Every violation of cuTensorMapEncodeTiled's rules, in driver order (index 0 = innermost); an empty list
+    means the driver will accept it. The fixes agree with one another: each names the one nearest valid
+    parameter set (``suggest``), as ``describe_tensor``'s error does."""
+    violations = rules.check_tiled(dtype, address, dims, strides, box, element_strides, interleave=interleave,
+                                   swizzle=swizzle, l2_promotion=l2_promotion, oob_fill=oob_fill, arch=arch)
+    if not violations:
+        return violations
+    dt, addr, il, sw, l2, oob, ar = rules._parse_all(dtype, address, interleave, swizzle, l2_promotion, oob_fill, arch)
+    spec = TiledSpec(dt, addr, *(tuple(rules._int_list(n, v)) for n, v in (("dims", dims), ("strides", strides),
+                     ("box", box), ("element_strides", element_strides))), il, sw, l2, oob)
+    return agreeing_fixes(spec, ar, violations, order="driver")[0]
+
+
+def check_im2col(dtype: Any, address: int, dims: Sequence[int], strides: Sequence[int], lower_corner: Sequence[int],
+                 upper_corner: Sequence[int], channels_per_pixel: int, pixels_per_column: int,
+                 element_strides: Sequence[int], *, interleave: Any = "none", swizzle: Any = "none",
+                 l2_promotion: Any = "none", oob_fill: Any = "none", arch: Any = "sm_90") -> list[Any]:
+    """Every violation of cuTensorMapEncodeIm2col's rules, in driver order; an empty list means the driver will
+    accept it. The fixes agree with the one nearest valid parameter set, as ``describe_im2col``'s error does."""
+    violations = rules.check_im2col(dtype, address, dims, strides, lower_corner, upper_corner, channels_per_pixel,
+                                    pixels_per_column, element_strides, interleave=interleave, swizzle=swizzle,
+                                    l2_promotion=l2_promotion, oob_fill=oob_fill, arch=arch)
+    if not violations:
+        return violations
+    dt, addr, il, sw, l2, oob, ar = rules._parse_all(dtype, address, interleave, swizzle, l2_promotion, oob_fill, arch)
+    lists = (tuple(rules._int_list(n, v)) for n, v in (("dims", dims), ("strides", strides),
+                                                       ("lower_corner", lower_corner), ("upper_corner", upper_corner)))
+    spec = Im2colSpec(dt, addr, *lists, rules._int_list("channels_per_pixel", [channels_per_pixel])[0],
+                      rules._int_list("pixels_per_column", [pixels_per_column])[0],
+                      tuple(rules._int_list("element_strides", element_strides)), il, sw, l2, oob)
+    return agreeing_fixes(spec, ar, violations, order="driver")[0]

@@ -119,7 +119,7 @@ def test_blank_packer_shares_the_layout_with_its_own_buffer() -> None:
     import weakref
 
     proto = _packer()
-    args = [FakeDeviceArray(0x1000), -3, b"\x07" * 128, 2.5, -7]
+    args = [FakeDeviceArray(ptr=0x1000), -3, b"\x07" * 128, 2.5, -7]
     proto.pack(args)
     blank = proto.blank()
     assert ctypes.addressof(blank.buffer) != ctypes.addressof(proto.buffer) and blank.bytes_of(2) == bytes(128)

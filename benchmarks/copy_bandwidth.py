@@ -43,7 +43,7 @@ TRANSPOSES = (
     (10007, 8192, 2), (8192, 10007, 2), (30011, 32749, 1), (12347, 20011, 4), (9001, 12343, 8), (16384, 16381, 4),
 )
 # TMA copy tunings timed beside the default: (chunk_bytes, stages, source_eviction)
-COPY_TUNINGS = ((16384, 4, "normal"), (32768, 3, "normal"), (8192, 4, "first"), (16384, 4, "first"))
+COPY_TUNINGS = ((8192, 4, "normal"), (32768, 4, "normal"), (65536, 3, "normal"), (16384, 8, "normal"), (32768, 3, "first"))
 
 
 def _time_ms(torch, fn: Callable[[], object], warmup: int, reps: int, batch: int = 1) -> float:

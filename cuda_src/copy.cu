@@ -17,10 +17,10 @@ using namespace tmakit;
 
 // Tuning (tmakit/ops/copy.py passes them as plan arguments; the defaults are its defaults).
 #ifndef TMAKIT_COPY_STAGES
-#define TMAKIT_COPY_STAGES 4  // TMA path: chunks in each block's ring
+#define TMAKIT_COPY_STAGES 3  // TMA path: chunks in each block's ring
 #endif
 #ifndef TMAKIT_COPY_CHUNK
-#define TMAKIT_COPY_CHUNK 8192  // TMA path: bytes per bulk copy (a multiple of 16)
+#define TMAKIT_COPY_CHUNK 32768  // TMA path: bytes per bulk copy (a multiple of 16)
 #endif
 #ifndef TMAKIT_COPY_SOURCE_EVICTION
 #define TMAKIT_COPY_SOURCE_EVICTION 0  // TMA path: the L2 priority of the source lines (an L2Eviction value)

@@ -283,19 +283,28 @@ __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const 
     const uint64_t first = dst.address + (uint64_t)g * dst.strides[1] + (uint64_t)(lo * E), end = base + (uint64_t)(hi - start) * E;
     const uint64_t piece = (first & ~15ull) + 16ull * c.chunk;
     if (piece >= end) continue;
-    if (piece >= first && piece + 16u <= end) {  // a whole piece: run bytes o .. o+15
-      const uint32_t o = (uint32_t)(piece - base), j = o >> 4u, s = o & 15u;
-      uint32_t w[8];
-      words_of(w, 0, *reinterpret_cast<const uint4*>(image_chunk(c.row, j)));
-      if (s != 0) words_of(w, 4, *reinterpret_cast<const uint4*>(image_chunk(c.row, j + 1u)));
-      else words_of(w, 4, make_uint4(0, 0, 0, 0));
-      __stcs(reinterpret_cast<uint4*>(piece), bytes_from(w, s));  // st.global.cs: written once
+    // run bytes o .. o+15 (o < 0 at the first piece: the bytes before the run are not written)
+    const int32_t o = (int32_t)(int64_t)(piece - base), j = o >> 4;  // arithmetic shift: j = -1 before the run
+    const uint32_t s = (uint32_t)o & 15u;
+    uint32_t w[8];
+    words_of(w, 0, j >= 0 ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)j)) : make_uint4(0, 0, 0, 0));
+    words_of(w, 4, s != 0 && j + 1 < (int32_t)Turn<T>::kChunksPerRun ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)(j + 1)))
+                                                                    : make_uint4(0, 0, 0, 0));
+    const uint4 v = bytes_from(w, s);
+    if (piece >= first && piece + 16u <= end) {
+      __stcs(reinterpret_cast<uint4*>(piece), v);  // st.global.cs: written once
       continue;
     }
-    const uint64_t from = piece > first ? piece : first, to = piece + 16u < end ? piece + 16u : end;
-    for (uint64_t a = from; a < to; a += E) {
-      const uint32_t o = (uint32_t)(a - base);
-      *reinterpret_cast<T*>(a) = *reinterpret_cast<const T*>(image_chunk(c.row, o >> 4u) + (o & 15u));
+    // A piece shared with a neighbouring run: its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at
+    // most four; E-aligned, as the run's bounds are).
+    const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
+    uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
+    const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
+    while (a < b) {
+      uint32_t size = 8;
+      while (a % size != 0 || a + size > b) size >>= 1;
+      store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
+      a += size;
     }
   }
 }
@@ -317,31 +326,48 @@ __device__ __forceinline__ void store_run(const BoxParams& dst, const uint8_t* i
 // with zeros outside (what TMA's zero fill writes). Synchronous: the ring's wait (box_wait_block's
 // __syncthreads) publishes the stores. Rows of 128 bytes, 128B swizzle: the transpose's boxes.
 __device__ __forceinline__ void load_box_unaligned(const BoxParams& src, uint8_t* smem, const Coords& at) {
+  constexpr uint32_t kBatch = 4;  // items per thread whose loads are all in flight before the first is used
   const uint32_t E = src.elem_size, V = 16u / E, chunks = 8u * src.box[1];
   const int64_t cols = (int64_t)src.dims[0], rows = (int64_t)src.dims[1];
   const uint64_t tensor_end = src.address + (uint64_t)(rows - 1) * src.strides[1] + (uint64_t)cols * E;
-  for (uint32_t item = threadIdx.x; item < chunks; item += blockDim.x) {
-    const uint32_t y = item >> 3u, m = item & 7u;
-    const int64_t r = (int64_t)at.c[1] + y, col = (int64_t)at.c[0] + m * V;
-    const bool row_in = r >= 0 && r < rows;
-    const uint64_t address = src.address + (uint64_t)r * src.strides[1] + (uint64_t)(col * (int64_t)E);
-    const uint64_t aligned = address & ~15ull, s = address & 15ull;
-    uint4 v;
-    if (row_in && col >= 0 && col + V <= cols && aligned >= src.address && aligned + (s ? 32u : 16u) <= tensor_end) {
-      uint32_t w[8];
-      words_of(w, 0, __ldg(reinterpret_cast<const uint4*>(aligned)));
-      if (s != 0) words_of(w, 4, __ldg(reinterpret_cast<const uint4*>(aligned + 16u)));
-      else words_of(w, 4, make_uint4(0, 0, 0, 0));
-      v = bytes_from(w, (uint32_t)s);
-    } else {
-      uint8_t bytes[16];
-      for (uint32_t e = 0; e < V; ++e) {
-        const bool in = row_in && col + e >= 0 && col + e < cols;
-        store_bits(bytes + e * E, in ? load_bits(reinterpret_cast<const void*>(address + e * E), E) : 0ull, E);
+  for (uint32_t first = threadIdx.x; first < chunks; first += kBatch * blockDim.x) {
+    uint4 lo[kBatch], hi[kBatch];
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b) {
+      const uint32_t item = first + b * blockDim.x, y = item >> 3u, m = item & 7u;
+      const int64_t r = (int64_t)at.c[1] + y, col = (int64_t)at.c[0] + m * V;
+      const uint64_t address = src.address + (uint64_t)r * src.strides[1] + (uint64_t)(col * (int64_t)E);
+      const uint64_t aligned = address & ~15ull, s = address & 15ull;
+      lo[b] = hi[b] = make_uint4(0, 0, 0, 0);
+      if (item < chunks && r >= 0 && r < rows && col >= 0 && col + V <= cols && aligned >= src.address &&
+          aligned + (s ? 32u : 16u) <= tensor_end) {
+        lo[b] = __ldg(reinterpret_cast<const uint4*>(aligned));
+        if (s != 0) hi[b] = __ldg(reinterpret_cast<const uint4*>(aligned + 16u));
       }
-      memcpy(&v, bytes, 16);
     }
-    *reinterpret_cast<uint4*>(smem + swizzle_offset(y * kSpan + m * 16u, kSwizzle128B)) = v;
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b) {
+      const uint32_t item = first + b * blockDim.x, y = item >> 3u, m = item & 7u;
+      if (item >= chunks) break;
+      const int64_t r = (int64_t)at.c[1] + y, col = (int64_t)at.c[0] + m * V;
+      const bool row_in = r >= 0 && r < rows;
+      const uint64_t address = src.address + (uint64_t)r * src.strides[1] + (uint64_t)(col * (int64_t)E);
+      const uint64_t aligned = address & ~15ull, s = address & 15ull;
+      uint4 v;
+      if (row_in && col >= 0 && col + V <= cols && aligned >= src.address && aligned + (s ? 32u : 16u) <= tensor_end) {
+        uint32_t w[8];
+        words_of(w, 0, lo[b]);
+        words_of(w, 4, hi[b]);
+        v = bytes_from(w, (uint32_t)s);
+      } else {  // the tensor's edges: element by element, zeros outside
+        uint64_t half[2] = {0, 0};
+        for (uint32_t e = 0; e < V; ++e)
+          if (row_in && col + e >= 0 && col + e < cols)
+            half[(e * E) >> 3] |= load_bits(reinterpret_cast<const void*>(address + e * E), E) << (8u * ((e * E) & 7u));
+        v = make_uint4((uint32_t)half[0], (uint32_t)(half[0] >> 32), (uint32_t)half[1], (uint32_t)(half[1] >> 32));
+      }
+      *reinterpret_cast<uint4*>(smem + swizzle_offset(y * kSpan + m * 16u, kSwizzle128B)) = v;
+    }
   }
 }
 #endif

@@ -2,10 +2,12 @@
 // tmakit_copy_bytes handles the rest). Bytes before dst's first 16-byte boundary and after the last whole
 // 16-byte piece are copied by block 0's threads; the 16-byte-aligned body goes through shared memory:
 //   TMA path:     one thread per block runs a ring of kStages bulk copies (cp.async.bulk global->shared on
-//                 an mbarrier, then cp.async.bulk shared->global), kChunk bytes each.
+//                 an mbarrier, then cp.async.bulk shared->global), kChunk bytes each, in dynamic shared
+//                 memory of kStages * kChunk bytes (TMAKIT_COPY_STAGES, TMAKIT_COPY_CHUNK: plan arguments).
 //   cp.async path: every thread streams its own 16-byte slots through a kStages ring with cp.async.cg and
 //                 wait_group, so no block-wide synchronisation is needed at all.
 #include "tmakit/bulk_copy.cuh"
+#include "tmakit/cache_policy.cuh"
 #include "tmakit/cp_async.cuh"
 #include "tmakit/fence.cuh"
 #include "tmakit/mbarrier.cuh"
@@ -13,11 +15,38 @@
 
 using namespace tmakit;
 
+// Tuning (tmakit/ops/copy.py passes them as plan arguments; the defaults are its defaults).
+#ifndef TMAKIT_COPY_STAGES
+#define TMAKIT_COPY_STAGES 3  // TMA path: chunks in each block's ring
+#endif
+#ifndef TMAKIT_COPY_CHUNK
+#define TMAKIT_COPY_CHUNK 32768  // TMA path: bytes per bulk copy (a multiple of 16)
+#endif
+#ifndef TMAKIT_COPY_SOURCE_EVICTION
+#define TMAKIT_COPY_SOURCE_EVICTION 0  // TMA path: the L2 priority of the source lines (an L2Eviction value)
+#endif
+
 namespace {
-constexpr int kStages = 4;
 #if TMAKIT_USE_TMA
-constexpr uint32_t kChunk = 8192;  // bytes per stage: 4 stages = 32 KiB, 7 blocks per SM
+constexpr int kStages = TMAKIT_COPY_STAGES;
+constexpr uint32_t kChunk = TMAKIT_COPY_CHUNK;  // the ring lives in dynamic shared memory: kStages * kChunk
+static_assert(kChunk % 16 == 0 && kStages >= 2 && kStages <= 8, "chunks of whole 16 bytes, a ring of 2..8");
+constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_COPY_SOURCE_EVICTION);
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes[.L2::cache_hint] (PTX ISA 9.7.9.25.4.1,
+// cp.async.bulk): global -> shared with the source lines' L2 priority; ONE thread issues it after arming `bar`.
+template <L2Eviction Eviction>
+__device__ __forceinline__ void cp_async_bulk_g2s_hinted(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+  if constexpr (Eviction == L2Eviction::kNormal) {
+    cp_async_bulk_g2s(smem, gmem, bytes, bar);
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(shared_addr(smem)), "l"(gmem), "r"(bytes), "r"(shared_addr(bar)), "l"(l2_cache_policy<Eviction>())
+                 : "memory");
+  }
+}
 #else
+constexpr int kStages = 4;
 constexpr uint32_t kThreads = 256, kVec = 2;  // 16-byte slots per thread per stage
 constexpr uint32_t kChunk = kThreads * kVec * 16u;
 #endif
@@ -40,7 +69,8 @@ extern "C" __global__ void tmakit_copy(uint8_t* dst, const uint8_t* src, uint64_
   const uint64_t mine = chunks > blockIdx.x ? (chunks - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
   auto chunk_offset = [&](uint64_t t) { return (blockIdx.x + t * gridDim.x) * (uint64_t)kChunk; };
 #if TMAKIT_USE_TMA
-  __shared__ __align__(128) uint8_t buf[kStages][kChunk];
+  extern __shared__ __align__(128) uint8_t ring[];  // kStages * kChunk bytes, from the host
+  auto buf = [&](int s) { return ring + s * kChunk; };
   __shared__ uint64_t bars[kStages];
   if (threadIdx.x != 0 || mine == 0) return;  // a single thread drives the copy engine
   for (int s = 0; s < kStages; ++s) mbarrier_init(&bars[s], 1);
@@ -50,14 +80,14 @@ extern "C" __global__ void tmakit_copy(uint8_t* dst, const uint8_t* src, uint64_
     const uint64_t off = chunk_offset(t);
     const uint32_t len = (uint32_t)(body - off < kChunk ? body - off : kChunk);
     mbarrier_arrive_expect_tx(&bars[s], len);
-    cp_async_bulk_g2s(buf[s], in + off, len, &bars[s]);
+    cp_async_bulk_g2s_hinted<kSourceEviction>(buf(s), in + off, len, &bars[s]);
   };
   for (uint64_t t = 0; t < kStages - 1 && t < mine; ++t) issue(t);
   for (uint64_t t = 0; t < mine; ++t) {
     const int s = (int)(t % kStages);
     mbarrier_wait_parity(&bars[s], (uint32_t)((t / kStages) & 1));
     const uint64_t off = chunk_offset(t);
-    cp_async_bulk_s2g(out + off, buf[s], (uint32_t)(body - off < kChunk ? body - off : kChunk));
+    cp_async_bulk_s2g(out + off, buf(s), (uint32_t)(body - off < kChunk ? body - off : kChunk));
     cp_async_bulk_commit_group();
     // Stage (t-1) % kStages is refilled next: its store (group t-1) must have finished reading it.
     cp_async_bulk_wait_group_read<1>();

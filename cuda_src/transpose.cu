@@ -72,6 +72,22 @@ using namespace tmakit;
 #define TMAKIT_TRANSPOSE_SOURCE_EVICTION 2
 #endif
 
+// Where dst is written from: 0 = the one-source box store (a TMA store on sm_90), 1 = the block's plain
+// stores from BoxParams (store_run). The cp.async path always stores plainly; the host sets 1 on the TMA path
+// where TMA can describe src but not dst (a dst pitch or base that is not a multiple of 16 bytes): TMA loads
+// the source, the block writes dst in aligned 16-byte stores (store_run_unaligned).
+#ifndef TMAKIT_TRANSPOSE_PLAIN_STORE
+#define TMAKIT_TRANSPOSE_PLAIN_STORE 0
+#endif
+#define TMAKIT_TRANSPOSE_STORES_PLAINLY (TMAKIT_TRANSPOSE_PLAIN_STORE || !TMAKIT_USE_TMA)
+#if TMAKIT_TRANSPOSE_STORES_PLAINLY
+typedef BoxParams DstBox;
+#define TMAKIT_TRANSPOSE_DST const __grid_constant__ tmakit::BoxParams
+#else
+typedef BoxSource DstBox;
+#define TMAKIT_TRANSPOSE_DST TMAKIT_BOX_SOURCE
+#endif
+
 namespace {
 constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
 constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile
@@ -213,8 +229,8 @@ struct TileImages {
   __device__ static uint32_t offset(uint32_t sub, uint32_t k) { return (sub * Classes + k) * kBytes; }
 };
 
-#if !TMAKIT_USE_TMA
-// cp.async path: class k's whole run of the tile, `run` = box [H, W / Classes] of its dst rows at the run's
+#if TMAKIT_TRANSPOSE_STORES_PLAINLY
+// Plain stores: class k's whole run of the tile, `run` = box [H, W / Classes] of its dst rows at the run's
 // start (clipped in whole chunks at the edges); consecutive threads along a row, so every warp writes whole
 // lines, from the staged images.
 template <typename T, uint32_t Classes>
@@ -235,13 +251,155 @@ __device__ __forceinline__ void store_tile_rows(const Plain2dBox& run, const uin
   for (ChunkCursor c(kPerRow, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance())
     if (run.inside(c.row, c.chunk)) store(c.row, c.chunk, run.address(c.row, c.chunk));
 }
+
+// Bytes s .. s+15 (s < 16) of the 32 bytes `w` (little-endian words): whole words by selects on s / 4, the
+// rest by funnel shifts (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r).
+__device__ __forceinline__ uint4 bytes_from(const uint32_t (&w)[8], uint32_t s) {
+  const uint32_t q = s >> 2u, shift = (s & 3u) * 8u;
+  uint32_t a[5];
+#pragma unroll
+  for (uint32_t i = 0; i < 5; ++i) a[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[i + 3];
+  return make_uint4(__funnelshift_r(a[0], a[1], shift), __funnelshift_r(a[1], a[2], shift),
+                    __funnelshift_r(a[2], a[3], shift), __funnelshift_r(a[3], a[4], shift));
+}
+
+__device__ __forceinline__ void words_of(uint32_t (&w)[8], uint32_t at, const uint4& v) {
+  w[at] = v.x, w[at + 1] = v.y, w[at + 2] = v.z, w[at + 3] = v.w;
+}
+
+// Plain stores where dst's rows are not 16-byte aligned (a pitch or base that is not a multiple of 16 bytes,
+// which TMA cannot describe and Plain2dBox refuses): each dst row of the run is written in the 16-byte
+// aligned pieces of global memory it covers, consecutive threads along a row (coalesced, 16 bytes each); a
+// whole piece gathers its bytes from two staged chunks (bytes_from), the pieces at the run's two ends (shared
+// with the neighbouring tiles' runs) element by element. `run`: box [H, W / Classes] of class k's rows at
+// (start, row); nothing outside dst is written.
+template <typename T, uint32_t Classes>
+__device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const uint8_t* images, uint32_t k, int32_t start,
+                                                    int32_t row) {
+  typedef TileImages<T, Classes> I;
+  constexpr uint32_t E = sizeof(T), kRunBytes = kTileRows * E, kPieces = kRunBytes / 16u + 1u;
+  auto image_chunk = [&](uint32_t i, uint32_t j) -> const uint8_t* {  // chunk j of the run's image row i
+    return images + I::offset(j / 8u, k) + swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B);
+  };
+  const int64_t lo = start > 0 ? start : 0;
+  const int64_t hi = (int64_t)start + kTileRows < (int64_t)dst.dims[0] ? (int64_t)start + kTileRows : (int64_t)dst.dims[0];
+  if (hi <= lo) return;
+  for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
+    const int64_t g = (int64_t)row + c.row;
+    if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
+    const uint64_t base = dst.address + (uint64_t)g * dst.strides[1] + (uint64_t)((int64_t)start * E);  // element `start`
+    const uint64_t first = dst.address + (uint64_t)g * dst.strides[1] + (uint64_t)(lo * E), end = base + (uint64_t)(hi - start) * E;
+    const uint64_t piece = (first & ~15ull) + 16ull * c.chunk;
+    if (piece >= end) continue;
+    // run bytes o .. o+15 (o < 0 at the first piece: the bytes before the run are not written)
+    const int32_t o = (int32_t)(int64_t)(piece - base), j = o >> 4;  // arithmetic shift: j = -1 before the run
+    const uint32_t s = (uint32_t)o & 15u;
+    uint32_t w[8];
+    words_of(w, 0, j >= 0 ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)j)) : make_uint4(0, 0, 0, 0));
+    words_of(w, 4, s != 0 && j + 1 < (int32_t)Turn<T>::kChunksPerRun ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)(j + 1)))
+                                                                    : make_uint4(0, 0, 0, 0));
+    const uint4 v = bytes_from(w, s);
+    if (piece >= first && piece + 16u <= end) {
+      __stcs(reinterpret_cast<uint4*>(piece), v);  // st.global.cs: written once
+      continue;
+    }
+    // A piece shared with a neighbouring run: its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at
+    // most four; E-aligned, as the run's bounds are).
+    const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
+    uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
+    const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
+    while (a < b) {
+      uint32_t size = 8;
+      while (a % size != 0 || a + size > b) size >>= 1;
+      store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
+      a += size;
+    }
+  }
+}
+
+// Class k's run of the tile with plain stores: whole aligned chunks where the rows allow, else per piece.
+template <typename T, uint32_t Classes>
+__device__ __forceinline__ void store_run(const BoxParams& dst, const uint8_t* images, uint32_t k, int32_t start, int32_t row) {
+  const Plain2dBox run(dst, Coords{{start, row, 0, 0, 0}}, kTileRows, TileImages<T, Classes>::kClassRows);
+  if (run.plain) store_tile_rows<T, Classes>(run, images, k);
+  else store_run_unaligned<T, Classes>(dst, images, k, start, row);
+}
 #endif
+
+#if !TMAKIT_USE_TMA
+// The cp.async path's load of a source box whose rows are not 16-byte aligned (a pitch or base that is not a
+// multiple of 16 bytes; the general box walk would copy it element by element): each 16-byte chunk of the
+// image is gathered from the two aligned 16-byte pieces of global memory it straddles (ld.global.nc, the
+// neighbouring thread's pieces hit L1) and stored whole; chunks at the tensor's edges element by element,
+// with zeros outside (what TMA's zero fill writes). Synchronous: the ring's wait (box_wait_block's
+// __syncthreads) publishes the stores. Rows of 128 bytes, 128B swizzle: the transpose's boxes.
+__device__ __forceinline__ void load_box_unaligned(const BoxParams& src, uint8_t* smem, const Coords& at) {
+  constexpr uint32_t kBatch = 4;  // items per thread whose loads are all in flight before the first is used
+  const uint32_t E = src.elem_size, V = 16u / E, chunks = 8u * src.box[1];
+  const int64_t cols = (int64_t)src.dims[0], rows = (int64_t)src.dims[1];
+  const uint64_t tensor_end = src.address + (uint64_t)(rows - 1) * src.strides[1] + (uint64_t)cols * E;
+  for (uint32_t first = threadIdx.x; first < chunks; first += kBatch * blockDim.x) {
+    uint4 lo[kBatch], hi[kBatch];
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b) {
+      const uint32_t item = first + b * blockDim.x, y = item >> 3u, m = item & 7u;
+      const int64_t r = (int64_t)at.c[1] + y, col = (int64_t)at.c[0] + m * V;
+      const uint64_t address = src.address + (uint64_t)r * src.strides[1] + (uint64_t)(col * (int64_t)E);
+      const uint64_t aligned = address & ~15ull, s = address & 15ull;
+      lo[b] = hi[b] = make_uint4(0, 0, 0, 0);
+      if (item < chunks && r >= 0 && r < rows && col >= 0 && col + V <= cols && aligned >= src.address &&
+          aligned + (s ? 32u : 16u) <= tensor_end) {
+        lo[b] = __ldg(reinterpret_cast<const uint4*>(aligned));
+        if (s != 0) hi[b] = __ldg(reinterpret_cast<const uint4*>(aligned + 16u));
+      }
+    }
+#pragma unroll
+    for (uint32_t b = 0; b < kBatch; ++b) {
+      const uint32_t item = first + b * blockDim.x, y = item >> 3u, m = item & 7u;
+      if (item >= chunks) break;
+      const int64_t r = (int64_t)at.c[1] + y, col = (int64_t)at.c[0] + m * V;
+      const bool row_in = r >= 0 && r < rows;
+      const uint64_t address = src.address + (uint64_t)r * src.strides[1] + (uint64_t)(col * (int64_t)E);
+      const uint64_t aligned = address & ~15ull, s = address & 15ull;
+      uint4 v;
+      if (row_in && col >= 0 && col + V <= cols && aligned >= src.address && aligned + (s ? 32u : 16u) <= tensor_end) {
+        uint32_t w[8];
+        words_of(w, 0, lo[b]);
+        words_of(w, 4, hi[b]);
+        v = bytes_from(w, (uint32_t)s);
+      } else {  // the tensor's edges: element by element, zeros outside
+        uint64_t half[2] = {0, 0};
+        for (uint32_t e = 0; e < V; ++e)
+          if (row_in && col + e >= 0 && col + e < cols)
+            half[(e * E) >> 3] |= load_bits(reinterpret_cast<const void*>(address + e * E), E) << (8u * ((e * E) & 7u));
+        v = make_uint4((uint32_t)half[0], (uint32_t)(half[0] >> 32), (uint32_t)half[1], (uint32_t)(half[1] >> 32));
+      }
+      *reinterpret_cast<uint4*>(smem + swizzle_offset(y * kSpan + m * 16u, kSwizzle128B)) = v;
+    }
+  }
+}
+#endif
+
+// One source box of a stage: the one-source box load, or on the cp.async path, for rows that are not 16-byte
+// aligned, load_box_unaligned.
+template <L2Eviction Eviction>
+__device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* smem, const Coords& at, uint32_t bytes,
+                                                uint64_t* bar) {
+#if !TMAKIT_USE_TMA
+  if (!Plain2dBox(src, at).plain && (src.strides[1] % 16u != 0 || src.address % 16u != 0)) {
+    if (src.rank != 2 || src.box[0] * src.elem_size != kSpan || box_image_bytes(src) != bytes) asm volatile("trap;");
+    load_box_unaligned(src, smem, at);
+    return;
+  }
+#endif
+  box_load_part<Eviction>(src, smem, at, 2, bytes, bar);
+}
 
 struct Operands {
   const BoxSource& src;         // box [W, H]
   const BoxSource& src_prefix;  // box [W, V]: the V source rows before a tile
-  const BoxSource& dst_even;    // class 0: every dst row (one class) or the even ones, box [W, W / classes]
-  const BoxSource& dst_odd;     // class 1: the odd dst rows (two classes)
+  const DstBox& dst_even;       // class 0: every dst row (one class) or the even ones, box [W, W / classes]
+  const DstBox& dst_odd;        // class 1: the odd dst rows (two classes)
   uint32_t tiles_r, tiles_c;    // the tile grid: tile rows (H source rows each), tile columns (W source columns)
   uint32_t lead;                // tile columns after the first start this many elements early (source lines)
   uint32_t shifted;             // bit k: class k's rows start 16 bytes into a sector
@@ -274,9 +432,9 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     int32_t c0, r0;
     tile_origin(t, c0, r0);
     box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
-    box_load_part<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, 2, kTileBytes, bar);
+    load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, bar);
     if (prefix)
-      box_load_part<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, 2, V * kSpan, bar);
+      load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, V * kSpan, bar);
     box_load_commit();
   };
   uint32_t done = 0;
@@ -300,23 +458,24 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     box_store_begin();
 #pragma unroll
     for (uint32_t k = 0; k < Classes; ++k) {
-      const BoxSource& dst = k == 0 ? op.dst_even : op.dst_odd;
+      const DstBox& dst = k == 0 ? op.dst_even : op.dst_odd;
       const int32_t start = r0 - (int32_t)(((shifted >> k) & 1u) * V), row = c0 / (int32_t)Classes;
-#if !TMAKIT_USE_TMA  // whole rows of the run where dst allows (any 16-byte aligned pitch), else per image
-      const Plain2dBox run(dst, Coords{{start, row, 0, 0, 0}}, kTileRows, I::kClassRows);
-      if (run.plain) {
-        store_tile_rows<T, Classes>(run, buffer, k);
-        continue;
-      }
-#endif
+#if TMAKIT_TRANSPOSE_STORES_PLAINLY  // whole rows of the run: aligned chunks, or aligned pieces of any pitch
+      store_run<T, Classes>(dst, buffer, k, start, row);
+#else
       for (uint32_t sub = 0; sub < K::kImages; ++sub)
         box_store_issue(dst, buffer + I::offset(sub, k), Coords{{start + (int32_t)(sub * W), row, 0, 0, 0}}, 2, I::kBytes);
+#endif
     }
+#if !TMAKIT_TRANSPOSE_STORES_PLAINLY
     box_store_commit_wait_read<(int)kImageBuffers - 1>();  // this buffer's next use waits for its store
+#endif
   };
   for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
                                     turn_and_store);
+#if !TMAKIT_TRANSPOSE_STORES_PLAINLY
   box_store_drain();
+#endif
 }
 
 template <uint32_t Classes>
@@ -345,7 +504,7 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // through the ring), dynamic shared memory (stages + image buffers) * H * 128 bytes, plus 2 KiB per stage when
 // `shifted`, plus 1 KiB of alignment slack.
 extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
-                                            TMAKIT_BOX_SOURCE dst_even, TMAKIT_BOX_SOURCE dst_odd, uint32_t tiles_r,
+                                            TMAKIT_TRANSPOSE_DST dst_even, TMAKIT_TRANSPOSE_DST dst_odd, uint32_t tiles_r,
                                             uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
                                             uint32_t shifted) {
   extern __shared__ __align__(16) uint8_t smem_raw[];

@@ -411,11 +411,14 @@ def test_transpose_exact(shape, dtype, backend):
     esize = np.dtype(dtype).itemsize
     undescribable = "src" if shape[1] * esize % 16 else "dst" if shape[0] * esize % 16 else ""
     with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
-        if backend == "tma" and undescribable:
-            with pytest.raises(InvalidArgumentError, match=f"{undescribable}.*cannot be described by a TMA tensor map"):
+        if backend == "tma" and undescribable == "src":
+            with pytest.raises(InvalidArgumentError, match="src.*cannot be described by a TMA tensor map"):
                 ops.transpose(dst, src, backend=backend)
             result = ops.transpose(dst, src, backend="auto")  # auto takes the cp.async path and says why
-            assert result.backend.name == "cp.async" and f"TMA cannot describe {undescribable}" in result.reason
+            assert result.backend.name == "cp.async" and "TMA cannot describe src" in result.reason
+        elif backend == "tma" and undescribable == "dst":  # TMA loads src, plain stores write dst
+            result = ops.transpose(dst, src, backend=backend)
+            assert result.backend.name == "tma" and result.dst_stores == "plain" and "plain 16-byte stores" in result.reason
         else:
             result = ops.transpose(dst, src, backend=backend)
             assert result.backend.name == backend
@@ -423,6 +426,44 @@ def test_transpose_exact(shape, dtype, backend):
         got = dst.to_host()
     assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), \
         f"seed {seed}: transpose {shape} {np.dtype(dtype).name} {backend} differs"
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_transpose_any_pitch_is_exact(dtype, backend):
+    """Pitches and bases that are not multiples of 16 bytes on either side (odd row and column counts, views
+    that start 1..3 elements into a buffer): TMA loads src where it can describe it and the block writes dst in
+    aligned 16-byte pieces (the pieces at each run's ends element by element); a source TMA cannot describe is
+    gathered from aligned pieces on the cp.async path. The same bytes as numpy, the poison around dst intact."""
+    rng, seed = _rng()
+    esize = np.dtype(dtype).itemsize
+    shapes = [(3, 5), (1, 37), (37, 1), (515, 263), (257, 301), (1000, 3), (3, 1000), (300, 16 // esize * 40 + 1)]
+    for (rows, cols), (s_off, d_off) in [(sh, off) for sh in shapes for off in ((0, 0), (0, 1), (1, 3))]:
+        host = _random_array(rng, (rows, cols), dtype)
+        pad = 64 // esize
+        with _poisoned((rows * cols + pad,), dtype) as src_buffer, _poisoned((rows * cols + pad,), dtype) as buffer:
+            src = src_buffer[s_off: s_off + rows * cols].reshape(rows, cols)
+            src.copy_from_host(host)
+            dst = buffer[d_off: d_off + rows * cols].reshape(cols, rows)
+            src_ok = (s_off * esize) % 16 == 0 and (cols * esize) % 16 == 0
+            dst_ok = (d_off * esize) % 16 == 0 and (rows * esize) % 16 == 0
+            if backend == "tma" and not src_ok:
+                with pytest.raises(InvalidArgumentError, match="src.*cannot be described by a TMA tensor map"):
+                    ops.transpose(dst, src, backend=backend)
+                result = ops.transpose(dst, src, backend="auto")
+                assert result.backend.name == "cp.async"
+            else:
+                result = ops.transpose(dst, src, backend=backend)
+                assert result.backend.name == backend
+                assert result.dst_stores == ("tma" if backend == "tma" and dst_ok else "plain")
+            _sync()
+            got = buffer.to_host()
+        want = np.full(rows * cols + pad, 0, dtype)
+        want.view(np.uint8)[:] = POISON
+        want[d_off: d_off + rows * cols] = np.ascontiguousarray(host.T).ravel()
+        assert got.tobytes() == want.tobytes(), \
+            f"seed {seed}: {(rows, cols)} src offset {s_off} dst offset {d_off} {np.dtype(dtype).name} {backend} differs"
 
 
 def _sector_cases(esize: int, backend: str) -> list[tuple[tuple[int, int], int]]:

@@ -162,6 +162,7 @@ class TransposeResult:
     lead: int = 0  # source columns by which the tile columns after the first started early (source_lead)
     tile_plan: "TilePlan | None" = None  # the tiles, ring and block that ran (None: nothing to transpose)
     tiles: tuple[int, int] = (0, 0)  # (tile rows, tile columns)
+    dst_stores: str = ""  # "tma" (box stores), "plain" (the block's 16-byte stores, any pitch) or "" (nothing ran)
 
 
 def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
@@ -220,11 +221,13 @@ class TransposePlan(Plan):
         esize, width, v = s.itemsize, _SPAN // s.itemsize, 16 // s.itemsize
         classes = self._layout.sectors.classes
         views = [d] if classes == 1 else [_class_rows(d, k, classes) for k in range(classes)]
+        plain_dst = self.result.dst_stores == "plain"
         if self.result.backend.backend is Backend.TMA:
             if previous is not None:
                 source = repoint(previous[0], s)
                 out = [source, source if previous[1] is previous[0] else repoint(previous[1], s)]
-                out += [repoint(previous[2 + k], c) for k, c in enumerate(views)]
+                out += [_dst_box(c, rows, esize, width // classes) if plain_dst else repoint(previous[2 + k], c)
+                        for k, c in enumerate(views)]
             else:
                 def src_box(box_rows: int) -> Any:
                     return describe_tensor(s, box=(box_rows, width), swizzle=Swizzle.B128, oob_fill="zero",
@@ -233,9 +236,9 @@ class TransposePlan(Plan):
                 source = src_box(self.result.tile_plan.rows)
                 out = [source, src_box(v) if self._layout.sectors.shifted else source]
                 for c in views:  # a class of the first class's geometry (an even row count) is that map re-pointed
-                    same = len(out) > 2 and c.shape == views[0].shape
-                    out.append(out[2].with_address(c.ptr) if same else
-                               describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
+                    same = not plain_dst and len(out) > 2 and c.shape == views[0].shape
+                    out.append(out[2].with_address(c.ptr) if same else _dst_box(c, rows, esize, width // classes)
+                               if plain_dst else describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
         else:
             dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
 
@@ -245,11 +248,18 @@ class TransposePlan(Plan):
 
             source = src_box(self.result.tile_plan.rows)
             out = [source, src_box(v) if self._layout.sectors.shifted else source]
-            out += [pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (width, width // classes),
-                                    esize, dtype, swizzle=_SWIZZLE_128B) for c in views]
+            out += [_dst_box(c, rows, esize, width // classes) for c in views]
         if classes == 1:
             out.append(out[2])
         return out
+
+
+def _dst_box(c: ArrayView, rows: int, esize: int, class_rows: int) -> Any:
+    """BoxParams of one dst row class for the kernel's plain stores (the cp.async path, and the TMA path where
+    TMA cannot describe dst): box [W, W / classes] of 128B-swizzled images."""
+    dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+    return pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (_SPAN // esize, class_rows), esize, dtype,
+                           swizzle=_SWIZZLE_128B)
 
 
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
@@ -301,12 +311,17 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     if rows * cols == 0:
         return TransposePlan(TransposeResult(choice, "empty"), (d, s))
     name, view, broken = _tma_rule_broken({"src": s, "dst": d})
+    plain_dst = choice.backend is not Backend.TMA
+    if choice.backend is Backend.TMA and name == "dst" and not _tma_rule_broken({"src": s})[0]:
+        # TMA on the side it can describe: TMA loads src, the block writes dst in aligned 16-byte pieces
+        plain_dst, broken = True, ""
+        reason = f"{reason}; TMA loads src, plain 16-byte stores write dst ({_tma_rule_broken({'dst': d})[2]})"
     if choice.backend is Backend.TMA and broken:
         if choice.source != "auto":
             raise InvalidArgumentError(name, f"array of shape {view.shape} ({s.dtype_name})",
                                        f"cannot be described by a TMA tensor map: {broken}",
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
-        choice = choose_backend("cp.async", device=s.device)
+        choice, plain_dst = choose_backend("cp.async", device=s.device), True
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
     layout = _layout(d, s, align_sectors)
@@ -316,10 +331,12 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers)
+               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
+               TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA))
     shared_mem = chosen.shared_mem_for(prefix)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
-    result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c))
+    result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
+                             "plain" if plain_dst else "tma")
     tail = (tiles_r, tiles_c, layout.lead, esize, layout.sectors.classes, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
                          block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)

@@ -109,7 +109,43 @@ def main() -> int:
             _driver.call("cuCtxSynchronize")
             check(f"transpose {backend} {shape} uint8, persistent ring",
                   dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
+    _tensor_cores(ops, backends, check)
     return 1 if failures else 0
+
+
+def _tensor_cores(ops, backends, check) -> None:
+    """GEMM and attention at ragged shapes, on both backends, against float32 products (torch as the fixture)."""
+    try:
+        import torch
+    except ImportError:
+        print("sanitize_driver: no torch; GEMM and attention not run")
+        return
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    for backend in backends:
+        for m, n, k, b_major in ((130, 200, 72, "k"), (64, 136, 104, "n"), (17, 24, 520, "k")):
+            a = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
+            b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen, device="cuda").to(torch.bfloat16)
+            if b_major == "n" and n * 2 % 16:
+                continue  # an N-major b needs 16-byte rows
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+            ops.gemm(a, b, c, b_major=b_major, backend=backend)
+            torch.cuda.synchronize()
+            ref = a.float() @ (b.float().T if b_major == "k" else b.float())
+            err = ((c - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+            check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}", err <= 1e-3)
+        for sq, sk, d, causal in ((130, 130, 64, True), (17, 200, 128, False)):
+            q = torch.randn(1, 2, sq, d, generator=gen, device="cuda").to(torch.bfloat16)
+            kk = torch.randn(1, 2, sk, d, generator=gen, device="cuda").to(torch.bfloat16)
+            v = torch.randn(1, 2, sk, d, generator=gen, device="cuda").to(torch.bfloat16)
+            out = torch.full_like(q, float("nan"))
+            ops.attention(q, kk, v, out, causal=causal, backend=backend)
+            torch.cuda.synchronize()
+            s = (q.float() @ kk.float().transpose(-1, -2)) / d ** 0.5
+            if causal:
+                s = s.masked_fill(torch.ones(sq, sk, device="cuda", dtype=torch.bool).triu(1), float("-inf"))
+            ref = torch.softmax(s, dim=-1) @ v.float()
+            err = (out.float() - ref).abs().max().item()
+            check(f"attention {backend} q{sq} k{sk} d{d} causal={causal}", err < 0.06)
 
 
 if __name__ == "__main__":

@@ -13,17 +13,17 @@
 //          threads with streaming stores, clipped at the edges in whole 16-byte chunks (Plain2dBox).
 // One block per tile: the host launches a block for every tile, with one stage and one image buffer (the
 // ring of box_pipeline.cuh with one stage), so that the blocks resident on an SM (three with 256-row tiles on
-// sm_90) overlap each other's loads, turns and stores. Measured on the H100 (transpose_stages.py, device_runs
-// runs 97-99), that beat a persistent grid walking the tiles through a ring of two stages by 0.04-0.12 of
-// copy speed with TMA and up to 0.14 on the cp.async path; the ring stays for TMAKIT_TRANSPOSE_STAGES > 1
-// with fewer blocks than tiles (the host's persistent plans, kept for experiments and tested).
-// 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100, that lifted the 1-byte
-// cp.async transpose from 0.78x to 0.83x of a plain copy (benchmarks/experiments/transpose_stages.py).
+// sm_90) overlap each other's loads, turns and stores. Measured on the H100 with benchmarks/copy_bandwidth.py,
+// that beat a persistent grid walking the tiles through a ring of two stages by 0.04-0.12 of copy speed with
+// TMA and up to 0.14 on the cp.async path; the ring stays for TMAKIT_TRANSPOSE_STAGES > 1 with fewer blocks
+// than tiles (the persistent tile plans, `TilePlan.of(..., persistent=True)`, tested and selectable).
+// 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100 (same benchmark), that
+// lifted the 1-byte cp.async transpose from 0.78x to 0.83x of a plain copy.
 //
 // Sector-aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes
 // puts every other row there) would begin and end each tile's run with half a sector, the other half written
-// by another block at another time; measured on the H100 that costs 40% of the bandwidth
-// (benchmarks/experiments/sector_probe.py: straddling runs 0.59x of aligned ones, the same runs shifted 0.98x).
+// by another block at another time; measured on the H100 that costs 40% of the bandwidth (a kernel writing
+// such straddling runs reached 0.59x of aligned ones; the same runs shifted onto sector boundaries 0.98x).
 // So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
 // row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
 // rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
@@ -32,8 +32,9 @@
 //
 // Line-aligned source rows. A tile row is 128 bytes of one source row; where the source base lies inside a
 // 128-byte line and the pitch is whole lines, every tile row would straddle two lines: measured on the H100
-// (l2_policy_probe.py), a base 32 or 64 bytes into a line cost 0.08-0.15 of copy speed. The host then passes
-// `lead` and the tile columns after the first start that many elements early (see the kernel's parameters).
+// (transposing views whose base lies 32 or 64 bytes into a line), that cost 0.08-0.15 of copy speed. The
+// host then passes `lead` and the tile columns after the first start that many elements early (see the
+// kernel's parameters).
 // A pitch of 64 mod 128 leaves every other row straddling whatever the columns; evict_last on the source
 // loads (TMAKIT_TRANSPOSE_SOURCE_EVICTION) keeps the other halves for the next tile column instead.
 //
@@ -65,7 +66,7 @@ using namespace tmakit;
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
 // The L2 priority of the source lines (an L2Eviction value; TMA loads only, box_load_part says why). Measured
-// on the H100 (l2_policy_probe.py, 2026-11-23): evict_last gained 0.01-0.04 of copy speed where the source
+// on the H100 (benchmarks/copy_bandwidth.py): evict_last gained 0.01-0.04 of copy speed where the source
 // pitch is 64 mod 128 bytes (half the tile rows then straddle two lines, whose other halves the next tile
 // column reads) and was neutral at 128-aligned pitches; evict_first lost 0.04-0.06 there.
 #ifndef TMAKIT_TRANSPOSE_SOURCE_EVICTION
@@ -99,8 +100,8 @@ constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every 
 // shifted; a whole 2 KiB for every size keeps each stage 1024-byte aligned for the 128B swizzle.
 constexpr uint32_t kPrefixBytes = 16u * kSpan;
 // Destination image buffers. One: a block turns its next tile (if any) into the buffer once the TMA store
-// has read it; two let a persistent block turn the next tile while the last one drains (measured: no gain
-// over one, device_runs run 95). The cp.async path's plain stores are done before the ring's barrier.
+// has read it; two let a persistent block turn the next tile while the last one drains (measured with
+// benchmarks/copy_bandwidth.py: no gain over one). The cp.async path's plain stores are done before the ring's barrier.
 #ifndef TMAKIT_TRANSPOSE_IMAGE_BUFFERS
 #define TMAKIT_TRANSPOSE_IMAGE_BUFFERS 1
 #endif
@@ -443,8 +444,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     tile_origin(t, c0, r0);
     uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
-    // at a negative coordinate stops the kernel (illegal instruction on the H100: tma_store_probe.py). Its
-    // runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
+    // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,
+    // section 5). Its runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
     transpose_tile<T, Classes>(image, shifted != 0, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;

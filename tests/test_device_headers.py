@@ -170,7 +170,7 @@ def test_transpose_source_eviction_reaches_the_tma_loads(eviction, hinted):
     for forced in (False, True):
         defines = {"TMAKIT_TRANSPOSE_SOURCE_EVICTION": eviction, **({"TMAKIT_FORCE_CP_ASYNC": 1} if forced else {})}
         ptx = compile_cuda("transpose.cu", arch="sm_90a", defines=defines).ptx
-        if forced:  # box_load_part hints only TMA loads (a hinted cp.async hit an illegal instruction, run 81)
+        if forced:  # box_load_part hints only TMA loads (a hinted cp.async hit an illegal instruction on the H100)
             assert "createpolicy" not in ptx and "cache_hint" not in ptx
             continue
         assert ("createpolicy.fractional.L2::evict_last" in ptx) == hinted

@@ -180,7 +180,7 @@ def test_bank_conflicts_of_swizzled_columns():
 
 
 def test_store_refuses_a_negative_start():
-    """Measured on the H100 (tma_store_probe): a store box starting at a negative coordinate faults; past
+    """Measured on the H100 (docs/TMA_SEMANTICS.md, section 5): a store box starting at a negative coordinate faults; past
     the far edges it is clipped."""
     from tmakit import describe_tensor
     from tmakit.errors import InvalidArgumentError

@@ -1,10 +1,13 @@
-"""tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python.
+"""tmakit: build, inspect and run Hopper TMA descriptors and async-copy kernels from Python, up to the
+tensor-core kernels they feed (GEMM, attention).
 
-Layers, lowest first (docs/CONTRACTS.md; tests/test_architecture.py keeps the import graph acyclic):
-``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint) -> ``arrays`` (the one array adapter),
-``streams`` (the one stream adapter), ``memory``, ``copies``, ``device_array``, ``transfer`` -> ``tensormap``
-(spec, rules, encode, tensor_map, describe, im2col) and ``layout`` (CPU model of TMA) -> ``kernel_signature``,
-``launch_args``, ``launch`` -> ``build`` (compile, disk cache, modules) -> ``ops`` -> ``cli``.
+Layers, lowest first (docs/CONTRACTS.md names every module; tests/test_architecture.py keeps the import graph
+acyclic): ``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint), ``backend`` -> ``arrays``
+(the one array adapter), ``streams`` (the one stream adapter), ``memory``, ``copies``, ``device_array``,
+``transfer`` -> ``tensormap`` (spec, rules, encode, tensor_map, describe, im2col, suggest, order) and ``layout``
+(CPU model of every TMA mode, wgmma descriptors) -> ``kernel_signature``, ``launch_args``, ``launch`` ->
+``build`` (compile, disk cache, modules) -> ``ops`` (plans: load_tiles, copy, transpose, gemm, attention,
+modes) -> ``cli``.
 """
 from __future__ import annotations
 

@@ -112,7 +112,7 @@ __device__ __forceinline__ void box_load_expect(uint64_t* bar, uint32_t bytes) {
 // the host passed numbers that disagree (a host bug, better loud than wrong). Eviction: the L2 priority of
 // the lines the box brings in (cache_policy.cuh), on the TMA path only: the cp.async path's copies carry no
 // hint, because a cache-hinted cp.async stopped the forced cp.async transpose on the H100 with an illegal
-// instruction (NVRTC 13.0, sm_90a, the per-chunk walk of a 1333-byte pitch; device_runs.md run 81).
+// instruction (NVRTC 13.0, sm_90a, the per-chunk walk of a 1333-byte pitch).
 template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, const Coords& at, int rank,
                                               uint32_t bytes, uint64_t* bar) {

@@ -4,7 +4,7 @@
 // policy with createpolicy in the calling thread and pass it with .L2::cache_hint.
 //
 // Why a kernel would ask: evict_last keeps lines that another block reads soon (measured on the H100: the
-// transpose's source rows when a row's 128 bytes straddle two lines, benchmarks/experiments/l2_policy_probe.py);
+// transpose's source rows when a row's 128 bytes straddle two lines, benchmarks/copy_bandwidth.py);
 // evict_first marks data read once, so it leaves L2 before anything else.
 #pragma once
 #include "tmakit/types.cuh"

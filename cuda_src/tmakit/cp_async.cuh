@@ -29,7 +29,7 @@ __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, uin
 // much around the source, the cp.async twin of a tensor map's L2 promotion. `promotion` is the
 // CUtensorMapL2promotion value (0 none, 1 64B, 2 128B, 3 256B); warp-uniform in practice, so the branch
 // costs nothing. Eviction: .L2::cache_hint with that policy (cache_policy.cuh; kNormal: none). Measured on
-// the H100 (device_runs.md run 81): hinted, it ran in a plain strided walk but stopped a kernel with an
+// the H100 (the forced cp.async transpose of a 1333-byte pitch): hinted, it ran in a plain strided walk but stopped a kernel with an
 // illegal instruction inside a per-chunk walk (NVRTC 13.0, sm_90a); box_load does not use the hint.
 template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_cg_16_promoted(void* smem, const void* gmem, uint32_t promotion,

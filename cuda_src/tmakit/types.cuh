@@ -3,7 +3,8 @@
 #pragma once
 
 // Pure integer helpers (swizzle, box geometry) are also host functions, so a CPU harness can run the
-// cp.async path's address arithmetic against the Python layout model (tests/test_box_geometry_host.py).
+// cp.async path's address arithmetic against the Python layout model (tests/test_device_headers.py,
+// test_cp_async_plan_matches_layout_model).
 #define TMAKIT_HD __host__ __device__ __forceinline__
 
 namespace tmakit {

@@ -1,6 +1,6 @@
 """The TMA shared-memory swizzle as an address function.
 
-Measured on an H100 (benchmarks/experiments/tma_probe.py, 2026-11-22) and consistent with the PTX ISA's
+Measured on an H100 (the load images in tests/data/tma_load_images_h100.jsonl) and consistent with the PTX ISA's
 swizzle figures: with span S (32/64/128 B) the 16-byte chunk index inside a 128-byte line, bits [4, 4+b),
 is XORed with bits [7, 7+b) of the offset, b = log2(S/16); the pattern repeats every 8*S bytes, so the
 destination must be aligned to 256/512/1024 B. Rows narrower than S are padded to S.

@@ -2,7 +2,8 @@
 
 Sources: PTX ISA 'Tensors' (tiled mode: bounding box, traversal stride, OOB access; swizzling modes) and the
 cuTensorMapEncodeTiled documentation, with the open points settled by hardware dumps on an H100
-(benchmarks/experiments/tma_probe.py). tests/test_tma_hardware.py checks this model byte for byte.
+(tests/data/tma_load_images_h100.jsonl, replayed by tests/test_tma_model.py). tests/test_tma_hardware.py checks this
+model byte for byte on the GPU.
 
 Layout of one box in shared memory (no interleave):
 - n_0 = box[0] elements along dim 0 (its traversal stride is ignored), n_i = ceil(box[i] / es[i]) otherwise;
@@ -13,8 +14,9 @@ Layout of one box in shared memory (no interleave):
 ``box_bytes`` (the mbarrier transaction count) counts data bytes, not the padding.
 
 Interleaved layouts (16B / 32B; NC/8HWC8-style tensors) load differently. Nothing in the PTX ISA or the
-driver documentation spells this out; it was measured on an H100 (benchmarks/experiments/interleave_probe.py,
-records in benchmarks/results/interleave_probe_h100*.jsonl) and is checked by tests/test_tma_hardware.py:
+driver documentation spells this out; it was measured on an H100 (records in
+tests/data/tma_interleave_images_h100.jsonl, replayed by tests/test_tma_model.py) and is checked by
+tests/test_tma_hardware.py and benchmarks/tma_modes_vs_model.py:
 - the unit along dim 0 is the interleave slice of S = 16 or 32 bytes, not the element: coords[0] counts
   slices (byte offset coords[0] * S), box[0] is the number of slices (stepping element_strides[0] slices),
   and every slice is copied whole, also when dims[0] * elem_size < S;
@@ -222,7 +224,7 @@ def check_box_start(geo: BoxGeometry, coords: Sequence[int]) -> None:
                                    f"use a multiple of {16 // geo.elem_size or 1}")
 
 
-# Measured on an H100 (benchmarks/experiments/tf32_probe.py, committed in benchmarks/results/tf32_probe_h100.json):
+# Measured on an H100 (tests/data/tf32_probe_h100.json, checked by tests/test_tma_model.py):
 # TFLOAT32 and TFLOAT32_FTZ round the low 13 mantissa bits to nearest even (denormals too, overflow to inf) and
 # turn every NaN into 0x7FFFE000; FLOAT32_FTZ copies bits unchanged (the FTZ names do not flush at load time).
 TF32_NAN = 0x7FFFE000
@@ -269,8 +271,8 @@ def tma_load_image(spec: Any, memory: np.ndarray, coords: Sequence[int], *, pois
 def check_store_start(coords: Sequence[int]) -> None:
     """A tile store's box must not start at a negative coordinate, in any dimension.
 
-    Measured on an H100 (benchmarks/experiments/tma_store_probe.py, results in
-    benchmarks/results/tma_store_probe_h100.jsonl): a store at (row, column) -4 or -8 in either dimension,
+    Measured on an H100 (one box stored per case through a driver-encoded descriptor; docs/TMA_SEMANTICS.md,
+    section 5): a store at (row, column) -4 or -8 in either dimension,
     16-byte aligned or not, stops the kernel with CUDA_ERROR_ILLEGAL_INSTRUCTION, while boxes that stick out
     past the far edges are clipped. The CUDA programming guide says as much ("the top left corner cannot have
     any negative indices"). A load may start anywhere (it fills).

@@ -9,6 +9,8 @@ exception. The last test prints "fuzz: N functions, M parameters, K cases, 0 esc
 """
 from __future__ import annotations
 
+import os
+
 import math
 
 import numpy as np
@@ -447,5 +449,6 @@ def test_zz_fuzz_summary(capsys):
         print(f"\n{line} ({COUNTS['reach_cases']} of the cases on GPU-side names; {COUNTS['variants']} valid-variant "
               "cases agreed)")
     assert COUNTS["escapes"] == [], COUNTS["escapes"][:5]
-    if COUNTS["cases"]:  # the whole module ran (not a -k subset)
+    # The whole module ran in this process (not a -k subset, not one xdist worker's share).
+    if COUNTS["cases"] and not os.environ.get("PYTEST_XDIST_WORKER"):
         assert functions >= 20 and parameters >= 60, line

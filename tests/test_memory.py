@@ -272,5 +272,6 @@ def test_gpu_no_leak_over_10000_cycles():
         del a, d
     gc.collect()
     assert memory.live_pinned() == pinned0 and live_device() == device0
-    assert abs(free_device_bytes() - free0) <= 8 << 20, "device memory leaked"
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # other workers allocate on the same GPU meanwhile
+        assert abs(free_device_bytes() - free0) <= 8 << 20, "device memory leaked"
     assert _rss_kib() - rss0 < 64 << 10, "host memory grew by more than 64 MiB"

@@ -9,9 +9,8 @@ exception. The last test prints "fuzz: N functions, M parameters, K cases, 0 esc
 """
 from __future__ import annotations
 
-import os
-
 import math
+import os
 
 import numpy as np
 import pytest

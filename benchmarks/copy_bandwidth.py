@@ -144,7 +144,10 @@ def main() -> int:
     parser.add_argument("--batch", type=_at_least_one, default=1,
                         help="calls back to back per timed sample: 1 (default) times single calls, each with the "
                              "host time before its kernel starts; more hides the host time, as in a stream of calls")
+    parser.add_argument("--only", default="",
+                        help="comma-separated pieces of case labels to run (e.g. 'copy,10007x'); default every case")
     args = parser.parse_args()
+    only = [piece for piece in args.only.split(",") if piece]
     try:
         import torch
     except ImportError:
@@ -201,6 +204,8 @@ def main() -> int:
 
     rows_out = []
     for label, nbytes, variants, want, out in cases():
+        if only and not any(piece in label for piece in only):
+            continue
         notes, paths = {}, {}
         for name, fn in variants.items():
             if name.startswith("torch dst.copy_(src)"):
@@ -256,7 +261,7 @@ def main() -> int:
         each = " ".join(f"{v:.2f}" for v in r["vs torch copy per round"])
         lines.append(f"| {r['case']} | {r['variant']} | {r['path']} | {r['ms']:.3f} | {r['GB/s']:.0f} | "
                      f"{r['vs torch copy']:.3f}x | {each} | {r['note']} |")
-    default_run = not (args.quick or args.batch != 1 or args.gib != 1.0 or args.rounds != 3)
+    default_run = not (args.quick or args.batch != 1 or args.gib != 1.0 or args.rounds != 3 or only)
     targets = ([RESULTS] if default_run else []) + ([args.out] if args.out else [])
     for folder in targets:
         folder.mkdir(parents=True, exist_ok=True)

@@ -81,6 +81,19 @@ using namespace tmakit;
 #define TMAKIT_TRANSPOSE_PLAIN_STORE 0
 #endif
 #define TMAKIT_TRANSPOSE_STORES_PLAINLY (TMAKIT_TRANSPOSE_PLAIN_STORE || !TMAKIT_USE_TMA)
+// Per-row sector-aligned runs (1: the host sets it where dst's rows are not 16-byte aligned, which the
+// plain stores write). Each dst row g starts s_g = (its address mod 32) / E elements past a 32-byte sector;
+// as tile rows start at multiples of H (H * E a multiple of 32 bytes), the run of row g that starts s_g
+// elements early ([r0 - s_g, r0 + H - s_g)) is whole sectors. Every tile then loads the 32/E source rows
+// before it (a prefix of two micro-block rows) and writes each dst row's sector-aligned run in aligned
+// 16-byte stores; only the pieces at dst's own row ends are written byte by byte. Runs whose ends straddle
+// sectors (the neighbouring tile writing the other part later) ran at 0.59x of copy speed on the H100.
+#ifndef TMAKIT_TRANSPOSE_ROW_SECTORS
+#define TMAKIT_TRANSPOSE_ROW_SECTORS 0
+#endif
+#if TMAKIT_TRANSPOSE_ROW_SECTORS && !TMAKIT_TRANSPOSE_STORES_PLAINLY
+#error "row-sector runs are written by the plain stores"
+#endif
 #if TMAKIT_TRANSPOSE_STORES_PLAINLY
 typedef BoxParams DstBox;
 #define TMAKIT_TRANSPOSE_DST const __grid_constant__ tmakit::BoxParams
@@ -96,9 +109,15 @@ constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_TRANSPOSE_
 static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
 constexpr uint32_t kSpan = 128;                      // bytes per image row: the 128B swizzle span
 constexpr uint32_t kTileBytes = kTileRows * kSpan;   // 16 or 32 KiB, for every element size
-// Room for the prefix (at most 16 rows: 1-byte elements) after the tile in each stage, when classes are
-// shifted; a whole 2 KiB for every size keeps each stage 1024-byte aligned for the 128B swizzle.
-constexpr uint32_t kPrefixBytes = 16u * kSpan;
+// Micro-block rows (16 bytes of dst each) in the prefix: one for shifted classes, two for row-sector runs.
+constexpr uint32_t kPrefixChunks = TMAKIT_TRANSPOSE_ROW_SECTORS ? 2u : 1u;
+constexpr bool kRowSectors = TMAKIT_TRANSPOSE_ROW_SECTORS != 0;
+// Room for the prefix (at most 16 rows per chunk: 1-byte elements) after the tile in each stage, when classes
+// are shifted or runs row-sector aligned; whole 2 KiB units keep each stage 1024-byte aligned for the swizzle.
+constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
+// Row-sector runs: the prefix's two chunks of each image row (at most 128 dst rows per tile) after each image
+// buffer, unswizzled (dst row d at d * 32 bytes).
+constexpr uint32_t kSideBytes = kRowSectors ? 128u * 32u : 0u;
 // Destination image buffers. One: a block turns its next tile (if any) into the buffer once the TMA store
 // has read it; two let a persistent block turn the next tile while the last one drains (measured with
 // benchmarks/copy_bandwidth.py: no gain over one). The cp.async path's plain stores are done before the ring's barrier.
@@ -132,6 +151,7 @@ struct Turn {
   static constexpr uint32_t kImages = kTileRows / (8u * V);  // destination images: tile rows / W
   static constexpr uint32_t kItems = 64u * kImages * P;  // (micro-block, slice) pairs per tile
   static constexpr uint32_t kPrefixItems = 64u * P;      // the prefix's round: a group of 8 micro-block rows
+  static constexpr uint32_t kRunBytes = kTileRows * E;  // one dst row's run per tile
   static constexpr uint32_t kChunksPerRun = kTileRows / V;  // 16-byte chunks in a tile's run of one dst row
 };
 
@@ -190,11 +210,12 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
   for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(words[r][0], words[r][1], words[r][2], words[r][3]);
 }
 
-// Every (micro-block, slice) of a tile, then with `prefix` those of the V source rows before it (stored
-// after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row, `m` the
-// micro-block row (source rows r0 + m*V ..; -1 for the prefix), `d` the dst row in the tile (source column
-// c0 + d). The prefix's items are one more group of 8 micro-block rows (m = -8 .. -1) in the tile's lane
-// order, all but m = -1 idle, so that its accesses are as conflict free as the tile's.
+// Every (micro-block, slice) of a tile, then with `prefix` those of the kPrefixChunks * V source rows before
+// it (stored after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row, `m`
+// the micro-block row (source rows r0 + m*V ..; -1 and -2 for the prefix), `d` the dst row in the tile
+// (source column c0 + d). The prefix's items are one more group of 8 micro-block rows (m = -8 .. -1) in the
+// tile's lane order, all but the last kPrefixChunks idle, so that its accesses are as conflict free as the
+// tile's.
 template <typename T, uint32_t Classes, class Sink>
 __device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, Sink sink) {
   typedef Turn<T> K;
@@ -204,8 +225,8 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefi
     const uint32_t g = b % 8u, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P), p = (b / 8u) % K::P;
     const uint32_t c = column_chunk<T, Classes>(g, q);
     const int32_t m = sub < K::kImages ? (int32_t)(sub * 8u + g) : (int32_t)g - 8;
-    if (m < -1) continue;  // the prefix's idle rows
-    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows;
+    if (m < -(int32_t)kPrefixChunks) continue;  // the prefix's idle rows
+    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows + (uint32_t)(m + (int32_t)kPrefixChunks) * K::V;
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t j = 0; j < K::V; ++j) {
@@ -278,7 +299,7 @@ template <typename T, uint32_t Classes>
 __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const uint8_t* images, uint32_t k, int32_t start,
                                                     int32_t row) {
   typedef TileImages<T, Classes> I;
-  constexpr uint32_t E = sizeof(T), kRunBytes = kTileRows * E, kPieces = kRunBytes / 16u + 1u;
+  constexpr uint32_t E = sizeof(T), kPieces = Turn<T>::kRunBytes / 16u + 1u;
   auto image_chunk = [&](uint32_t i, uint32_t j) -> const uint8_t* {  // chunk j of the run's image row i
     return images + I::offset(j / 8u, k) + swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B);
   };
@@ -306,6 +327,59 @@ __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const 
     }
     // A piece shared with a neighbouring run: its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at
     // most four; E-aligned, as the run's bounds are).
+    const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
+    uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
+    const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
+    while (a < b) {
+      uint32_t size = 8;
+      while (a % size != 0 || a + size > b) size >>= 1;
+      store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
+      a += size;
+    }
+  }
+}
+
+// Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
+// s = (the row's address mod 32) / E (0 in the first tile row), from image row i extended by the prefix's two chunks (`side`: chunk x < 2
+// of the extended row; the images: chunk x - 2). Consecutive threads along a row, aligned 16-byte pieces,
+// each gathered from two chunks with a funnel shift; every piece of an interior run is whole (the run is whole
+// sectors), the pieces at dst's row ends (clipped to [0, rows)) keep the bytes outside untouched.
+template <typename T>
+__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const uint8_t* images, const uint8_t* side,
+                                                      int32_t r0, int32_t c0) {
+  typedef TileImages<T, 1> I;
+  constexpr uint32_t E = sizeof(T), kPieces = Turn<T>::kRunBytes / 16u + 1u, kChunks = Turn<T>::kChunksPerRun + 2u;
+  auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // chunk x of extended image row i (zeros outside)
+    if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
+    if (x < 2) return *reinterpret_cast<const uint4*>(side + i * 32u + (uint32_t)x * 16u);
+    const uint32_t j = (uint32_t)x - 2u;
+    return *reinterpret_cast<const uint4*>(images + I::offset(j / 8u, 0) + swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B));
+  };
+  const int64_t rows = (int64_t)dst.dims[0];
+  for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
+    const int64_t g = (int64_t)c0 + c.row;
+    if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
+    const uint64_t row_address = dst.address + (uint64_t)g * dst.strides[1];
+    // the first tile row starts at element 0 (its runs end mid-sector at H, where the second tile row's
+    // runs write the same elements again)
+    const int32_t s = r0 > 0 ? (int32_t)((row_address & 31u) / E) : 0, start = r0 - s;
+    const int64_t lo = start > 0 ? start : 0, hi = (int64_t)start + kTileRows < rows ? (int64_t)start + kTileRows : rows;
+    if (hi <= lo) continue;
+    const uint64_t base = row_address + (uint64_t)((int64_t)start * E);
+    const uint64_t first = row_address + (uint64_t)(lo * E), end = row_address + (uint64_t)(hi * E);
+    const uint64_t piece = (first & ~15ull) + 16ull * c.chunk;
+    if (piece >= end) continue;
+    // extended image row byte of the piece's first byte: the run starts 32 - s*E bytes in (the prefix's chunks)
+    const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base), x = o >> 4;  // arithmetic shift
+    const uint32_t shift = (uint32_t)o & 15u;
+    uint32_t w[8];
+    words_of(w, 0, chunk(c.row, x));
+    words_of(w, 4, shift != 0 ? chunk(c.row, x + 1) : make_uint4(0, 0, 0, 0));
+    const uint4 v = bytes_from(w, shift);
+    if (piece >= first && piece + 16u <= end) {
+      __stcs(reinterpret_cast<uint4*>(piece), v);  // st.global.cs: written once
+      continue;
+    }
     const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
     uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
     const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
@@ -411,10 +485,10 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   typedef Turn<T> K;
   typedef TileImages<T, Classes> I;
   constexpr uint32_t E = K::E, W = K::W, V = K::V;
-  const bool prefix = op.shifted != 0;
+  const bool prefix = kRowSectors || op.shifted != 0;
   const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
-  uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x H/W destination images
+  uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x (H/W destination images, side chunks)
   const uint32_t tiles_c = op.tiles_c, tiles_r = op.tiles_r;
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
   // and write dst rows in runs of G * H * E bytes, not H * E. 32-bit arithmetic (the host keeps the tile
@@ -432,17 +506,33 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    box_load_expect(bar, kTileBytes + (prefix ? V * kSpan : 0u));
+    constexpr uint32_t kPrefixRows = kPrefixChunks * V;
+    box_load_expect(bar, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
     load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, bar);
     if (prefix)
-      load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)V, 0, 0, 0}}, V * kSpan, bar);
+      load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)kPrefixRows, 0, 0, 0}},
+                                       kPrefixRows * kSpan, bar);
     box_load_commit();
   };
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    uint8_t* buffer = out + (done++ % kImageBuffers) * kTileBytes;
+    uint8_t* buffer = out + (done++ % kImageBuffers) * (kTileBytes + kSideBytes);
+#if TMAKIT_TRANSPOSE_ROW_SECTORS
+    // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
+    // (the first tile row needs none: its runs start at element 0)
+    uint8_t* side = buffer + kTileBytes;
+    transpose_tile<T, Classes>(image, r0 > 0, [&](int32_t m, uint32_t d, const uint4& v) {
+      uint4* at = m < 0 ? reinterpret_cast<uint4*>(side + d * 32u + (uint32_t)(m + 2) * 16u)
+                        : reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)m / 8u, 0) +
+                                                   swizzle_offset(d * kSpan + ((uint32_t)m % 8u) * 16u, kSwizzle128B));
+      TMAKIT_TRANSPOSE_TRACE(at, 16u);
+      *at = v;
+    });
+    box_store_begin();
+    store_run_row_sectors<T>(op.dst_even, buffer, side, r0, c0);
+#else
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
     // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,
     // section 5). Its runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
@@ -471,6 +561,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 #if !TMAKIT_TRANSPOSE_STORES_PLAINLY
     box_store_commit_wait_read<(int)kImageBuffers - 1>();  // this buffer's next use waits for its store
 #endif
+#endif  // TMAKIT_TRANSPOSE_ROW_SECTORS
   };
   for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
                                     turn_and_store);
@@ -503,8 +594,18 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // a multiple of V). shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
 // Launch: 1-D blocks of any multiple of 32 threads (the host: 256), one per tile (or fewer, walking the tiles
 // through the ring), dynamic shared memory (stages + image buffers) * H * 128 bytes, plus 2 KiB per stage when
-// `shifted`, plus 1 KiB of alignment slack.
-extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
+// `shifted`, plus 1 KiB of alignment slack; with TMAKIT_TRANSPOSE_ROW_SECTORS (one class, shifted 0) 4 KiB per
+// stage for the prefix and 4 KiB per image buffer for its chunks instead, src_prefix's box [128/E, 32/E].
+// TMAKIT_TRANSPOSE_THREADS / TMAKIT_TRANSPOSE_MIN_BLOCKS: the block size and the blocks the host wants resident
+// per SM (shared memory allows three 256-row tiles on sm_90): a register cap, as registers must not be what
+// stops the third block (the cp.async path's any-pitch loads took 94 registers, two blocks per SM).
+#ifndef TMAKIT_TRANSPOSE_THREADS
+#define TMAKIT_TRANSPOSE_THREADS 1024
+#endif
+#ifndef TMAKIT_TRANSPOSE_MIN_BLOCKS
+#define TMAKIT_TRANSPOSE_MIN_BLOCKS 1
+#endif
+extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS) tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
                                             TMAKIT_TRANSPOSE_DST dst_even, TMAKIT_TRANSPOSE_DST dst_odd, uint32_t tiles_r,
                                             uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
                                             uint32_t shifted) {
@@ -512,6 +613,6 @@ extern "C" __global__ void tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SO
   __shared__ uint64_t bars[kStages];
   uint8_t* smem = align_shared(smem_raw, 1024);
   const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, lead, shifted};
-  if (row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
+  if (!kRowSectors && row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
   else transpose_by_size<1>(op, esize, smem, bars);
 }

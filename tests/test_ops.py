@@ -110,8 +110,10 @@ def test_sector_plan_aligns_runs_to_32_byte_sectors():
     assert sector_plan(0x1000, 16336, 10) == SectorPlan(2, 2)    # pitch 16 mod 32: the odd rows
     assert sector_plan(0x1010, 16336, 10) == SectorPlan(2, 1)    # ... or the even ones
     assert sector_plan(0x1010, 16336, 1) == SectorPlan(1, 1)     # one row: one class
-    assert sector_plan(0x1008, 16336, 10) == SectorPlan(1, 0)    # not 16-byte aligned: the any-pitch walk
-    assert sector_plan(0x1000, 100, 10) == SectorPlan(1, 0)
+    # not 16-byte aligned (plain stores): each row's run starts on a sector of its own
+    assert sector_plan(0x1008, 16336, 10) == SectorPlan(1, 0, row_sectors=True)
+    assert sector_plan(0x1000, 100, 10) == SectorPlan(1, 0, row_sectors=True)
+    assert sector_plan(0x1000, 100, 10, align=False) == SectorPlan(1, 0)
 
 
 def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
@@ -124,6 +126,12 @@ def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
     assert tile_grid(16368, 131072, 1, 256, True) == (64, 1024)      # 16368 + 16 fits 64 tile rows
     assert tile_grid(256, 100, 1, 256, True) == (1, 1)              # one tile row: no shifted runs in it
     assert tile_grid(257, 100, 8, 256, True) == (2, 7)
+    # row-sector runs start up to 32/E - 1 elements early: 31 rows for bytes, 3 for 8-byte elements
+    assert tile_grid(512, 100, 1, 256, False, row_sectors=True) == (3, 1)
+    assert tile_grid(481, 100, 1, 256, False, row_sectors=True) == (2, 1)
+    assert tile_grid(509, 100, 8, 256, False, row_sectors=True) == (2, 7)
+    assert tile_grid(510, 100, 8, 256, False, row_sectors=True) == (3, 7)
+    assert tile_grid(250, 100, 1, 256, False, row_sectors=True) == (1, 1)  # the first tile row is unshifted
 
 
 def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
@@ -438,7 +446,10 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
     gathered from aligned pieces on the cp.async path. The same bytes as numpy, the poison around dst intact."""
     rng, seed = _rng()
     esize = np.dtype(dtype).itemsize
-    shapes = [(3, 5), (1, 37), (37, 1), (515, 263), (257, 301), (1000, 3), (3, 1000), (300, 16 // esize * 40 + 1)]
+    # rows past one and two tile rows of 256 (row-sector runs start up to 32/E - 1 rows early: 543 and 1031
+    # need the extra tile row at bytes), a 1 x N and N x 1
+    shapes = [(3, 5), (1, 37), (37, 1), (515, 263), (257, 301), (1000, 3), (3, 1000), (300, 16 // esize * 40 + 1),
+              (543, 131), (1031, 33), (1, 1001), (1001, 1)]
     for (rows, cols), (s_off, d_off) in [(sh, off) for sh in shapes for off in ((0, 0), (0, 1), (1, 3))]:
         host = _random_array(rng, (rows, cols), dtype)
         pad = 64 // esize

@@ -73,8 +73,11 @@ class TilePlan:
         return cls(rows, stages, (stages + image_buffers) * rows * _SPAN + 1024, run_bytes, threads, image_buffers,
                    persistent)
 
-    def shared_mem_for(self, prefix: bool) -> int:
-        """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without."""
+    def shared_mem_for(self, prefix: bool, row_sectors: bool = False) -> int:
+        """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without; row-sector
+        runs (``SectorPlan.row_sectors``) take a prefix of two chunks and 4 KiB of them per image buffer."""
+        if row_sectors:
+            return self.shared_mem + 2 * _PREFIX_BYTES * (self.stages + self.image_buffers)
         return self.shared_mem + (self.stages * _PREFIX_BYTES if prefix else 0)
 
 
@@ -91,15 +94,15 @@ DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
 
 
 def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tuple[TilePlan, ...] = DEFAULT_TILE_PLANS,
-              parameter: str = "device") -> TilePlan:
-    """The first of ``candidates`` whose shared memory (with prefixes, for shifted rows) fits a block's opt-in
-    limit (bytes)."""
+              parameter: str = "device", row_sectors: bool = False) -> TilePlan:
+    """The first of ``candidates`` whose shared memory (with prefixes, for shifted rows or row-sector runs)
+    fits a block's opt-in limit (bytes)."""
     for plan in candidates:
-        if plan.shared_mem_for(prefix) <= shared_mem_limit:
+        if plan.shared_mem_for(prefix, row_sectors) <= shared_mem_limit:
             return plan
-    smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix))
+    smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix, row_sectors))
     value = f"{shared_mem_limit} bytes of shared memory per block" if parameter == "device" else candidates[0]
-    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix)} "
+    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix, row_sectors)} "
                                f"bytes of shared memory per block (the device gives {shared_mem_limit})",
                                "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows or stages")
 
@@ -112,14 +115,19 @@ class SectorPlan:
 
     classes: int
     shifted: int
+    row_sectors: bool = False  # each row's run starts (address mod 32) / E elements early (any pitch)
 
 
 def sector_plan(address: int, pitch: int, dst_rows: int, align: bool = True) -> SectorPlan:
     """The sector plan of a dst whose first row is at ``address`` with ``dst_rows`` rows of ``pitch`` bytes. A
-    dst that is not 16-byte aligned (the cp.async path's any-pitch walk) has no 16-byte step to align to;
-    ``align=False`` turns the alignment off (every row alike, unshifted)."""
-    if not align or address % 16 or pitch % 16:
+    dst that is not 16-byte aligned (written by the block's plain stores) gets row-sector runs: each row's run
+    starts where a sector does (TMAKIT_TRANSPOSE_ROW_SECTORS in cuda_src/transpose.cu); measured on the H100,
+    runs straddling sectors ran at 0.59x of copy speed. ``align=False`` turns the alignment off (every row
+    alike, unshifted)."""
+    if not align:
         return SectorPlan(1, 0)
+    if address % 16 or pitch % 16:
+        return SectorPlan(1, 0, dst_rows > 0)
     if pitch % 32 == 0 or dst_rows < 2:
         return SectorPlan(1, int(address % 32 == 16))
     return SectorPlan(2, 1 if address % 32 == 16 else 2)
@@ -143,14 +151,15 @@ def source_lead(address: int, pitch: int, esize: int) -> int:
     return address % _SPAN // esize
 
 
-def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool, lead: int = 0) -> tuple[int, int]:
+def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool, lead: int = 0,
+              row_sectors: bool = False) -> tuple[int, int]:
     """(tile rows, tile columns) of the transpose of a rows x cols source: tiles of ``tile_rows`` source rows
-    by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early) leave rows over
-    (never when one tile row holds them all: the first tile row is unshifted); tile columns after the first
-    start ``lead`` columns early (source_lead), so one more column where that leaves columns over (never when
-    the first holds them all). The kernel takes both."""
+    by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early, or up to 32/E - 1
+    with ``row_sectors``) leave rows over (never when one tile row holds them all: the first tile row is
+    unshifted); tile columns after the first start ``lead`` columns early (source_lead), so one more column
+    where that leaves columns over (never when the first holds them all). The kernel takes both."""
     width = _SPAN // esize
-    extra = 16 // esize if prefix and rows > tile_rows else 0
+    extra = (32 // esize - 1 if row_sectors else 16 // esize) if (prefix or row_sectors) and rows > tile_rows else 0
     return -(-(rows + extra) // tile_rows), -(-(cols + (lead if cols > width else 0)) // width)
 
 
@@ -214,6 +223,11 @@ class TransposePlan(Plan):
             for index, operand in enumerate(self._operands(d, s, self._args[:4])):
                 self._update(index, operand)
 
+    def _prefix_rows(self, v: int) -> int:
+        """Source rows before each tile that the kernel loads: V for shifted classes, 2V for row-sector runs."""
+        sectors = self._layout.sectors
+        return 2 * v if sectors.row_sectors else v if sectors.shifted else 0
+
     def _operands(self, d: ArrayView, s: ArrayView, previous: list | None = None) -> list:
         """(source, source prefix, target of class 0, target of class 1): tensor maps on the TMA path (described,
         or re-pointed from ``previous``), BoxParams on the cp.async path."""
@@ -234,7 +248,7 @@ class TransposePlan(Plan):
                                            l2_promotion=self._l2_promotion)
 
                 source = src_box(self.result.tile_plan.rows)
-                out = [source, src_box(v) if self._layout.sectors.shifted else source]
+                out = [source, src_box(self._prefix_rows(v)) if self._prefix_rows(v) else source]
                 for c in views:  # a class of the first class's geometry (an even row count) is that map re-pointed
                     same = not plain_dst and len(out) > 2 and c.shape == views[0].shape
                     out.append(out[2].with_address(c.ptr) if same else _dst_box(c, rows, esize, width // classes)
@@ -247,7 +261,7 @@ class TransposePlan(Plan):
                                        swizzle=_SWIZZLE_128B, l2_promotion=int(self._l2_promotion))
 
             source = src_box(self.result.tile_plan.rows)
-            out = [source, src_box(v) if self._layout.sectors.shifted else source]
+            out = [source, src_box(self._prefix_rows(v)) if self._prefix_rows(v) else source]
             out += [_dst_box(c, rows, esize, width // classes) for c in views]
         if classes == 1:
             out.append(out[2])
@@ -262,9 +276,16 @@ def _dst_box(c: ArrayView, rows: int, esize: int, class_rows: int) -> Any:
                            swizzle=_SWIZZLE_128B)
 
 
+def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
+    """Blocks per SM that shared memory allows (an SM holds the opt-in limit plus 1 KiB, and each block takes
+    1 KiB more, reserved by the driver), at most three and at most what leaves 64 registers a thread: the
+    kernel's register cap (__launch_bounds__), so that registers do not stop a block shared memory would take."""
+    return max(1, min(3, (optin_limit + 1024) // (shared_mem + 1024), 65536 // (plan.threads * 64)))
+
+
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "none",
-                   source_eviction: Any = "last") -> TransposePlan:
+                   source_eviction: Any = "last", min_blocks: int | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 
@@ -276,6 +297,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
       copy speed where the source pitch is not a multiple of 128 bytes, and gained nothing where it is.
     - ``source_eviction``: the L2 priority of the source lines (``L2Eviction``); "last" gained 0.01-0.04 of copy
       speed at a pitch of 64 mod 128 bytes (the next tile column reads the other halves of the lines).
+    - ``min_blocks``: blocks per SM the kernel's register cap is set for (1..3; default what shared memory
+      allows, at most 3).
     """
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if len(s.shape) != 2:
@@ -291,7 +314,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                    "TilePlan.of(rows, stages, ...) or None for the default")
     candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
-    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for p in candidates), True, _SPAN)
+    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for p in candidates), True, _SPAN, row_sectors=True)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
@@ -303,6 +326,9 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     esize = s.itemsize
     if esize not in (1, 2, 4, 8):
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
+    if min_blocks is not None and (isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or not 1 <= min_blocks <= 3):
+        raise InvalidArgumentError("min_blocks", min_blocks, "must be an int from 1 to 3 or None",
+                                   "pass 1, 2 or 3 (blocks per SM), or None for what shared memory allows")
     promotion = L2Promotion.parse(l2_promotion, "l2_promotion")
     eviction = L2Eviction.parse(source_eviction, "source_eviction")
     choice = choose_backend(backend, device=s.device)
@@ -325,15 +351,17 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
     layout = _layout(d, s, align_sectors)
-    prefix = layout.sectors.shifted != 0
+    prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
     limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
-    chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device")
-    tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead)
+    chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors)
+    tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
-               TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA))
-    shared_mem = chosen.shared_mem_for(prefix)
+               TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
+               TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_THREADS=chosen.threads,
+               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, chosen.shared_mem_for(prefix, row_sectors), limit))
+    shared_mem = chosen.shared_mem_for(prefix, row_sectors)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
     result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
                              "plain" if plain_dst else "tma")

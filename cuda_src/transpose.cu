@@ -94,6 +94,29 @@ using namespace tmakit;
 #if TMAKIT_TRANSPOSE_ROW_SECTORS && !TMAKIT_TRANSPOSE_STORES_PLAINLY
 #error "row-sector runs are written by the plain stores"
 #endif
+// Source row classes (TMA only; 0: off). A source pitch that is not a multiple of 16 bytes, on a 16-byte
+// aligned base, is still a TMA tensor seen k = 16 / gcd(pitch, 16) rows at a time: "super-rows" of k source
+// rows back to back (k * pitch bytes, a multiple of 16), source row k*R + j, column c at element j*cols + c
+// of super-row R. The host describes that view (box [W, (prefix + H) / k], no swizzle) and passes src itself
+// as BoxParams in src_prefix's place; a stage is k boxes, box j holding the tile's rows of class j (the prefix
+// rows first). Columns past `cols` hold the next row's elements (dst rows past the end, never stored); the
+// last rows % k rows, which no whole super-row holds, are copied in by the block (patch_source_tail). The
+// turn reads rows from the class boxes (source_offset): unswizzled, still conflict free (the lanes of a phase
+// read 8 different chunks of 128-byte rows). Measured on the H100 against the cp.async path's gather of
+// aligned pieces (synchronous loads, registers spilled): see tmakit/ops/transpose.py.
+#ifndef TMAKIT_TRANSPOSE_SOURCE_CLASSES
+#define TMAKIT_TRANSPOSE_SOURCE_CLASSES 0
+#endif
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+#if !TMAKIT_USE_TMA
+#error "source row classes are TMA loads"
+#endif
+#define TMAKIT_TRANSPOSE_SRC_PREFIX const __grid_constant__ tmakit::BoxParams
+typedef BoxParams PrefixSource;
+#else
+#define TMAKIT_TRANSPOSE_SRC_PREFIX TMAKIT_BOX_SOURCE
+typedef BoxSource PrefixSource;
+#endif
 #if TMAKIT_TRANSPOSE_STORES_PLAINLY
 typedef BoxParams DstBox;
 #define TMAKIT_TRANSPOSE_DST const __grid_constant__ tmakit::BoxParams
@@ -118,6 +141,23 @@ constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
 // Row-sector runs: the prefix's two chunks of each image row (at most 128 dst rows per tile) after each image
 // buffer, unswizzled (dst row d at d * 32 bytes).
 constexpr uint32_t kSideBytes = kRowSectors ? 128u * 32u : 0u;
+constexpr uint32_t kSourceClasses = TMAKIT_TRANSPOSE_SOURCE_CLASSES;
+static_assert(kSourceClasses == 0 || (kSourceClasses >= 2 && kSourceClasses <= 16 && (kSourceClasses & (kSourceClasses - 1)) == 0),
+              "source row classes: 2, 4, 8 or 16");
+
+// Byte offset in a stage of row x of the tile's numbering (0 .. H-1 the tile's rows, H .. the prefix's) at
+// 16-byte chunk `chunk`: the 128B-swizzled box (and prefix box after it), or with source row classes the
+// class boxes of (prefix_rows + H) / k rows each, the prefix's rows first (unswizzled).
+__device__ __forceinline__ uint32_t source_offset(uint32_t x, uint32_t chunk, uint32_t prefix_rows) {
+  if constexpr (kSourceClasses != 0) {
+    const uint32_t e = x < kTileRows ? x + prefix_rows : x - kTileRows;  // row from the stage's first
+    const uint32_t box_rows = (kTileRows + prefix_rows) / kSourceClasses;
+    return ((e % kSourceClasses) * box_rows + e / kSourceClasses) * kSpan + chunk * 16u;
+  } else {
+    (void)prefix_rows;
+    return swizzle_offset(x * kSpan + chunk * 16u, kSwizzle128B);
+  }
+}
 // Destination image buffers. One: a block turns its next tile (if any) into the buffer once the TMA store
 // has read it; two let a persistent block turn the next tile while the last one drains (measured with
 // benchmarks/copy_bandwidth.py: no gain over one). The cp.async path's plain stores are done before the ring's barrier.
@@ -151,7 +191,6 @@ struct Turn {
   static constexpr uint32_t kImages = kTileRows / (8u * V);  // destination images: tile rows / W
   static constexpr uint32_t kItems = 64u * kImages * P;  // (micro-block, slice) pairs per tile
   static constexpr uint32_t kPrefixItems = 64u * P;      // the prefix's round: a group of 8 micro-block rows
-  static constexpr uint32_t kRunBytes = kTileRows * E;  // one dst row's run per tile
   static constexpr uint32_t kChunksPerRun = kTileRows / V;  // 16-byte chunks in a tile's run of one dst row
 };
 
@@ -217,7 +256,7 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
 // tile's lane order, all but the last kPrefixChunks idle, so that its accesses are as conflict free as the
 // tile's.
 template <typename T, uint32_t Classes, class Sink>
-__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, Sink sink) {
+__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, uint32_t prefix_rows, Sink sink) {
   typedef Turn<T> K;
   typedef typename Slice<K::S>::type SliceBits;
   const uint32_t items = K::kItems + (prefix ? K::kPrefixItems : 0u);
@@ -230,7 +269,7 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefi
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t j = 0; j < K::V; ++j) {
-      const uint8_t* at = source + swizzle_offset((first_row + j) * kSpan + c * 16u, kSwizzle128B) + p * K::S;
+      const uint8_t* at = source + source_offset(first_row + j, c, prefix_rows) + p * K::S;
       TMAKIT_TRANSPOSE_TRACE(at, K::S);
       const SliceBits x = *reinterpret_cast<const SliceBits*>(at);
       memcpy(in[j], &x, K::S);
@@ -299,7 +338,7 @@ template <typename T, uint32_t Classes>
 __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const uint8_t* images, uint32_t k, int32_t start,
                                                     int32_t row) {
   typedef TileImages<T, Classes> I;
-  constexpr uint32_t E = sizeof(T), kPieces = Turn<T>::kRunBytes / 16u + 1u;
+  constexpr uint32_t E = sizeof(T), kPieces = kTileRows * E / 16u + 1u;
   auto image_chunk = [&](uint32_t i, uint32_t j) -> const uint8_t* {  // chunk j of the run's image row i
     return images + I::offset(j / 8u, k) + swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B);
   };
@@ -348,7 +387,7 @@ template <typename T>
 __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const uint8_t* images, const uint8_t* side,
                                                       int32_t r0, int32_t c0) {
   typedef TileImages<T, 1> I;
-  constexpr uint32_t E = sizeof(T), kPieces = Turn<T>::kRunBytes / 16u + 1u, kChunks = Turn<T>::kChunksPerRun + 2u;
+  constexpr uint32_t E = sizeof(T), kPieces = kTileRows * E / 16u + 1u, kChunks = Turn<T>::kChunksPerRun + 2u;
   auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // chunk x of extended image row i (zeros outside)
     if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
     if (x < 2) return *reinterpret_cast<const uint4*>(side + i * 32u + (uint32_t)x * 16u);
@@ -470,9 +509,33 @@ __device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* s
   box_load_part<Eviction>(src, smem, at, 2, bytes, bar);
 }
 
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+// The source rows no whole super-row holds (the last rows % k: TMA loaded zeros there) that fall in this
+// stage, copied in element by element from `src` (dims {cols, rows}); then the block barrier publishes them.
+// Only the last tile row has any; block-uniform.
+template <typename T>
+__device__ __forceinline__ void patch_source_tail(const BoxParams& src, uint8_t* stage, int32_t r0, int32_t c0,
+                                                  uint32_t prefix_rows) {
+  constexpr uint32_t E = sizeof(T), W = kSpan / E;
+  const int64_t rows = (int64_t)src.dims[1], cols = (int64_t)src.dims[0];
+  const int64_t tail = rows - rows % kSourceClasses, first = (int64_t)r0 - prefix_rows;  // stage row 0
+  const int64_t lo = tail > first ? tail : first, end = first + kTileRows + prefix_rows, hi = rows < end ? rows : end;
+  if (lo >= hi) return;
+  const uint32_t box_rows = (kTileRows + prefix_rows) / kSourceClasses;
+  for (uint32_t i = threadIdx.x; i < (uint32_t)(hi - lo) * W; i += blockDim.x) {
+    const int64_t r = lo + i / W, col = (int64_t)c0 + i % W;
+    if (col >= cols) continue;  // past the row: never stored
+    const uint32_t e = (uint32_t)(r - first);
+    const T v = *reinterpret_cast<const T*>(src.address + (uint64_t)r * src.strides[1] + (uint64_t)col * E);
+    *reinterpret_cast<T*>(stage + ((e % kSourceClasses) * box_rows + e / kSourceClasses) * kSpan + (i % W) * E) = v;
+  }
+  __syncthreads();
+}
+#endif
+
 struct Operands {
   const BoxSource& src;         // box [W, H]
-  const BoxSource& src_prefix;  // box [W, V]: the V source rows before a tile
+  const PrefixSource& src_prefix;  // box [W, V or 2V]: the source rows before a tile (source classes: src's BoxParams)
   const DstBox& dst_even;       // class 0: every dst row (one class) or the even ones, box [W, W / classes]
   const DstBox& dst_odd;        // class 1: the odd dst rows (two classes)
   uint32_t tiles_r, tiles_c;    // the tile grid: tile rows (H source rows each), tile columns (W source columns)
@@ -486,6 +549,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   typedef TileImages<T, Classes> I;
   constexpr uint32_t E = K::E, W = K::W, V = K::V;
   const bool prefix = kRowSectors || op.shifted != 0;
+  const uint32_t prefix_rows = prefix ? kPrefixChunks * V : 0u;  // rows before the tile in each stage
   const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
   uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x (H/W destination images, side chunks)
@@ -508,22 +572,35 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     tile_origin(t, c0, r0);
     constexpr uint32_t kPrefixRows = kPrefixChunks * V;
     box_load_expect(bar, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+    // box j: super-rows (r0 - prefix) / k .. at element j * cols + c0 (r0 - prefix is a multiple of k)
+    const uint32_t box_bytes = (kTileBytes + prefix_rows * kSpan) / kSourceClasses;
+    const int32_t super_row = (r0 - (int32_t)prefix_rows) / (int32_t)kSourceClasses, cols = (int32_t)op.src_prefix.dims[0];
+#pragma unroll
+    for (uint32_t j = 0; j < kSourceClasses; ++j)
+      box_load_part<kSourceEviction>(op.src, stage + j * box_bytes, Coords{{(int32_t)j * cols + c0, super_row, 0, 0, 0}}, 2,
+                                     box_bytes, bar);
+#else
     load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, bar);
     if (prefix)
       load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)kPrefixRows, 0, 0, 0}},
                                        kPrefixRows * kSpan, bar);
+#endif
     box_load_commit();
   };
   uint32_t done = 0;
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+    patch_source_tail<T>(op.src_prefix, const_cast<uint8_t*>(image), r0, c0, prefix_rows);
+#endif
     uint8_t* buffer = out + (done++ % kImageBuffers) * (kTileBytes + kSideBytes);
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
     // (the first tile row needs none: its runs start at element 0)
     uint8_t* side = buffer + kTileBytes;
-    transpose_tile<T, Classes>(image, r0 > 0, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, r0 > 0, prefix_rows, [&](int32_t m, uint32_t d, const uint4& v) {
       uint4* at = m < 0 ? reinterpret_cast<uint4*>(side + d * 32u + (uint32_t)(m + 2) * 16u)
                         : reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)m / 8u, 0) +
                                                    swizzle_offset(d * kSpan + ((uint32_t)m % 8u) * 16u, kSwizzle128B));
@@ -537,7 +614,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,
     // section 5). Its runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
-    transpose_tile<T, Classes>(image, shifted != 0, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, shifted != 0, prefix_rows, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run
@@ -605,7 +682,7 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 #ifndef TMAKIT_TRANSPOSE_MIN_BLOCKS
 #define TMAKIT_TRANSPOSE_MIN_BLOCKS 1
 #endif
-extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS) tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_BOX_SOURCE src_prefix,
+extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS) tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix,
                                             TMAKIT_TRANSPOSE_DST dst_even, TMAKIT_TRANSPOSE_DST dst_odd, uint32_t tiles_r,
                                             uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
                                             uint32_t shifted) {

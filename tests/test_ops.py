@@ -116,6 +116,19 @@ def test_sector_plan_aligns_runs_to_32_byte_sectors():
     assert sector_plan(0x1000, 100, 10, align=False) == SectorPlan(1, 0)
 
 
+def test_transpose_source_classes_make_a_pitch_of_whole_16_bytes():
+    """k rows back to back make a super-row of k * pitch bytes, a multiple of 16, for TMA to read."""
+    from tmakit.ops.transpose import source_classes
+
+    assert source_classes(0x1000, 20014, 8192) == 8      # 2-byte elements, an odd count: 8 rows
+    assert source_classes(0x1000, 32749, 30011) == 16    # bytes, odd
+    assert source_classes(0x1000, 65524, 16384) == 4     # 4 mod 16
+    assert source_classes(0x1000, 98744, 9001) == 2      # 8 mod 16
+    assert source_classes(0x1000, 4096, 100) == 0        # whole 16 bytes: none needed
+    assert source_classes(0x1008, 20014, 8192) == 0      # a base TMA cannot take
+    assert source_classes(0x1000, 20014, 7) == 0         # fewer rows than one super-row
+
+
 def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
     """Tile rows of H source rows and tile columns of 128 bytes; shifted runs end V rows before a tile's, so
     one more tile row where that leaves rows over, but not when one tile row holds every row."""
@@ -414,10 +427,14 @@ def test_copy_unaligned_views(offsets):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_transpose_exact(shape, dtype, backend):
+    from tmakit.ops.transpose import source_classes
+
     rng, seed = _rng()
     host = _random_array(rng, shape, dtype)
     esize = np.dtype(dtype).itemsize
-    undescribable = "src" if shape[1] * esize % 16 else "dst" if shape[0] * esize % 16 else ""
+    # a source pitch that is not a multiple of 16 bytes: TMA reads it as super-rows of k rows where it has one
+    undescribable = "src" if shape[1] * esize % 16 and not source_classes(0, shape[1] * esize, shape[0]) else \
+        "dst" if shape[0] * esize % 16 else ""
     with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
         if backend == "tma" and undescribable == "src":
             with pytest.raises(InvalidArgumentError, match="src.*cannot be described by a TMA tensor map"):
@@ -440,6 +457,8 @@ def test_transpose_exact(shape, dtype, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_transpose_any_pitch_is_exact(dtype, backend):
+    from tmakit.ops.transpose import source_classes
+
     """Pitches and bases that are not multiples of 16 bytes on either side (odd row and column counts, views
     that start 1..3 elements into a buffer): TMA loads src where it can describe it and the block writes dst in
     aligned 16-byte pieces (the pieces at each run's ends element by element); a source TMA cannot describe is
@@ -457,7 +476,7 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
             src = src_buffer[s_off: s_off + rows * cols].reshape(rows, cols)
             src.copy_from_host(host)
             dst = buffer[d_off: d_off + rows * cols].reshape(cols, rows)
-            src_ok = (s_off * esize) % 16 == 0 and (cols * esize) % 16 == 0
+            src_ok = (s_off * esize) % 16 == 0 and ((cols * esize) % 16 == 0 or source_classes(0, cols * esize, rows) > 0)
             dst_ok = (d_off * esize) % 16 == 0 and (rows * esize) % 16 == 0
             if backend == "tma" and not src_ok:
                 with pytest.raises(InvalidArgumentError, match="src.*cannot be described by a TMA tensor map"):
@@ -468,6 +487,8 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
                 result = ops.transpose(dst, src, backend=backend)
                 assert result.backend.name == backend
                 assert result.dst_stores == ("tma" if backend == "tma" and dst_ok else "plain")
+                classes = source_classes(0, cols * esize, rows) if (cols * esize) % 16 else 0
+                assert (f"TMA loads src as {classes} row classes" in result.reason) == (backend == "tma" and classes > 0)
             _sync()
             got = buffer.to_host()
         want = np.full(rows * cols + pad, 0, dtype)
@@ -602,3 +623,11 @@ def test_ptx_tile_copy_rejects_unaligned_rows():
     with _device(np.zeros((4, 5), np.float32)) as a, _device(np.zeros((4, 5), np.float32)) as b:
         with pytest.raises(InvalidArgumentError, match="row pitch 20 bytes"):
             ops.ptx_tile_copy(a, b)
+
+
+
+def test_transpose_plan_without_a_whole_super_row_takes_the_cp_async_path(fake_launch):
+    """5 rows of 3 bytes make no super-row of 16 rows: "auto" gathers the source on the cp.async path."""
+    few = ops.plan_transpose(device_view(0x10000000, (3, 5), "uint8"), device_view(0x20000000, (5, 3), "uint8"))
+    assert few.result.backend.name == "cp.async" and "TMA cannot describe src" in few.result.reason
+    assert fake_launch[-1].defines["TMAKIT_TRANSPOSE_SOURCE_CLASSES"] == 0

@@ -19,6 +19,7 @@ Measured on the H100, a base 32 or 64 bytes into a line cost 0.08-0.15 of copy s
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,6 +186,16 @@ def _tma_rule_broken(arrays: dict[str, Any]) -> tuple[str, Any, str]:
     return "", None, ""
 
 
+def source_classes(address: int, pitch: int, rows: int) -> int:
+    """k, where TMA can read a source whose row pitch is not a multiple of 16 bytes as super-rows of k rows
+    back to back (k * pitch bytes, a multiple of 16: cuda_src/transpose.cu, TMAKIT_TRANSPOSE_SOURCE_CLASSES):
+    16 / gcd(pitch, 16), given a 16-byte aligned base, at least one whole super-row and super-rows whose
+    element coordinates stay in int32; else 0 (a pitch of whole 16 bytes needs none; a base that is not
+    16-byte aligned cannot be described)."""
+    k = 16 // math.gcd(pitch, 16)
+    return k if k > 1 and address % 16 == 0 and rows >= k and k * pitch < 2**31 else 0
+
+
 @dataclass(frozen=True)
 class _Layout:
     """The decisions a transpose reads from the buffers' addresses (a new buffer must make the same)."""
@@ -192,12 +203,14 @@ class _Layout:
     tma_broken: str  # the TMA rule an array breaks, or ""
     sectors: SectorPlan
     lead: int
+    classes: int = 0  # source row classes (source_classes), where the plan reads src through super-rows
 
 
-def _layout(d: ArrayView, s: ArrayView, align_sectors: bool) -> _Layout:
+def _layout(d: ArrayView, s: ArrayView, align_sectors: bool, classes: bool = False) -> _Layout:
     rows, cols = s.shape
     return _Layout(_tma_rule_broken({"src": s, "dst": d})[2], sector_plan(d.ptr, rows * s.itemsize, cols, align_sectors),
-                   source_lead(s.ptr, cols * s.itemsize, s.itemsize))
+                   source_lead(s.ptr, cols * s.itemsize, s.itemsize),
+                   source_classes(s.ptr, cols * s.itemsize, rows) if classes else 0)
 
 
 class TransposePlan(Plan):
@@ -213,7 +226,7 @@ class TransposePlan(Plan):
     def _retarget(self, views: tuple) -> None:
         d, s = views
         _checks.require_disjoint(d, s)
-        layout = _layout(d, s, self._align_sectors)
+        layout = _layout(d, s, self._align_sectors, self._layout.classes != 0)
         if layout != self._layout:
             name = "src" if layout.lead != self._layout.lead else "dst"
             v = s if name == "src" else d
@@ -236,7 +249,24 @@ class TransposePlan(Plan):
         classes = self._layout.sectors.classes
         views = [d] if classes == 1 else [_class_rows(d, k, classes) for k in range(classes)]
         plain_dst = self.result.dst_stores == "plain"
-        if self.result.backend.backend is Backend.TMA:
+        if self.result.backend.backend is Backend.TMA and self._layout.classes:
+            k = self._layout.classes
+            box_rows = (self.result.tile_plan.rows + self._prefix_rows(v)) // k
+            supers = ArrayView(s.ptr, (rows // k, k * cols), (k * cols * esize, esize), s.dtype_name, esize, s.device, s.owner)
+            source = repoint(previous[0], s) if previous is not None else describe_tensor(
+                supers, box=(box_rows, width), swizzle=Swizzle.NONE, oob_fill="zero", l2_promotion=self._l2_promotion)
+            dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+            out = [source, pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, 8), esize, dtype)]
+            for k_, c in enumerate(views):
+                if plain_dst:
+                    out.append(_dst_box(c, rows, esize, width // classes))
+                elif previous is not None:
+                    out.append(repoint(previous[2 + k_], c))
+                else:
+                    same = len(out) > 2 and c.shape == views[0].shape
+                    out.append(out[2].with_address(c.ptr) if same else
+                               describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
+        elif self.result.backend.backend is Backend.TMA:
             if previous is not None:
                 source = repoint(previous[0], s)
                 out = [source, source if previous[1] is previous[0] else repoint(previous[1], s)]
@@ -338,7 +368,12 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         return TransposePlan(TransposeResult(choice, "empty"), (d, s))
     name, view, broken = _tma_rule_broken({"src": s, "dst": d})
     plain_dst = choice.backend is not Backend.TMA
-    if choice.backend is Backend.TMA and name == "dst" and not _tma_rule_broken({"src": s})[0]:
+    classes = source_classes(s.ptr, cols * esize, rows) if choice.backend is Backend.TMA and name == "src" else 0
+    if classes:
+        # TMA reads src as super-rows of k rows (a pitch of whole 16 bytes); dst as below
+        name, view, broken = _tma_rule_broken({"dst": d})
+        reason = f"{reason}; TMA loads src as {classes} row classes ({_tma_rule_broken({'src': s})[2]})"
+    if choice.backend is Backend.TMA and name == "dst" and (classes or not _tma_rule_broken({"src": s})[0]):
         # TMA on the side it can describe: TMA loads src, the block writes dst in aligned 16-byte pieces
         plain_dst, broken = True, ""
         reason = f"{reason}; TMA loads src, plain 16-byte stores write dst ({_tma_rule_broken({'dst': d})[2]})"
@@ -350,7 +385,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         choice, plain_dst = choose_backend("cp.async", device=s.device), True
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
-    layout = _layout(d, s, align_sectors)
+    layout = _layout(d, s, align_sectors, classes != 0)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
     limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors)
@@ -359,7 +394,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
-               TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_THREADS=chosen.threads,
+               TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
+               TMAKIT_TRANSPOSE_THREADS=chosen.threads,
                TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, chosen.shared_mem_for(prefix, row_sectors), limit))
     shared_mem = chosen.shared_mem_for(prefix, row_sectors)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))

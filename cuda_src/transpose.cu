@@ -97,9 +97,10 @@ using namespace tmakit;
 // Source row classes (TMA only; 0: off). A source pitch that is not a multiple of 16 bytes, on a 16-byte
 // aligned base, is still a TMA tensor seen k = 16 / gcd(pitch, 16) rows at a time: "super-rows" of k source
 // rows back to back (k * pitch bytes, a multiple of 16), source row k*R + j, column c at element j*cols + c
-// of super-row R. The host describes that view (box [W, (prefix + H) / k], no swizzle) and passes src itself
-// as BoxParams in src_prefix's place; a stage is k boxes, box j holding the tile's rows of class j (the prefix
-// rows first). Columns past `cols` hold the next row's elements (dst rows past the end, never stored); the
+// of super-row R. The host describes that view (box [W + 16/E, (prefix + H) / k], no swizzle) and passes src
+// itself as BoxParams in src_prefix's place; a stage is k boxes, box j holding the tile's rows of class j (the
+// prefix rows first), each row the 144-byte aligned window around its 128 bytes (a box must start 16-byte
+// aligned in dim 0), which the turn reads as aligned words shifted into place. Columns past `cols` hold the next row's elements (dst rows past the end, never stored); the
 // last rows % k rows, which no whole super-row holds, are copied in by the block (patch_source_tail). The
 // turn reads rows from the class boxes (source_offset): unswizzled, still conflict free (the lanes of a phase
 // read 8 different chunks of 128-byte rows). Measured on the H100 against the cp.async path's gather of
@@ -138,23 +139,38 @@ constexpr bool kRowSectors = TMAKIT_TRANSPOSE_ROW_SECTORS != 0;
 // Room for the prefix (at most 16 rows per chunk: 1-byte elements) after the tile in each stage, when classes
 // are shifted or runs row-sector aligned; whole 2 KiB units keep each stage 1024-byte aligned for the swizzle.
 constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
-// Row-sector runs: the prefix's two chunks of each image row (at most 128 dst rows per tile) after each image
+// Row-sector runs: the prefix's two chunks of each image row (W = 128/E dst rows per tile) after each image
 // buffer, unswizzled (dst row d at d * 32 bytes).
-constexpr uint32_t kSideBytes = kRowSectors ? 128u * 32u : 0u;
+template <uint32_t E>
+constexpr uint32_t kSideBytes = kRowSectors ? kSpan / E * 32u : 0u;
 constexpr uint32_t kSourceClasses = TMAKIT_TRANSPOSE_SOURCE_CLASSES;
 static_assert(kSourceClasses == 0 || (kSourceClasses >= 2 && kSourceClasses <= 16 && (kSourceClasses & (kSourceClasses - 1)) == 0),
               "source row classes: 2, 4, 8 or 16");
 
+// Source row classes: each class box row is 144 bytes, the aligned 16-byte window around the row's 128
+// (a TMA box must start on a 16-byte boundary in dim 0: tma_model.check_box_start); class j's rows start
+// (j * pitch) mod 16 bytes into it.
+constexpr uint32_t kClassRowBytes = kSpan + 16u;
+// Class box j at j * class_box_stride (TMA writes to 128-byte aligned shared memory), the stage rounded up
+// to 1 KiB (the images after it stay 1024-aligned for the swizzle).
+__device__ __forceinline__ uint32_t class_box_stride(uint32_t prefix_rows) {
+  return ((kTileRows + prefix_rows) / (kSourceClasses ? kSourceClasses : 1u) * kClassRowBytes + 127u) & ~127u;
+}
+__device__ __forceinline__ uint32_t class_stage_bytes(uint32_t prefix_rows) {
+  return (kSourceClasses * class_box_stride(prefix_rows) + 1023u) & ~1023u;
+}
+
 // Byte offset in a stage of row x of the tile's numbering (0 .. H-1 the tile's rows, H .. the prefix's) at
 // 16-byte chunk `chunk`: the 128B-swizzled box (and prefix box after it), or with source row classes the
-// class boxes of (prefix_rows + H) / k rows each, the prefix's rows first (unswizzled).
-__device__ __forceinline__ uint32_t source_offset(uint32_t x, uint32_t chunk, uint32_t prefix_rows) {
+// class boxes of (prefix_rows + H) / k rows each, the prefix's rows first, unswizzled, each row `pitch16`
+// (the source pitch mod 16) times its class bytes into its window (then not 16-byte aligned).
+__device__ __forceinline__ uint32_t source_offset(uint32_t x, uint32_t chunk, uint32_t prefix_rows, uint32_t pitch16) {
   if constexpr (kSourceClasses != 0) {
     const uint32_t e = x < kTileRows ? x + prefix_rows : x - kTileRows;  // row from the stage's first
-    const uint32_t box_rows = (kTileRows + prefix_rows) / kSourceClasses;
-    return ((e % kSourceClasses) * box_rows + e / kSourceClasses) * kSpan + chunk * 16u;
+    const uint32_t j = e % kSourceClasses;
+    return j * class_box_stride(prefix_rows) + e / kSourceClasses * kClassRowBytes + ((j * pitch16) & 15u) + chunk * 16u;
   } else {
-    (void)prefix_rows;
+    (void)prefix_rows, (void)pitch16;
     return swizzle_offset(x * kSpan + chunk * 16u, kSwizzle128B);
   }
 }
@@ -256,7 +272,8 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
 // tile's lane order, all but the last kPrefixChunks idle, so that its accesses are as conflict free as the
 // tile's.
 template <typename T, uint32_t Classes, class Sink>
-__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, uint32_t prefix_rows, Sink sink) {
+__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, uint32_t prefix_rows, uint32_t pitch16,
+                                               Sink sink) {
   typedef Turn<T> K;
   typedef typename Slice<K::S>::type SliceBits;
   const uint32_t items = K::kItems + (prefix ? K::kPrefixItems : 0u);
@@ -269,10 +286,25 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefi
     uint32_t in[K::V][K::S / 4u];
 #pragma unroll
     for (uint32_t j = 0; j < K::V; ++j) {
-      const uint8_t* at = source + source_offset(first_row + j, c, prefix_rows) + p * K::S;
+      const uint8_t* at = source + source_offset(first_row + j, c, prefix_rows, pitch16) + p * K::S;
       TMAKIT_TRANSPOSE_TRACE(at, K::S);
-      const SliceBits x = *reinterpret_cast<const SliceBits*>(at);
-      memcpy(in[j], &x, K::S);
+      if constexpr (kSourceClasses != 0) {  // a row E-aligned only: aligned words, funnel-shifted
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(at) & ~(size_t)3);
+        const uint32_t shift = (uint32_t)(reinterpret_cast<size_t>(at) & 3u) * 8u;
+        if constexpr (K::E >= 4) {
+#pragma unroll
+          for (uint32_t q = 0; q < K::S / 4u; ++q) in[j][q] = w[q];
+        } else {
+          uint32_t x[K::S / 4u + 1u];
+#pragma unroll
+          for (uint32_t q = 0; q <= K::S / 4u; ++q) x[q] = w[q];
+#pragma unroll
+          for (uint32_t q = 0; q < K::S / 4u; ++q) in[j][q] = __funnelshift_r(x[q], x[q + 1], shift);
+        }
+      } else {
+        const SliceBits x = *reinterpret_cast<const SliceBits*>(at);
+        memcpy(in[j], &x, K::S);
+      }
     }
     uint4 out[K::R];
     turn_slice<T>(in, out);
@@ -521,13 +553,13 @@ __device__ __forceinline__ void patch_source_tail(const BoxParams& src, uint8_t*
   const int64_t tail = rows - rows % kSourceClasses, first = (int64_t)r0 - prefix_rows;  // stage row 0
   const int64_t lo = tail > first ? tail : first, end = first + kTileRows + prefix_rows, hi = rows < end ? rows : end;
   if (lo >= hi) return;
-  const uint32_t box_rows = (kTileRows + prefix_rows) / kSourceClasses;
+  const uint32_t pitch16 = (uint32_t)(src.strides[1] & 15u);
   for (uint32_t i = threadIdx.x; i < (uint32_t)(hi - lo) * W; i += blockDim.x) {
     const int64_t r = lo + i / W, col = (int64_t)c0 + i % W;
     if (col >= cols) continue;  // past the row: never stored
-    const uint32_t e = (uint32_t)(r - first);
+    const uint32_t e = (uint32_t)(r - first), x = e >= prefix_rows ? e - prefix_rows : kTileRows + e;
     const T v = *reinterpret_cast<const T*>(src.address + (uint64_t)r * src.strides[1] + (uint64_t)col * E);
-    *reinterpret_cast<T*>(stage + ((e % kSourceClasses) * box_rows + e / kSourceClasses) * kSpan + (i % W) * E) = v;
+    *reinterpret_cast<T*>(stage + source_offset(x, 0, prefix_rows, pitch16) + (i % W) * E) = v;
   }
   __syncthreads();
 }
@@ -550,7 +582,12 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   constexpr uint32_t E = K::E, W = K::W, V = K::V;
   const bool prefix = kRowSectors || op.shifted != 0;
   const uint32_t prefix_rows = prefix ? kPrefixChunks * V : 0u;  // rows before the tile in each stage
-  const uint32_t stage_bytes = kTileBytes + (prefix ? kPrefixBytes : 0u);
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+  const uint32_t pitch16 = (uint32_t)(op.src_prefix.strides[1] & 15u);  // the source pitch mod 16
+#else
+  const uint32_t pitch16 = 0u;
+#endif
+  const uint32_t stage_bytes = kSourceClasses ? class_stage_bytes(prefix_rows) : kTileBytes + (prefix ? kPrefixBytes : 0u);
   uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
   uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x (H/W destination images, side chunks)
   const uint32_t tiles_c = op.tiles_c, tiles_r = op.tiles_r;
@@ -570,17 +607,20 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
-    constexpr uint32_t kPrefixRows = kPrefixChunks * V;
-    box_load_expect(bar, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
-    // box j: super-rows (r0 - prefix) / k .. at element j * cols + c0 (r0 - prefix is a multiple of k)
-    const uint32_t box_bytes = (kTileBytes + prefix_rows * kSpan) / kSourceClasses;
+    // box j: super-rows (r0 - prefix) / k .. (r0 - prefix is a multiple of k), from the 16-byte boundary at or
+    // before element j * cols + c0 (c0 * E is a multiple of 128: the row starts (j * pitch) mod 16 bytes in)
+    const uint32_t box_bytes = (kTileRows + prefix_rows) / kSourceClasses * kClassRowBytes;
+    box_load_expect(bar, box_bytes * kSourceClasses);
     const int32_t super_row = (r0 - (int32_t)prefix_rows) / (int32_t)kSourceClasses, cols = (int32_t)op.src_prefix.dims[0];
 #pragma unroll
     for (uint32_t j = 0; j < kSourceClasses; ++j)
-      box_load_part<kSourceEviction>(op.src, stage + j * box_bytes, Coords{{(int32_t)j * cols + c0, super_row, 0, 0, 0}}, 2,
+      box_load_part<kSourceEviction>(op.src, stage + j * class_box_stride(prefix_rows),
+                                     Coords{{(int32_t)j * cols + c0 - (int32_t)(((j * pitch16) & 15u) / E), super_row, 0, 0, 0}}, 2,
                                      box_bytes, bar);
 #else
+    constexpr uint32_t kPrefixRows = kPrefixChunks * V;
+    box_load_expect(bar, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
     load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, bar);
     if (prefix)
       load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)kPrefixRows, 0, 0, 0}},
@@ -595,12 +635,12 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
     patch_source_tail<T>(op.src_prefix, const_cast<uint8_t*>(image), r0, c0, prefix_rows);
 #endif
-    uint8_t* buffer = out + (done++ % kImageBuffers) * (kTileBytes + kSideBytes);
+    uint8_t* buffer = out + (done++ % kImageBuffers) * (kTileBytes + kSideBytes<E>);
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
     // (the first tile row needs none: its runs start at element 0)
     uint8_t* side = buffer + kTileBytes;
-    transpose_tile<T, Classes>(image, r0 > 0, prefix_rows, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, r0 > 0, prefix_rows, pitch16, [&](int32_t m, uint32_t d, const uint4& v) {
       uint4* at = m < 0 ? reinterpret_cast<uint4*>(side + d * 32u + (uint32_t)(m + 2) * 16u)
                         : reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)m / 8u, 0) +
                                                    swizzle_offset(d * kSpan + ((uint32_t)m % 8u) * 16u, kSwizzle128B));
@@ -614,7 +654,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,
     // section 5). Its runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
-    transpose_tile<T, Classes>(image, shifted != 0, prefix_rows, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, shifted != 0, prefix_rows, pitch16, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run

@@ -457,12 +457,13 @@ def test_transpose_exact(shape, dtype, backend):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
 def test_transpose_any_pitch_is_exact(dtype, backend):
+    """Pitches and bases that are not multiples of 16 bytes on either side (odd row and column counts, views
+    that start 1..3 elements into a buffer): TMA loads src where it can describe it (an odd pitch on an
+    aligned base as row classes) and the block writes dst in sector-aligned runs of aligned 16-byte pieces
+    (dst's own row ends element by element); a source TMA cannot describe is gathered from aligned pieces on
+    the cp.async path. The same bytes as numpy, the poison around dst intact."""
     from tmakit.ops.transpose import source_classes
 
-    """Pitches and bases that are not multiples of 16 bytes on either side (odd row and column counts, views
-    that start 1..3 elements into a buffer): TMA loads src where it can describe it and the block writes dst in
-    aligned 16-byte pieces (the pieces at each run's ends element by element); a source TMA cannot describe is
-    gathered from aligned pieces on the cp.async path. The same bytes as numpy, the poison around dst intact."""
     rng, seed = _rng()
     esize = np.dtype(dtype).itemsize
     # rows past one and two tile rows of 256 (row-sector runs start up to 32/E - 1 rows early: 543 and 1031

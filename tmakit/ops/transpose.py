@@ -74,12 +74,19 @@ class TilePlan:
         return cls(rows, stages, (stages + image_buffers) * rows * _SPAN + 1024, run_bytes, threads, image_buffers,
                    persistent)
 
-    def shared_mem_for(self, prefix: bool, row_sectors: bool = False) -> int:
+    def shared_mem_for(self, prefix: bool, row_sectors: bool = False, esize: int = 1, classes: int = 0) -> int:
         """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without; row-sector
-        runs (``SectorPlan.row_sectors``) take a prefix of two chunks and 4 KiB of them per image buffer."""
-        if row_sectors:
-            return self.shared_mem + 2 * _PREFIX_BYTES * (self.stages + self.image_buffers)
-        return self.shared_mem + (self.stages * _PREFIX_BYTES if prefix else 0)
+        runs (``SectorPlan.row_sectors``) take a prefix of two chunks and those chunks of the W = 128/E image
+        rows per image buffer; source row classes (``source_classes``) take 144-byte rows in a stage rounded
+        up to 1 KiB (transpose.cu: class_stage_bytes)."""
+        side = (_SPAN // esize) * 32 if row_sectors else 0
+        chunks = 2 if row_sectors else 1 if prefix else 0
+        if classes:
+            box = -(-(self.rows + chunks * 16 // esize) // classes * (_SPAN + 16) // 128) * 128  # each box 128-aligned
+            stage = -(-classes * box // 1024) * 1024
+        else:
+            stage = self.rows * _SPAN + chunks * _PREFIX_BYTES
+        return self.stages * stage + self.image_buffers * (self.rows * _SPAN + side) + 1024
 
 
 # The default candidates, preferred first; the same for both paths. One block per tile, each with one stage
@@ -95,15 +102,15 @@ DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
 
 
 def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tuple[TilePlan, ...] = DEFAULT_TILE_PLANS,
-              parameter: str = "device", row_sectors: bool = False) -> TilePlan:
+              parameter: str = "device", row_sectors: bool = False, esize: int = 1, classes: int = 0) -> TilePlan:
     """The first of ``candidates`` whose shared memory (with prefixes, for shifted rows or row-sector runs)
     fits a block's opt-in limit (bytes)."""
     for plan in candidates:
-        if plan.shared_mem_for(prefix, row_sectors) <= shared_mem_limit:
+        if plan.shared_mem_for(prefix, row_sectors, esize, classes) <= shared_mem_limit:
             return plan
-    smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix, row_sectors))
+    smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix, row_sectors, esize, classes))
     value = f"{shared_mem_limit} bytes of shared memory per block" if parameter == "device" else candidates[0]
-    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix, row_sectors)} "
+    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix, row_sectors, esize, classes)} "
                                f"bytes of shared memory per block (the device gives {shared_mem_limit})",
                                "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows or stages")
 
@@ -254,7 +261,7 @@ class TransposePlan(Plan):
             box_rows = (self.result.tile_plan.rows + self._prefix_rows(v)) // k
             supers = ArrayView(s.ptr, (rows // k, k * cols), (k * cols * esize, esize), s.dtype_name, esize, s.device, s.owner)
             source = repoint(previous[0], s) if previous is not None else describe_tensor(
-                supers, box=(box_rows, width), swizzle=Swizzle.NONE, oob_fill="zero", l2_promotion=self._l2_promotion)
+                supers, box=(box_rows, width + v), swizzle=Swizzle.NONE, oob_fill="zero", l2_promotion=self._l2_promotion)
             dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
             out = [source, pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, 8), esize, dtype)]
             for k_, c in enumerate(views):
@@ -315,7 +322,8 @@ def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
 
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "none",
-                   source_eviction: Any = "last", min_blocks: int | None = None) -> TransposePlan:
+                   source_eviction: Any = "last", min_blocks: int | None = None,
+                   source_row_classes: bool = True) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 
@@ -329,6 +337,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
       speed at a pitch of 64 mod 128 bytes (the next tile column reads the other halves of the lines).
     - ``min_blocks``: blocks per SM the kernel's register cap is set for (1..3; default what shared memory
       allows, at most 3).
+    - ``source_row_classes``: on the TMA path, read a source whose pitch is not a multiple of 16 bytes (on an
+      aligned base) through TMA as super-rows of k rows (``source_classes``); False: the cp.async path.
     """
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if len(s.shape) != 2:
@@ -368,7 +378,11 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         return TransposePlan(TransposeResult(choice, "empty"), (d, s))
     name, view, broken = _tma_rule_broken({"src": s, "dst": d})
     plain_dst = choice.backend is not Backend.TMA
-    classes = source_classes(s.ptr, cols * esize, rows) if choice.backend is Backend.TMA and name == "src" else 0
+    if not isinstance(source_row_classes, bool):
+        raise InvalidArgumentError("source_row_classes", source_row_classes, "must be True or False",
+                                   "pass True to read odd source pitches through TMA row classes")
+    classes = source_classes(s.ptr, cols * esize, rows) \
+        if source_row_classes and choice.backend is Backend.TMA and name == "src" else 0
     if classes:
         # TMA reads src as super-rows of k rows (a pitch of whole 16 bytes); dst as below
         name, view, broken = _tma_rule_broken({"dst": d})
@@ -388,7 +402,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     layout = _layout(d, s, align_sectors, classes != 0)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
     limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
-    chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors)
+    chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,
+                              esize, layout.classes)
     tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
@@ -396,8 +411,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
-               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, chosen.shared_mem_for(prefix, row_sectors), limit))
-    shared_mem = chosen.shared_mem_for(prefix, row_sectors)
+               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes), limit))
+    shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
     result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
                              "plain" if plain_dst else "tma")

@@ -98,13 +98,17 @@ using namespace tmakit;
 // aligned base, is still a TMA tensor seen k = 16 / gcd(pitch, 16) rows at a time: "super-rows" of k source
 // rows back to back (k * pitch bytes, a multiple of 16), source row k*R + j, column c at element j*cols + c
 // of super-row R. The host describes that view (box [W + 16/E, (prefix + H) / k], no swizzle) and passes src
-// itself as BoxParams in src_prefix's place; a stage is k boxes, box j holding the tile's rows of class j (the
-// prefix rows first), each row the 144-byte aligned window around its 128 bytes (a box must start 16-byte
-// aligned in dim 0), which the turn reads as aligned words shifted into place. Columns past `cols` hold the next row's elements (dst rows past the end, never stored); the
-// last rows % k rows, which no whole super-row holds, are copied in by the block (patch_source_tail). The
-// turn reads rows from the class boxes (source_offset): unswizzled, still conflict free (the lanes of a phase
-// read 8 different chunks of 128-byte rows). Measured on the H100 against the cp.async path's gather of
-// aligned pieces (synchronous loads, registers spilled): see tmakit/ops/transpose.py.
+// itself as BoxParams in src_prefix's place. A stage is k boxes, box j holding the tile's rows of class j (the
+// prefix rows first), each row the 144-byte window from the 16-byte boundary at or before its first element
+// (a TMA box must start 16-byte aligned in dim 0: boxes started mid-window stopped the kernel with an illegal
+// instruction on the H100), (j * pitch) mod 16 bytes in; the turn reads it as aligned words shifted into
+// place (source_offset, transpose_tile). Columns past `cols` hold the next row's elements (dst rows past the
+// end, never stored); the last rows % k rows, which no whole super-row holds, are copied in by the block
+// (patch_source_tail). The class boxes' reads were not counted for bank conflicts (tests/test_transpose_banks.py
+// covers the swizzled layout). Measured on the H100 (benchmarks/copy_bandwidth.py, torch copy_ = 1): odd
+// source pitches at 2, 4 and 8 bytes 0.88-0.91x (the cp.async path's gather: 0.58-0.68x); 1-byte elements
+// with both pitches odd 0.60x (0.53x), two blocks per SM there (the prefix of row-sector runs and 144-byte
+// rows take 81 KiB of shared memory).
 #ifndef TMAKIT_TRANSPOSE_SOURCE_CLASSES
 #define TMAKIT_TRANSPOSE_SOURCE_CLASSES 0
 #endif

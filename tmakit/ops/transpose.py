@@ -2,15 +2,23 @@
 
 The source is read in tiles of 256 rows by 128 bytes (128B swizzle) through the one-source box load, turned
 with bank-conflict-free shared-memory accesses, and written as 128B-swizzled boxes through the one-source box
-store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA can describe an array only
-when its base is 16-byte aligned and its row pitch a multiple of 16 bytes, for src and for dst: otherwise
-``backend="auto"`` uses the cp.async path (which walks any pitch; logged and recorded on the result) and an
-explicit ``backend="tma"`` refuses.
+store (a TMA store on sm_90, whole-line plain stores on the cp.async path). TMA describes an array whose
+base is 16-byte aligned and whose row pitch is a multiple of 16 bytes. Other pitches, on sm_90:
+- src: a pitch that is not a multiple of 16 bytes on an aligned base is read as super-rows of
+  k = 16/gcd(pitch, 16) rows (``source_classes``: one TMA box per row class, each row the aligned 16-byte
+  window around it, shifted into place in shared memory);
+- dst: the block writes it in aligned 16-byte pieces (TMA loads src, plain stores write dst).
+A source base that is not 16-byte aligned (or fewer rows than one super-row) makes ``backend="auto"`` use the
+cp.async path (which gathers any pitch; logged and recorded on the result) and an explicit ``backend="tma"``
+refuse. Measured on the H100 (benchmarks/copy_bandwidth.py), odd source pitches went from 0.45-0.64x of
+torch's copy on the cp.async path to 0.88-0.91x at 2, 4 and 8 bytes with the row classes.
 
 Every tile writes each dst row in a run that starts and ends on a 32-byte sector boundary (``sector_plan``):
 where dst rows start 16 bytes into a sector (a pitch of 16 mod 32 bytes, or a base of 16 mod 32), those rows'
-runs move V = 16/E elements earlier, each tile loading the V source rows before it. Measured on the H100,
-runs that straddle sectors cost 40% of the bandwidth.
+runs move V = 16/E elements earlier, each tile loading the V source rows before it; where dst's rows are not
+16-byte aligned at all, each row's run starts (its address mod 32) / E elements early (row-sector runs, a
+prefix of 32/E rows). Measured on the H100, runs that straddle sectors cost 40% of the bandwidth (10007x8192
+fp16, dst pitch 20014 bytes: 0.59x of copy speed, 0.85-0.89x with row-sector runs).
 
 Every tile row is one whole 128-byte L2 line of the source where the rows allow (``source_lead``): a source
 base inside a line, with a pitch of whole lines, moves the tile columns after the first back to the line.

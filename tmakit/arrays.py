@@ -129,14 +129,20 @@ def _from_torch_like(obj: Any) -> ArrayView:
     if device is None or device < 0:
         raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
                                    "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
-    itemsize = int(obj.element_size())
-    name = str(obj.dtype)
+    itemsize = obj.element_size()
+    if type(itemsize) is not int:
+        itemsize = int(itemsize)
+    name = str(obj.dtype)  # "torch.bfloat16" -> "bfloat16" (a slice: cheaper than looking for the dot)
+    name = name[6:] if name[:6] == "torch." else name[name.rfind(".") + 1:]
     st = obj.stride()
-    strides = (int(st[0]) * itemsize, int(st[1]) * itemsize) if len(st) == 2 else \
-        tuple([int(s) * itemsize for s in st])
+    if len(st) == 2 and type(st[0]) is int and type(st[1]) is int:  # torch's own ints: no conversion
+        strides = (st[0] * itemsize, st[1] * itemsize)
+    else:
+        strides = tuple([int(s) * itemsize for s in st])
+    ptr = obj.data_ptr()
     # tuple.__new__: the named tuple's own __new__ is a Python function (this is on every describe/with_address)
-    return _tuple_new(ArrayView, (int(obj.data_ptr()), tuple(obj.shape), strides, name[name.rfind(".") + 1:],
-                                  itemsize, int(device), obj))
+    return _tuple_new(ArrayView, (ptr if type(ptr) is int else int(ptr), tuple(obj.shape), strides, name, itemsize,
+                                  device if type(device) is int else int(device), obj))
 
 
 _tuple_new = tuple.__new__

@@ -43,11 +43,28 @@ class ArgPacker:
         self.view = memoryview(self.buffer).cast("B")
         self.pointers = self._pointer_array(self.buffer)
         self.pointers_address = ctypes.addressof(self.pointers)
-        self._writers = [self._writer(*layout) for layout in self._layout]
+        self._writer_list: list | None = None  # one closure per parameter, built on the first write
+
+    @property
+    def _writers(self) -> list:
+        """One writer per parameter (closures over this packer's buffer), built when first needed: a bound launch
+        packed by ``packed_copy`` builds them only if it ever ``update``s an argument."""
+        writers = self._writer_list
+        if writers is None:
+            writers = self._writer_list = [self._writer(*layout) for layout in self._layout]
+        return writers
 
     def blank(self) -> "ArgPacker":
         """A packer of the same parameter list with its own zeroed buffer (the layout is shared, not redone)."""
         return ArgPacker((), self.kernel, like=self)
+
+    def packed_copy(self, args: Sequence[Any]) -> "ArgPacker":
+        """A ``blank()`` packer holding ``args``: packed (and checked) in this packer's buffer, then copied. The
+        caller serialises use of this packer's buffer (``Kernel.bind`` holds the kernel's lock)."""
+        packer = self.blank()
+        self.pack(args)
+        packer.view[:] = self.view
+        return packer
 
     def pack(self, args: Sequence[Any]) -> None:
         if len(args) != len(self._writers):

@@ -205,8 +205,8 @@ def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
         if obj.device is None:
             raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
         return obj
-    # torch next (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8)
-    if _has_torch_api(obj):
+    # torch next (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8): _has_torch_api, inline
+    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride"):
         return _from_torch_like(obj)
     if isinstance(obj, ArrayView):
         if not obj.is_device:
@@ -247,7 +247,7 @@ def array_pointer(obj: Any, parameter: str = "array") -> int | None:
 def view_if_array(obj: Any, parameter: str = "array") -> ArrayView | None:
     """``as_array_view(obj)`` when ``obj`` is an array (``is_array``), else None (a number, say): one look at
     the object for callers that take an array or something else."""
-    if _has_torch_api(obj):
+    if hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride"):  # _has_torch_api
         return _from_torch_like(obj)
     return device_array_view(obj, parameter) if is_array(obj) else None
 

@@ -258,15 +258,19 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
         resolved = resolve_arch(arch, device)
     # numpy order -> driver order (what spec.to_driver_order does, as slices): dims, box, traversal strides,
     # and globalStrides = the byte strides of dims 1..rank-1 (the innermost must be the element size)
-    if min(st) < 0 or (shp[-1] > 1 and st[-1] != size):
-        split_strides(dt, shp, st, "strides")  # raises, naming the negative or the non-contiguous stride
+    if shp[-1] > 1 and st[-1] != size:
+        split_strides(dt, shp, st, "strides")  # raises, naming the non-contiguous stride (or a negative one)
+    for s in st:  # a loop: cheaper than min() on a short tuple
+        if s < 0:
+            split_strides(dt, shp, st, "strides")  # raises, naming the negative stride
     dims, gstrides, box_d = shp[::-1], st[-2::-1], box_np[::-1]
     es_d = es_np if element_strides is None else es_np[::-1]
     if type(gstrides) is not tuple:
         gstrides = tuple(gstrides)
     spec = _new_spec(TiledSpec)  # TiledSpec.checked, inline: every value above is parsed and checked
-    spec.__dict__.update(dtype=dt, address=address, dims=dims, strides=gstrides, box=box_d, element_strides=es_d,
-                         interleave=il, swizzle=sw, l2_promotion=l2, oob_fill=oob)
+    spec.__dict__.update({"dtype": dt, "address": address, "dims": dims, "strides": gstrides, "box": box_d,
+                          "element_strides": es_d, "interleave": il, "swizzle": sw, "l2_promotion": l2,
+                          "oob_fill": oob})  # a dict display: cheaper than keyword arguments
     if not tiled_ok(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved):
         # numpy order, with the one suggestion (suggest.py), proved by the driver too where a GPU encodes
         violations = rules.collect_tiled(dt, address, dims, gstrides, box_d, es_d, il, sw, oob, resolved)

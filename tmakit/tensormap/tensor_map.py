@@ -236,11 +236,12 @@ class TensorMap:
     def __kernel_param__(self, nbytes: int) -> bytes:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""
         if nbytes == DESCRIPTOR_SIZE:
-            if self._descriptor is None:
-                raise LaunchError(
-                    f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
-                    "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")
-            return self.descriptor
+            d = self._descriptor  # what ``descriptor`` reads, without the property call (a launch packs this)
+            if d is not None:
+                return d if type(d) is bytes else descriptor_bytes(d)
+            raise LaunchError(
+                f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
+                "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")
         if nbytes == BOX_PARAMS_SIZE:
             return self.box_params()
         raise LaunchError(f"a TensorMap can fill a 128-byte CUtensorMap or a 160-byte tmakit::BoxParams parameter, "

@@ -228,8 +228,8 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
         encode = check_encode_flag(encode)
     if array is not None and shape is None and strides is None and dtype is None:  # the common call
         view = as_array_view(array, "array")
-        shp, st, address, device = view.shape, view.strides, view.ptr, view.device
-        dt = _ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "dtype")
+        address, shp, st, dtype_name, _, device, _ = view  # unpacked at once: cheaper than 5 field look-ups
+        dt = _ARRAY_DTYPES.get(dtype_name) or dtype_from_any(dtype_name, "dtype")
     else:
         view, dt, shp, st = source(array, shape, dtype, strides)
         address, device = (view.ptr, view.device) if view is not None else (0, None)

@@ -130,8 +130,12 @@ def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
     """dst's rows k, k + classes, ...: a strided view (one tensor map or BoxParams per class). The pitch comes
     from the shape: dst is C-contiguous, and a 1-row dst may carry any stride."""
     rows, pitch = d.shape[0], d.shape[1] * d.itemsize
-    return ArrayView(d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]), (classes * pitch, d.itemsize),
-                     d.dtype_name, d.itemsize, d.device, d.owner)
+    # tuple.__new__: the named tuple's own __new__ is a Python function (each plan makes one view per class)
+    return _tuple_new(ArrayView, (d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]),
+                                  (classes * pitch, d.itemsize), d.dtype_name, d.itemsize, d.device, d.owner))
+
+
+_tuple_new = tuple.__new__
 
 
 def source_lead(address: int, pitch: int, esize: int) -> int:

@@ -245,9 +245,12 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     size = _SIZE[dt]
     if swizzle is _AUTO:
         sw, reason = auto_swizzle(box_np[-1] * size, il)
+    elif type(swizzle) is Swizzle:  # a member (the ops pass one): nothing to parse
+        sw, reason = swizzle, "as requested"
     else:
         sw, reason = parse_swizzle(swizzle, box_np[-1] * size, il)
-    l2 = _L2_NONE if l2_promotion is _NONE else L2Promotion.parse(l2_promotion, "l2_promotion")
+    l2 = _L2_NONE if l2_promotion is _NONE or l2_promotion is _L2_NONE else L2Promotion.parse(l2_promotion,
+                                                                                              "l2_promotion")
     oob = _OOB_ZERO if oob_fill is _ZERO else OOBFill.parse(oob_fill, "oob_fill")
     if arch is None and device is not None:
         try:

@@ -55,7 +55,8 @@ class TensorMap:
 
     ``descriptor`` is None where no driver encode was possible (no GPU, or a GPU below sm_90); the object
     then still carries the parameters the cp.async fallback needs (``box_params()``). The encoded descriptor is
-    held as the driver gave it (a CUtensorMap, or 128 bytes); ``descriptor`` reads its bytes.
+    held as the driver gave it (a CUtensorMap, or 128 bytes; the first ``with_address`` keeps the bytes it
+    reads, so a re-pointing loop copies only); ``descriptor`` reads its bytes.
     """
 
     spec: TiledSpec | Im2colSpec
@@ -193,6 +194,8 @@ class TensorMap:
                                        f"start the buffer at a {need}-byte boundary")
         descriptor = self._descriptor
         if descriptor is not None:
+            if type(descriptor) is not bytes:  # held from now on as its 128 bytes (the same value, read once):
+                descriptor = self._descriptor = descriptor_bytes(descriptor)  # a re-pointing loop copies only
             try:
                 descriptor = replace_address(descriptor, address)
             except CudaDriverError:  # e.g. a thread with no current context: once more in the map's device's
@@ -237,8 +240,10 @@ class TensorMap:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""
         if nbytes == DESCRIPTOR_SIZE:
             d = self._descriptor  # what ``descriptor`` reads, without the property call (a launch packs this)
+            if type(d) is bytes:
+                return d
             if d is not None:
-                return d if type(d) is bytes else descriptor_bytes(d)
+                return descriptor_bytes(d)
             raise LaunchError(
                 f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
                 "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")

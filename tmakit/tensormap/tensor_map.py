@@ -182,7 +182,7 @@ class TensorMap:
                                            "pass array.data_ptr()")
         elif (view := view_if_array(target, "array")) is not None:
             self._check_same_geometry(view)
-            address, device, owner = view.ptr, view.device, target
+            address, device, owner = view[0], view[5], target  # ptr, device: by index, cheaper than by name
         elif isinstance(target, bool) or not hasattr(target, "__index__"):
             raise InvalidArgumentError("array_or_ptr", target, "must be a device array or an integer device address",
                                        "pass a torch/cupy/tmakit array of this map's geometry, or array.data_ptr()")
@@ -206,20 +206,20 @@ class TensorMap:
     def _check_same_geometry(self, view: Any) -> None:
         """``view`` (numpy order) must have this map's device, element type, shape and byte strides."""
         spec = self.spec
-        if self.device is not None and view.device != self.device:
-            raise InvalidArgumentError("array", f"array on device {view.device}", f"must be on device {self.device}, "
+        _, shape, strides, dtype_name, itemsize, device, _ = view  # unpacked at once (each field is a look-up)
+        if self.device is not None and device != self.device:
+            raise InvalidArgumentError("array", f"array on device {device}", f"must be on device {self.device}, "
                                        "where this map was encoded", "describe the array on its own device")
         dtype = spec.dtype
-        if dtype not in _BITS_ONLY or view.itemsize != dtype.size:
-            if (_ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "array")) is not dtype:
-                raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
+        if dtype not in _BITS_ONLY or itemsize != dtype.size:
+            if (_ARRAY_DTYPES.get(dtype_name) or dtype_from_any(dtype_name, "array")) is not dtype:
+                raise InvalidArgumentError("array", f"dtype {dtype_name}", f"must match the map's dtype "
                                            f"{dtype.short}", "describe the array anew (describe_tensor)")
-        shape, strides = view.shape, view.strides
         if shape[::-1] != spec.dims:
             raise InvalidArgumentError("array", f"shape {shape}", f"must match the map's shape {self.shape}",
                                        "describe the array anew (describe_tensor)")
-        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != view.itemsize):
-            expected = tuple(reversed(spec.strides)) + (view.itemsize,)
+        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != itemsize):
+            expected = tuple(reversed(spec.strides)) + (itemsize,)
             raise InvalidArgumentError("array", f"strides {strides} (bytes)", f"must match the map's strides "
                                        f"{expected} (bytes, numpy order)", "make it contiguous or describe it anew")
 

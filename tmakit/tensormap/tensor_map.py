@@ -17,9 +17,11 @@ from ..arch import Arch
 from ..arrays import view_if_array
 from ..dtypes import DataType, dtype_from_any
 from ..errors import CudaDriverError, InvalidArgumentError, LaunchError
+from ..layout.im2col import im2col_geometry
 from ..layout.tma_model import box_geometry
 from .encode import DESCRIPTOR_SIZE, descriptor_bytes, replace_address
 from .enums import Interleave, Swizzle
+from .render import render_tensor_map
 from .spec import Im2colSpec, TiledSpec
 
 BOX_PARAMS_SIZE = 160
@@ -159,8 +161,6 @@ class TensorMap:
     def smem_bytes(self) -> int:
         """Shared memory one box occupies, including the row padding a swizzle adds."""
         if self.mode == "im2col":  # rows narrower than the swizzle span are padded to it (measured on the H100)
-            from ..layout.im2col import im2col_geometry
-
             return im2col_geometry(self.spec).smem_bytes
         return self.geometry.smem_bytes
 
@@ -227,8 +227,6 @@ class TensorMap:
     def box_params(self) -> bytes:
         """The 160-byte ``tmakit::BoxParams`` block the cp.async fallback takes (docs/CONTRACTS.md)."""
         if self.mode != "tiled":
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError("tensor_map", "an im2col map", "has no cp.async form: the one-source twin "
                                        "(BoxParams) expresses tiled boxes only; an im2col load walks pixels inside the "
                                        "TMA unit", "load it with TMA (sm_90, tmakit.ops.modes.load_im2col)")
@@ -288,6 +286,4 @@ class TensorMap:
                 f"smem={self.smem_bytes}B@{self.smem_alignment}, {enc}, {memory})")
 
     def __rich__(self):
-        from .render import render_tensor_map
-
         return render_tensor_map(self)

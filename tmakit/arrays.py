@@ -139,21 +139,35 @@ def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:
     if device is None or device < 0:
         raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
                                    "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
-    itemsize = element_size()
-    name = str(obj.dtype)  # "torch.bfloat16" -> "bfloat16" (a slice: cheaper than looking for the dot)
-    st = stride()
-    ptr = data_ptr()
-    if type(itemsize) is int and type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int \
-            and type(st[1]) is int and name[:6] == "torch.":  # a torch tensor of 2 dims: nothing to convert
-        # tuple.__new__: the named tuple's own __new__ is a Python function (on every describe/with_address)
-        return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), name[6:], itemsize,
-                                      device, obj))
+    dtype = obj.dtype
+    try:
+        known = _TORCH_DTYPES.get(dtype)  # (name, itemsize) of a torch dtype met before: two calls fewer
+    except TypeError:  # a look-alike's unhashable dtype
+        known = None
+    if known is None:
+        name, itemsize = str(dtype), element_size()
+        if name[:6] == "torch." and type(itemsize) is int and type(dtype).__module__ == "torch":
+            known = _TORCH_DTYPES[dtype] = (name[6:], itemsize)
+    if known is not None:  # a torch dtype
+        name, itemsize = known
+        st = stride()
+        ptr = data_ptr()
+        if type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int and type(st[1]) is int:
+            # 2 dims: nothing to convert; tuple.__new__: the named tuple's own __new__ is a Python function
+            return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), name,
+                                          itemsize, device, obj))
+    else:
+        st = stride()
+        ptr = data_ptr()
     itemsize = int(itemsize)
     return _tuple_new(ArrayView, (int(ptr), tuple(obj.shape), tuple([int(s) * itemsize for s in st]),
                                   name[name.rfind(".") + 1:], itemsize, int(device), obj))
 
 
 _tuple_new = tuple.__new__
+# torch dtype -> (its name without "torch.", its element size): facts of the dtype objects, filled as each is met
+# (str(dtype) and element_size() cost two calls on every describe and with_address).
+_TORCH_DTYPES: dict = {}
 
 
 class _DLDevice(ctypes.Structure):

@@ -1,12 +1,14 @@
 """Run every tmakit kernel once per backend on small inputs and check the results; for compute-sanitizer.
 
 benchmarks/sanitize.sh runs this under memcheck, racecheck and synccheck. Sizes are small (the tools slow
-kernels down 10-100x) but cover ragged edges, out-of-bounds boxes and swizzle. Exit status 1 on a wrong
+kernels down 10-100x) but cover ragged edges, out-of-bounds boxes and swizzle: the ops (load_tiles, copy,
+transpose, ptx_tile_copy), GEMM, attention and the TMA modes. Exit status 1 on a wrong
 result, 0 when every check passed (or, with a message, when there is no GPU).
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -110,7 +112,22 @@ def main() -> int:
             check(f"transpose {backend} {shape} uint8, persistent ring",
                   dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
     _tensor_cores(ops, backends, check)
+    if arch.has_tma:
+        _tma_modes(check)
     return 1 if failures else 0
+
+
+def _tma_modes(check) -> None:
+    """The TMA modes' kernels (tma_modes.cu, tile_store.cu, tma_prefetch.cu; tests/test_tma_modes_hardware.py
+    runs them at 1000 descriptors) on a few random descriptors each, against the CPU models. Interleaved loads
+    are left out: their harness probes one case per process."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import tma_modes_vs_model as harness
+
+    for mode in ("tiled", "im2col", "store", "multicast", "reduce", "prefetch", "store_twin", "prefetch_twin"):
+        stats = harness.run_mode(mode, 6, 7)["stats"]
+        check(f"tma mode {mode}: {stats['equal']} of {stats['compared']} equal to the model",
+              stats["compared"] > 0 and stats["equal"] == stats["compared"])
 
 
 def _tensor_cores(ops, backends, check) -> None:

@@ -7,6 +7,7 @@ result, 0 when every check passed (or, with a message, when there is no GPU).
 """
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -141,6 +142,10 @@ def _tensor_cores(ops, backends, check) -> None:
         return
     _tensor_core_cases(torch, ops, backends, check)
     torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated()
+    gc.collect()
+    print(f"torch memory still allocated after the cases: {held} bytes; after a cycle collection: "
+          f"{torch.cuda.memory_allocated()} bytes", flush=True)
     torch.cuda.empty_cache()
 
 

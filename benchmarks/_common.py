@@ -30,6 +30,30 @@ def commit() -> str:
     return marker.read_text().strip() if marker.exists() else "unknown"
 
 
+def time_ms(fn: Callable[[], object], torch, launches: int) -> float:
+    """GPU milliseconds per call of `launches` calls back to back between two CUDA events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(launches):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / launches
+
+
+def torch_with_gpu(script: str, peer: str):
+    """torch when it is installed and sees a CUDA GPU, else None after printing why nothing is measured."""
+    try:
+        import torch
+    except ImportError:
+        print(f"{script} needs torch ({peer}); nothing measured")
+        return None
+    if not torch.cuda.is_available():
+        print(f"{script}: no CUDA GPU; nothing measured")
+        return None
+    return torch
+
+
 def device_name() -> str:
     try:
         from tmakit import _driver

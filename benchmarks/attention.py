@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
 
 # (label, backend, B, H, S, D, causal, dtype)
 SHAPES = [
@@ -40,16 +40,6 @@ TUNE = [
     ("main warps=4", "cp.async", 128, {"warps": 4}),
     ("main block_n=64", "cp.async", 128, {"block_n": 64}),
 ]
-
-
-def time_ms(fn, torch, launches: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(launches):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / launches
 
 
 def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> dict:
@@ -101,13 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    try:
-        import torch
-    except ImportError:
-        print("benchmarks/attention.py needs torch (the SDPA peer); nothing measured")
-        return 0
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing measured")
+    torch = torch_with_gpu("benchmarks/attention.py", "the SDPA peer")
+    if torch is None:
         return 0
     kwargs = {k: v for k, v in (("stages", args.stages), ("block_n", args.block_n)) if v is not None}
     rows = []

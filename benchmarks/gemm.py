@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import write_results  # noqa: E402
+from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
 
 # (label, backend, M, N, K, dtype, b_major, plan keyword arguments)
 SHAPES = [
@@ -40,16 +40,6 @@ TUNE = [
     ("8192^3 cp.async block_n=128 stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"block_n": 128, "stages": 3}),
     ("8192^3 cp.async stages=3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {"stages": 3}),
 ]
-
-
-def time_ms(fn, torch, launches: int) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(launches):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / launches
 
 
 def _padded(torch, rows: int, cols: int, dtype):
@@ -106,13 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
-    try:
-        import torch
-    except ImportError:
-        print("benchmarks/gemm.py needs torch (the cuBLAS peer); nothing measured")
-        return 0
-    if not torch.cuda.is_available():
-        print("no CUDA GPU: nothing measured")
+    torch = torch_with_gpu("benchmarks/gemm.py", "the cuBLAS peer")
+    if torch is None:
         return 0
     shapes = [s for s in SHAPES if s[0] == "8192^3"] if args.quick else list(SHAPES)
     rows = []

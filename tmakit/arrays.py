@@ -121,7 +121,17 @@ def is_array(obj: Any) -> bool:
             or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"))
 
 
-def _from_torch_like(obj: Any) -> ArrayView:
+def _torch_api(obj: Any) -> tuple | None:
+    """``(data_ptr, element_size, stride)``, the bound methods the adapter calls, when ``obj`` has torch's API
+    (what ``_has_torch_api`` tests: fetching them is what ``hasattr`` does), else None."""
+    try:
+        return obj.data_ptr, obj.element_size, obj.stride
+    except AttributeError:
+        return None
+
+
+def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:
+    data_ptr, element_size, stride = api or (obj.data_ptr, obj.element_size, obj.stride)
     try:
         device = obj.get_device()  # torch: an int, -1 on the CPU (cheaper than .device)
     except AttributeError:  # a look-alike without get_device(): its .device
@@ -129,17 +139,35 @@ def _from_torch_like(obj: Any) -> ArrayView:
     if device is None or device < 0:
         raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
                                    "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
-    itemsize = int(obj.element_size())
-    name = str(obj.dtype)
-    st = obj.stride()
-    strides = (int(st[0]) * itemsize, int(st[1]) * itemsize) if len(st) == 2 else \
-        tuple([int(s) * itemsize for s in st])
-    # tuple.__new__: the named tuple's own __new__ is a Python function (this is on every describe/with_address)
-    return _tuple_new(ArrayView, (int(obj.data_ptr()), tuple(obj.shape), strides, name[name.rfind(".") + 1:],
-                                  itemsize, int(device), obj))
+    dtype = obj.dtype
+    try:
+        known = _TORCH_DTYPES.get(dtype)  # (name, itemsize) of a torch dtype met before: two calls fewer
+    except TypeError:  # a look-alike's unhashable dtype
+        known = None
+    if known is None:
+        name, itemsize = str(dtype), element_size()
+        if name[:6] == "torch." and type(itemsize) is int and type(dtype).__module__ == "torch":
+            known = _TORCH_DTYPES[dtype] = (name[6:], itemsize)
+    if known is not None:  # a torch dtype
+        name, itemsize = known
+        st = stride()
+        ptr = data_ptr()
+        if type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int and type(st[1]) is int:
+            # 2 dims: nothing to convert; tuple.__new__: the named tuple's own __new__ is a Python function
+            return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), name,
+                                          itemsize, device, obj))
+    else:
+        st = stride()
+        ptr = data_ptr()
+    itemsize = int(itemsize)
+    return _tuple_new(ArrayView, (int(ptr), tuple(obj.shape), tuple([int(s) * itemsize for s in st]),
+                                  name[name.rfind(".") + 1:], itemsize, int(device), obj))
 
 
 _tuple_new = tuple.__new__
+# torch dtype -> (its name without "torch.", its element size): facts of the dtype objects, filled as each is met
+# (str(dtype) and element_size() cost two calls on every describe and with_address).
+_TORCH_DTYPES: dict = {}
 
 
 class _DLDevice(ctypes.Structure):
@@ -200,8 +228,9 @@ def device_array_view(obj: Any, parameter: str = "array") -> ArrayView:
             raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
         return obj
     # torch next (the common case; its __cuda_array_interface__ refuses bfloat16 and fp8)
-    if _has_torch_api(obj):
-        return _from_torch_like(obj)
+    api = _torch_api(obj)
+    if api is not None:
+        return _from_torch_like(obj, api)
     if isinstance(obj, ArrayView):
         if not obj.is_device:
             raise InvalidArgumentError(parameter, "host array", "must be a device array", "copy it to the GPU first")
@@ -241,8 +270,9 @@ def array_pointer(obj: Any, parameter: str = "array") -> int | None:
 def view_if_array(obj: Any, parameter: str = "array") -> ArrayView | None:
     """``as_array_view(obj)`` when ``obj`` is an array (``is_array``), else None (a number, say): one look at
     the object for callers that take an array or something else."""
-    if _has_torch_api(obj):
-        return _from_torch_like(obj)
+    api = _torch_api(obj)
+    if api is not None:
+        return _from_torch_like(obj, api)
     return device_array_view(obj, parameter) if is_array(obj) else None
 
 

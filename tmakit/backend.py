@@ -44,6 +44,10 @@ def parse_backend(value: Any, parameter: str = "backend") -> str:
     """'auto', 'tma' or 'cp.async' from a Backend, a name, or None (= 'auto')."""
     if value is None:
         return "auto"
+    if type(value) is str:  # the common forms ("auto", "tma", "cp.async") as typed: one look-up
+        name = _NAMES.get(value)
+        if name is not None:
+            return name
     if isinstance(value, Backend):
         return value.value
     if isinstance(value, str) and value.strip().lower() in _NAMES:

@@ -24,8 +24,10 @@ from .streams import stream_handle
 def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
     if type(value) is int and value >= 1:  # the common forms first
         return (value, 1, 1)
-    if type(value) is tuple and len(value) == 3 and all(type(d) is int and d >= 1 for d in value):
-        return value
+    if type(value) is tuple and len(value) == 3:
+        x, y, z = value
+        if type(x) is int and type(y) is int and type(z) is int and x >= 1 and y >= 1 and z >= 1:
+            return value
     dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (tuple, list)) else None
     if not dims or len(dims) > 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims):
         raise InvalidArgumentError(parameter, value, "must be a positive int or a tuple of 1-3 positive ints",
@@ -117,8 +119,8 @@ class Kernel:
         memory themselves, e.g. by keying launches on the arrays' addresses)."""
         self._require_module()
         config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
-        packer = self._packer.blank()  # its own buffer, the kernel's parameter layout
-        packer.pack(args)
+        with self._lock:  # packed in the kernel's buffer, copied into the bound launch's own
+            packer = self._packer.packed_copy(args)
         return BoundLaunch(self, config, packer, list(args), stream, keep_args)
 
     def _require_module(self) -> None:
@@ -209,7 +211,7 @@ class BoundLaunch:
     def __init__(self, kernel: Kernel, config: Any, packer: ArgPacker, args: list, stream: Any,
                  keep_args: bool = True) -> None:
         self.kernel, self._config, self._packer = kernel, config, packer
-        self._address, self._writers = packer.pointers_address, packer._writers
+        self._address, self._writers = packer.pointers_address, None  # the packer's writers, on the first update
         self._launch, self._func, self._alive = kernel._launch, kernel._func, kernel._module_alive
         self._blocking = kernel._blocking
         self._weak: list | None = None
@@ -233,6 +235,8 @@ class BoundLaunch:
     def update(self, index: int, value: Any) -> None:
         """Replace positional argument ``index`` (checked like at bind time; only its bytes are written)."""
         writers = self._writers
+        if writers is None:
+            writers = self._writers = self._packer._writers
         if type(index) is not int or not 0 <= index < len(writers):
             raise LaunchError(f"kernel {self.kernel.name}: argument index {index!r} is not in 0..{len(writers) - 1}")
         writers[index](value)

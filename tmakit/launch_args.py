@@ -34,20 +34,40 @@ class ArgPacker:
             self._size = max(max((p.offset + p.size for p in self.params), default=0), 8)
             self._layout = [self._param_layout(p) for p in self.params]
             self._offsets = struct.Struct(f"<{max(len(self.params), 1)}Q"), [p.offset for p in self.params]
+            # the ctypes types of the buffer and of kernelParams, made once per kernel (``c_char * n`` is a type
+            # construction, and a bound launch's blank() is on every op plan's path)
+            self._types = ctypes.c_char * self._size, ctypes.c_void_p * max(len(self.params), 1)
             self._proto = self
         else:
             self.params, self.kernel, self.device = like.params, like.kernel, like.device
-            self._size, self._layout, self._offsets = like._size, like._layout, like._offsets
+            self._size, self._layout, self._offsets, self._types = like._size, like._layout, like._offsets, like._types
             self._proto = like._proto  # the writers' checks run on it: a blank packer holds no reference cycle
-        self.buffer = ctypes.create_string_buffer(self._size)
+        self.buffer = self._types[0]()  # zeroed, as create_string_buffer(size) makes it
         self.view = memoryview(self.buffer).cast("B")
         self.pointers = self._pointer_array(self.buffer)
         self.pointers_address = ctypes.addressof(self.pointers)
-        self._writers = [self._writer(*layout) for layout in self._layout]
+        self._writer_list: list | None = None  # one closure per parameter, built on the first write
+
+    @property
+    def _writers(self) -> list:
+        """One writer per parameter (closures over this packer's buffer), built when first needed: a bound launch
+        packed by ``packed_copy`` builds them only if it ever ``update``s an argument."""
+        writers = self._writer_list
+        if writers is None:
+            writers = self._writer_list = [self._writer(*layout) for layout in self._layout]
+        return writers
 
     def blank(self) -> "ArgPacker":
         """A packer of the same parameter list with its own zeroed buffer (the layout is shared, not redone)."""
         return ArgPacker((), self.kernel, like=self)
+
+    def packed_copy(self, args: Sequence[Any]) -> "ArgPacker":
+        """A ``blank()`` packer holding ``args``: packed (and checked) in this packer's buffer, then copied. The
+        caller serialises use of this packer's buffer (``Kernel.bind`` holds the kernel's lock)."""
+        packer = self.blank()
+        self.pack(args)
+        packer.view[:] = self.view
+        return packer
 
     def pack(self, args: Sequence[Any]) -> None:
         if len(args) != len(self._writers):
@@ -66,7 +86,7 @@ class ArgPacker:
     def _pointer_array(self, buffer: Any) -> Any:
         """The kernelParams array for ``buffer``: one pointer per parameter, at its offset."""
         base, (packer, offsets) = ctypes.addressof(buffer), self._offsets
-        return (ctypes.c_void_p * max(len(offsets), 1)).from_buffer_copy(packer.pack(*([base + o for o in offsets] or [0])))
+        return self._types[1].from_buffer_copy(packer.pack(*([base + o for o in offsets] or [0])))
 
     def bytes_of(self, index: int) -> bytes:
         p = self.params[index]

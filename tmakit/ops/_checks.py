@@ -31,6 +31,7 @@ def require_same_dtype(dst: ArrayView, src: ArrayView) -> None:
 
 
 def require_disjoint(dst: ArrayView, src: ArrayView) -> None:
-    if dst.nbytes and src.nbytes and dst.ptr < src.ptr + src.nbytes and src.ptr < dst.ptr + dst.nbytes:
+    dst_bytes, src_bytes = dst.nbytes, src.nbytes  # each a product over the shape: computed once
+    if dst_bytes and src_bytes and dst.ptr < src.ptr + src_bytes and src.ptr < dst.ptr + dst_bytes:
         raise InvalidArgumentError("dst", f"0x{dst.ptr:x}..+{dst.nbytes}", f"overlaps src (0x{src.ptr:x}..+{src.nbytes})",
                                    "use a separate output buffer")

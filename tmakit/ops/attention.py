@@ -41,11 +41,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
+from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel
 
@@ -239,10 +243,6 @@ def _empty_like(q: Any, shape: tuple[int, ...], float32: bool) -> Any:
 
         return q.new_empty(shape, dtype=torch.float32 if float32 else q.dtype)
     if float32:
-        import numpy as np
-
-        from ..device_array import DeviceArray
-
         return DeviceArray.empty(shape, np.float32, device=_checks.view(q, "q").device)
     raise InvalidArgumentError("out", None, "is needed for inputs that are not torch tensors",
                                "pass out= (an array shaped and typed like q)")
@@ -276,8 +276,6 @@ class AttentionPlan:
         self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
         if cfg.backend is Backend.TMA:
-            from ..tensormap import describe_tensor
-
             def tmap(view: ArrayView, rows: int) -> Any:
                 return describe_tensor(_bhsd_view(view, self.layout), box=(1, 1, rows, _SLAB), swizzle="128B",
                                        oob_fill="zero")

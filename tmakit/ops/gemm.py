@@ -25,6 +25,7 @@ from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..errors import InvalidArgumentError
+from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel, sm_count
 
@@ -268,8 +269,6 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
     """The three TMA maps of the tma kernel: A boxes (128, 64), B boxes (BN / cluster, 64) K-major or (64, 64)
     N-major, C boxes (64, 128 bytes of columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
     GPU (for showing them)."""
-    from ..tensormap import describe_tensor
-
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode)
     ta = describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="256B", **kw)
     tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64),

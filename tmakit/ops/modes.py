@@ -21,7 +21,11 @@ import numpy as np
 
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
+from ..layout.im2col import im2col_geometry
+from ..layout.tma_model import box_geometry, check_box_start, check_store_start
+from ..layout.tma_reduce import REDUCE_ADD_TYPES
 from ._kernels import kernel
 from .load_tiles import _CONVERTING
 
@@ -73,13 +77,26 @@ def _shared_limit(device: int, need: int, what: Any) -> None:
                                    "use a smaller box")
 
 
+def _stored_boxes(tm: Any, coords: Any, images: Any, device: int) -> tuple[np.ndarray, np.ndarray, Any, int]:
+    """The checked inputs of a store or reduce-add: coordinates, one image row per box, the box geometry, the
+    shared-memory alignment (the GPU's context made current)."""
+    at = _coords("coords", coords, tm.rank)
+    for row in at:
+        check_store_start(row[:tm.rank])
+    geo = box_geometry(tm)
+    img = np.ascontiguousarray(images, dtype=np.uint8).reshape(len(at), -1)
+    if img.shape[1] != geo.smem_bytes:
+        raise InvalidArgumentError("images", img.shape, f"needs {geo.smem_bytes} bytes per box", "pass [n, smem_bytes]")
+    align = int(tm.smem_alignment)
+    _shared_limit(device, geo.smem_bytes + align, tm.box)
+    _driver.ensure_context(device)
+    return at, img, geo, align
+
+
 def load_im2col(tm: Any, coords: Any, offsets: Any, *, backend: Any = "auto") -> np.ndarray:
     """Run one im2col load per row of ``coords`` ((n, rank), driver order: c, w[, h[, d]], n) with the im2col
     ``offsets`` ((n, rank-2), W first); return the shared-memory images, uint8 [n, smem_bytes]. Bytes the load
     leaves untouched read back as ``POISON``. Compare with ``tmakit.layout.im2col_load_image``."""
-    from ..device_array import DeviceArray
-    from ..layout.im2col import im2col_geometry
-
     choice, device = _choice(tm, backend)
     require_tma("im2col", choice)
     if getattr(tm, "mode", "im2col") != "im2col" or getattr(tm, "descriptor", None) is None:
@@ -110,8 +127,6 @@ def multicast_load(tm: Any, coords: Any, masks: Any, *, cluster_size: int, backe
     """For each row of ``coords`` (driver order), CTA 0 of a cluster of ``cluster_size`` CTAs multicasts the tile
     box to the CTAs set in ``masks[i]``; return every CTA's shared-memory image, uint8 [n, cluster_size,
     smem_bytes] (CTAs outside the mask keep ``POISON``)."""
-    from ..device_array import DeviceArray
-    from ..layout.tma_model import box_geometry
 
     choice, device = _choice(tm, backend)
     require_tma("multicast", choice)
@@ -142,25 +157,13 @@ def multicast_load(tm: Any, coords: Any, masks: Any, *, cluster_size: int, backe
 def reduce_add_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> None:
     """Reduce-add ``images[i]`` (uint8 [n, smem_bytes], the layout a load writes) into the box at ``coords[i]``
     (driver order) of the tensor ``tm`` describes, on the device, synchronously. Boxes must not overlap."""
-    from ..device_array import DeviceArray
-    from ..layout.tma_model import box_geometry, check_store_start
-    from ..layout.tma_reduce import REDUCE_ADD_TYPES
 
     choice, device = _choice(tm, backend)
     require_tma("reduce-add", choice)
     if tm.dtype not in REDUCE_ADD_TYPES:
         raise InvalidArgumentError("tensor_map.dtype", tm.dtype.short, "has no reduce-add (PTX .add takes u32, s32, "
                                    "u64, f32, f16, bf16)", "describe the tensor as one of those types")
-    at = _coords("coords", coords, tm.rank)
-    for row in at:
-        check_store_start(row[:tm.rank])
-    geo = box_geometry(tm)
-    img = np.ascontiguousarray(images, dtype=np.uint8).reshape(len(at), -1)
-    if img.shape[1] != geo.smem_bytes:
-        raise InvalidArgumentError("images", img.shape, f"needs {geo.smem_bytes} bytes per box", "pass [n, smem_bytes]")
-    align = int(tm.smem_alignment)
-    _shared_limit(device, geo.smem_bytes + align, tm.box)
-    _driver.ensure_context(device)
+    at, img, geo, align = _stored_boxes(tm, coords, images, device)
     with DeviceArray.from_host(at, device=device) as dc, DeviceArray.from_host(img, device=device) as di:
         k = kernel("tma_modes.cu", "tmakit_reduce_add", choice, device)
         k(tm, dc.ptr, np.int32(len(at)), np.int32(tm.rank), np.uint32(geo.smem_bytes), np.uint32(align), di.ptr,
@@ -171,23 +174,12 @@ def reduce_add_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto"
 def store_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> BackendChoice:
     """Store ``images[i]`` (uint8 [n, smem_bytes]) to the box at ``coords[i]`` (driver order) with the one-source
     box store (TMA store on sm_90, cp.async-path stores otherwise); synchronous. Boxes must not overlap."""
-    from ..device_array import DeviceArray
-    from ..layout.tma_model import box_geometry, check_store_start
 
     choice, device = _choice(tm, backend)
     if choice.name == "tma" and tm.descriptor is None:
         raise UnsupportedDeviceError("this TensorMap has no encoded descriptor", required="sm_90 descriptor",
                                      actual=choice.arch)
-    at = _coords("coords", coords, tm.rank)
-    for row in at:
-        check_store_start(row[:tm.rank])
-    geo = box_geometry(tm)
-    img = np.ascontiguousarray(images, dtype=np.uint8).reshape(len(at), -1)
-    if img.shape[1] != geo.smem_bytes:
-        raise InvalidArgumentError("images", img.shape, f"needs {geo.smem_bytes} bytes per box", "pass [n, smem_bytes]")
-    align = int(tm.smem_alignment)
-    _shared_limit(device, geo.smem_bytes + align, tm.box)
-    _driver.ensure_context(device)
+    at, img, geo, align = _stored_boxes(tm, coords, images, device)
     with DeviceArray.from_host(at, device=device) as dc, DeviceArray.from_host(img, device=device) as di:
         k = kernel("tile_store.cu", "tmakit_tile_store", choice, device)
         k(tm, dc.ptr, np.int32(len(at)), np.int32(tm.rank), np.uint32(geo.box_bytes), np.uint32(geo.smem_bytes),
@@ -199,8 +191,6 @@ def store_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> 
 def prefetch_load(tm: Any, coords: Any, *, backend: Any = "auto") -> np.ndarray:
     """Prefetch each box at ``coords`` (driver order) into L2, then load it; return the images, uint8
     [n, smem_bytes] (the cp.async backend has no tensor prefetch and only loads)."""
-    from ..device_array import DeviceArray
-    from ..layout.tma_model import box_geometry, check_box_start
 
     choice, device = _choice(tm, backend)
     if choice.name == "tma" and tm.descriptor is None:

@@ -107,6 +107,7 @@ class TilePlan:
 # whole columns where they fit 64 KiB runs of dst (run_bytes); 256-row tiles write dst in runs of 256*E
 # bytes; the 128-row plan is for smaller limits. ``plan_transpose(tile_plan=...)`` picks another.
 DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
+_DEFAULT_MIN_ROWS = min(p.rows for p in DEFAULT_TILE_PLANS)
 
 
 def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tuple[TilePlan, ...] = DEFAULT_TILE_PLANS,
@@ -153,8 +154,12 @@ def _class_rows(d: ArrayView, k: int, classes: int) -> ArrayView:
     """dst's rows k, k + classes, ...: a strided view (one tensor map or BoxParams per class). The pitch comes
     from the shape: dst is C-contiguous, and a 1-row dst may carry any stride."""
     rows, pitch = d.shape[0], d.shape[1] * d.itemsize
-    return ArrayView(d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]), (classes * pitch, d.itemsize),
-                     d.dtype_name, d.itemsize, d.device, d.owner)
+    # tuple.__new__: the named tuple's own __new__ is a Python function (each plan makes one view per class)
+    return _tuple_new(ArrayView, (d.ptr + k * pitch, ((rows - k + classes - 1) // classes, d.shape[1]),
+                                  (classes * pitch, d.itemsize), d.dtype_name, d.itemsize, d.device, d.owner))
+
+
+_tuple_new = tuple.__new__
 
 
 def source_lead(address: int, pitch: int, esize: int) -> int:
@@ -221,9 +226,14 @@ class _Layout:
     classes: int = 0  # source row classes (source_classes), where the plan reads src through super-rows
 
 
-def _layout(d: ArrayView, s: ArrayView, align_sectors: bool, classes: bool = False) -> _Layout:
+def _layout(d: ArrayView, s: ArrayView, align_sectors: bool, tma_broken: str | None = None,
+            classes: bool = False) -> _Layout:
+    """``tma_broken``: ``_tma_rule_broken``'s rule for (src, dst) when the caller has it already; ``classes``:
+    whether the plan reads an odd source pitch through TMA row classes (``source_classes``)."""
     rows, cols = s.shape
-    return _Layout(_tma_rule_broken({"src": s, "dst": d})[2], sector_plan(d.ptr, rows * s.itemsize, cols, align_sectors),
+    if tma_broken is None:
+        tma_broken = _tma_rule_broken({"src": s, "dst": d})[2]
+    return _Layout(tma_broken, sector_plan(d.ptr, rows * s.itemsize, cols, align_sectors),
                    source_lead(s.ptr, cols * s.itemsize, s.itemsize),
                    source_classes(s.ptr, cols * s.itemsize, rows) if classes else 0)
 
@@ -241,7 +251,7 @@ class TransposePlan(Plan):
     def _retarget(self, views: tuple) -> None:
         d, s = views
         _checks.require_disjoint(d, s)
-        layout = _layout(d, s, self._align_sectors, self._layout.classes != 0)
+        layout = _layout(d, s, self._align_sectors, classes=self._layout.classes != 0)
         if layout != self._layout:
             name = "src" if layout.lead != self._layout.lead else "dst"
             v = s if name == "src" else d
@@ -362,7 +372,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                    "TilePlan.of(rows, stages, ...) or None for the default")
     candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
-    worst = tile_grid(*s.shape, s.itemsize, min(p.rows for p in candidates), True, _SPAN, row_sectors=True)
+    worst = tile_grid(*s.shape, s.itemsize, _DEFAULT_MIN_ROWS if tile_plan is None else tile_plan.rows, True, _SPAN,
+                      row_sectors=True)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
@@ -391,6 +402,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                    "pass True to read odd source pitches through TMA row classes")
     classes = source_classes(s.ptr, cols * esize, rows) \
         if source_row_classes and choice.backend is Backend.TMA and name == "src" else 0
+    layout = _layout(d, s, align_sectors, broken, classes != 0)
     if classes:
         # TMA reads src as super-rows of k rows (a pitch of whole 16 bytes); dst as below
         name, view, broken = _tma_rule_broken({"dst": d})
@@ -407,7 +419,6 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         choice, plain_dst = choose_backend("cp.async", device=s.device), True
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
-    layout = _layout(d, s, align_sectors, classes != 0)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
     limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,

@@ -324,17 +324,18 @@ def tiled_ok(dt: DataType, address: int, dims: tuple, strides: tuple, box: tuple
     need = 32 if (interleave is _IL_B32 or dt in _PACKED16) else 16
     if address % need or (interleave is not _IL_NONE and rank < 3):
         return False
-    # ranges by min/max (each one C call), the stride alignment and the box bytes by loops
-    if min(dims) < 1 or max(dims) > MAX_DIM or min(box) < 1 or max(box) > MAX_BOX:
-        return False
-    if min(element_strides) < 1 or max(element_strides) > MAX_ELEMENT_STRIDE:
-        return False
+    # plain loops over the (at most five) entries: cheaper than min()/max() on such short tuples
+    for d in dims:
+        if not 1 <= d <= MAX_DIM:
+            return False
     for s in strides:
         if s % need or not 0 <= s < MAX_STRIDE:
             return False
     size = _SIZE[dt]
     nbytes = size
-    for b, e in zip(box, element_strides):
+    for b, e in zip(box, element_strides):  # equal lengths (checked above)
+        if not 1 <= b <= MAX_BOX or not 1 <= e <= MAX_ELEMENT_STRIDE:
+            return False
         nbytes *= b // e
     if nbytes > MAX_BOX_BYTES:
         return False

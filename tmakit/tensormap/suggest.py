@@ -20,13 +20,15 @@ import math
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from .. import _driver
 from ..arch import Arch
 from ..dtypes import DataType
 from ..errors import TensorMapError
+from .encode import encode_im2col_raw, encode_tiled_raw
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .order import ORDER_NOTE, to_caller_order
 from . import rules
-from .rules import check_spec
+from .rules import IM2COL_CORNER_RANGE, MAX_BOX, MAX_BOX_BYTES, MAX_PIXELS, check_spec
 from .spec import Im2colSpec, TiledSpec
 
 # Options in the order the search prefers to change them.
@@ -83,8 +85,6 @@ def _fit_smem(box: list[int], es: Sequence[int], size: int, limit: int) -> list[
 
 
 def _tiled_boxes(spec: TiledSpec, swizzle: Swizzle, es: Sequence[int], interleave: Interleave) -> list[tuple]:
-    from .rules import MAX_BOX, MAX_BOX_BYTES
-
     size = spec.dtype.size
     old = spec.box
     outer = [min(max(b, 1), MAX_BOX) for b in old[1:]]
@@ -138,8 +138,6 @@ def _candidates_tiled(spec: TiledSpec, arch: Arch, changed: tuple[str, ...]):
 
 
 def _candidates_im2col(spec: Im2colSpec, arch: Arch, changed: tuple[str, ...]):
-    from .rules import IM2COL_CORNER_RANGE, MAX_BOX_BYTES, MAX_PIXELS
-
     size = spec.dtype.size
     swizzles = (_swizzle_candidates(spec, arch, spec.channels_per_pixel * size) if "swizzle" in changed
                 else [spec.swizzle])
@@ -219,9 +217,6 @@ def suggest(spec: TiledSpec | Im2colSpec, arch: Any, *, max_changed: int = 3,
 def driver_verifier(device: int, address: int) -> Callable[[Any], bool]:
     """A ``verify`` for ``suggest``: the driver encodes the candidate at ``address`` in ``device``'s context
     (the pattern describe's own encode uses) and must return CUDA_SUCCESS."""
-    from .. import _driver
-    from .encode import encode_im2col_raw, encode_tiled_raw
-
     def verify(candidate: Any) -> bool:
         raw = encode_tiled_raw if isinstance(candidate, TiledSpec) else encode_im2col_raw
         with _driver.context_for(device):

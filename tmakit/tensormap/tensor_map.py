@@ -17,9 +17,11 @@ from ..arch import Arch
 from ..arrays import view_if_array
 from ..dtypes import DataType, dtype_from_any
 from ..errors import CudaDriverError, InvalidArgumentError, LaunchError
+from ..layout.im2col import im2col_geometry
 from ..layout.tma_model import box_geometry
 from .encode import DESCRIPTOR_SIZE, descriptor_bytes, replace_address
 from .enums import Interleave, Swizzle
+from .render import render_tensor_map
 from .spec import Im2colSpec, TiledSpec
 
 BOX_PARAMS_SIZE = 160
@@ -55,7 +57,8 @@ class TensorMap:
 
     ``descriptor`` is None where no driver encode was possible (no GPU, or a GPU below sm_90); the object
     then still carries the parameters the cp.async fallback needs (``box_params()``). The encoded descriptor is
-    held as the driver gave it (a CUtensorMap, or 128 bytes); ``descriptor`` reads its bytes.
+    held as the driver gave it (a CUtensorMap, or 128 bytes; the first ``with_address`` keeps the bytes it
+    reads, so a re-pointing loop copies only); ``descriptor`` reads its bytes.
     """
 
     spec: TiledSpec | Im2colSpec
@@ -158,8 +161,6 @@ class TensorMap:
     def smem_bytes(self) -> int:
         """Shared memory one box occupies, including the row padding a swizzle adds."""
         if self.mode == "im2col":  # rows narrower than the swizzle span are padded to it (measured on the H100)
-            from ..layout.im2col import im2col_geometry
-
             return im2col_geometry(self.spec).smem_bytes
         return self.geometry.smem_bytes
 
@@ -181,7 +182,7 @@ class TensorMap:
                                            "pass array.data_ptr()")
         elif (view := view_if_array(target, "array")) is not None:
             self._check_same_geometry(view)
-            address, device, owner = view.ptr, view.device, target
+            address, device, owner = view[0], view[5], target  # ptr, device: by index, cheaper than by name
         elif isinstance(target, bool) or not hasattr(target, "__index__"):
             raise InvalidArgumentError("array_or_ptr", target, "must be a device array or an integer device address",
                                        "pass a torch/cupy/tmakit array of this map's geometry, or array.data_ptr()")
@@ -193,6 +194,8 @@ class TensorMap:
                                        f"start the buffer at a {need}-byte boundary")
         descriptor = self._descriptor
         if descriptor is not None:
+            if type(descriptor) is not bytes:  # held from now on as its 128 bytes (the same value, read once):
+                descriptor = self._descriptor = descriptor_bytes(descriptor)  # a re-pointing loop copies only
             try:
                 descriptor = replace_address(descriptor, address)
             except CudaDriverError:  # e.g. a thread with no current context: once more in the map's device's
@@ -203,20 +206,20 @@ class TensorMap:
     def _check_same_geometry(self, view: Any) -> None:
         """``view`` (numpy order) must have this map's device, element type, shape and byte strides."""
         spec = self.spec
-        if self.device is not None and view.device != self.device:
-            raise InvalidArgumentError("array", f"array on device {view.device}", f"must be on device {self.device}, "
+        _, shape, strides, dtype_name, itemsize, device, _ = view  # unpacked at once (each field is a look-up)
+        if self.device is not None and device != self.device:
+            raise InvalidArgumentError("array", f"array on device {device}", f"must be on device {self.device}, "
                                        "where this map was encoded", "describe the array on its own device")
         dtype = spec.dtype
-        if dtype not in _BITS_ONLY or view.itemsize != dtype.size:
-            if (_ARRAY_DTYPES.get(view.dtype_name) or dtype_from_any(view.dtype_name, "array")) is not dtype:
-                raise InvalidArgumentError("array", f"dtype {view.dtype_name}", f"must match the map's dtype "
+        if dtype not in _BITS_ONLY or itemsize != dtype.size:
+            if (_ARRAY_DTYPES.get(dtype_name) or dtype_from_any(dtype_name, "array")) is not dtype:
+                raise InvalidArgumentError("array", f"dtype {dtype_name}", f"must match the map's dtype "
                                            f"{dtype.short}", "describe the array anew (describe_tensor)")
-        shape, strides = view.shape, view.strides
         if shape[::-1] != spec.dims:
             raise InvalidArgumentError("array", f"shape {shape}", f"must match the map's shape {self.shape}",
                                        "describe the array anew (describe_tensor)")
-        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != view.itemsize):
-            expected = tuple(reversed(spec.strides)) + (view.itemsize,)
+        if strides[-2::-1] != spec.strides or (shape[-1] != 1 and strides[-1] != itemsize):
+            expected = tuple(reversed(spec.strides)) + (itemsize,)
             raise InvalidArgumentError("array", f"strides {strides} (bytes)", f"must match the map's strides "
                                        f"{expected} (bytes, numpy order)", "make it contiguous or describe it anew")
 
@@ -224,8 +227,6 @@ class TensorMap:
     def box_params(self) -> bytes:
         """The 160-byte ``tmakit::BoxParams`` block the cp.async fallback takes (docs/CONTRACTS.md)."""
         if self.mode != "tiled":
-            from ..errors import InvalidArgumentError
-
             raise InvalidArgumentError("tensor_map", "an im2col map", "has no cp.async form: the one-source twin "
                                        "(BoxParams) expresses tiled boxes only; an im2col load walks pixels inside the "
                                        "TMA unit", "load it with TMA (sm_90, tmakit.ops.modes.load_im2col)")
@@ -236,11 +237,14 @@ class TensorMap:
     def __kernel_param__(self, nbytes: int) -> bytes:
         """Bytes for a by-value kernel parameter: 128 -> the CUtensorMap, 160 -> BoxParams."""
         if nbytes == DESCRIPTOR_SIZE:
-            if self._descriptor is None:
-                raise LaunchError(
-                    f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
-                    "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")
-            return self.descriptor
+            d = self._descriptor  # what ``descriptor`` reads, without the property call (a launch packs this)
+            if type(d) is bytes:
+                return d
+            if d is not None:
+                return descriptor_bytes(d)
+            raise LaunchError(
+                f"this TensorMap has no encoded descriptor (arch {self.arch.sm}, device {self.device}); a kernel "
+                "taking a CUtensorMap needs sm_90+ and a GPU: compile the kernel's cp.async variant instead")
         if nbytes == BOX_PARAMS_SIZE:
             return self.box_params()
         raise LaunchError(f"a TensorMap can fill a 128-byte CUtensorMap or a 160-byte tmakit::BoxParams parameter, "
@@ -282,6 +286,4 @@ class TensorMap:
                 f"smem={self.smem_bytes}B@{self.smem_alignment}, {enc}, {memory})")
 
     def __rich__(self):
-        from .render import render_tensor_map
-
         return render_tensor_map(self)

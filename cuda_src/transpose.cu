@@ -148,7 +148,7 @@ constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
 template <uint32_t E>
 constexpr uint32_t kSideBytes = kRowSectors ? kSpan / E * 32u : 0u;
 constexpr uint32_t kSourceClasses = TMAKIT_TRANSPOSE_SOURCE_CLASSES;
-static_assert(kSourceClasses == 0 || (kSourceClasses >= 2 && kSourceClasses <= 16 && (kSourceClasses & (kSourceClasses - 1)) == 0),
+static_assert(kSourceClasses == 0 || kSourceClasses == 2 || kSourceClasses == 4 || kSourceClasses == 8 || kSourceClasses == 16,
               "source row classes: 2, 4, 8 or 16");
 
 // Source row classes: each class box row is 144 bytes, the aligned 16-byte window around the row's 128
@@ -726,7 +726,8 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 #ifndef TMAKIT_TRANSPOSE_MIN_BLOCKS
 #define TMAKIT_TRANSPOSE_MIN_BLOCKS 1
 #endif
-extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS) tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix,
+extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS)
+tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix,
                                             TMAKIT_TRANSPOSE_DST dst_even, TMAKIT_TRANSPOSE_DST dst_odd, uint32_t tiles_r,
                                             uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
                                             uint32_t shifted) {

@@ -119,7 +119,8 @@ def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tu
             return plan
     smallest = min(candidates, key=lambda p: p.shared_mem_for(prefix, row_sectors, esize, classes))
     value = f"{shared_mem_limit} bytes of shared memory per block" if parameter == "device" else candidates[0]
-    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {smallest.shared_mem_for(prefix, row_sectors, esize, classes)} "
+    need = smallest.shared_mem_for(prefix, row_sectors, esize, classes)
+    raise InvalidArgumentError(parameter, value, f"the transpose needs at least {need} "
                                f"bytes of shared memory per block (the device gives {shared_mem_limit})",
                                "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows or stages")
 
@@ -424,14 +425,14 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,
                               esize, layout.classes)
     tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
+    shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
     k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
-               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes), limit))
-    shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
+               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
     result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
                              "plain" if plain_dst else "tma")

@@ -61,8 +61,11 @@ def main() -> int:
             check(f"load_tiles {backend} interleave 16B", np.array_equal(got, want))
         # copy, transpose, pipeline, hand-written PTX
         # (132, 260) float32 and (272, 96) uint8: dst pitch 16 mod 32, so the odd rows are shifted (prefix loads)
+        # (515, 263) and (263, 515): pitches that are not multiples of 16 bytes on one side or both (on sm_90,
+        # backend "auto" reads them with TMA as super-rows and stores sector-aligned runs)
         for shape, dtype in (((37, 1333), np.uint8), ((65, 33), np.float64), ((132, 260), np.float32),
-                             ((272, 96), np.uint8)):
+                             ((272, 96), np.uint8), ((515, 263), np.uint8), ((515, 263), np.uint16),
+                             ((263, 515), np.float32), ((1001, 37), np.float64)):
             host = rng.integers(0, 256, size=int(np.prod(shape)) * np.dtype(dtype).itemsize, dtype=np.uint8).view(dtype).reshape(shape)
             with DeviceArray.from_host(host) as src, DeviceArray.empty(shape, dtype) as dst, \
                     DeviceArray.empty(shape[::-1], dtype) as dst_t:
@@ -70,11 +73,14 @@ def main() -> int:
                 _driver.call("cuCtxSynchronize")
                 check(f"copy {backend} {shape} {np.dtype(dtype).name}", dst.to_host().tobytes() == host.tobytes())
                 pitch_ok = (shape[1] * np.dtype(dtype).itemsize) % 16 == 0
-                if backend == "cp.async" or (pitch_ok and (shape[0] * np.dtype(dtype).itemsize) % 16 == 0):
-                    ops.transpose(dst_t, src, backend=backend)
-                    _driver.call("cuCtxSynchronize")
-                    check(f"transpose {backend} {shape} {np.dtype(dtype).name}",
-                          dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
+                # an explicit "tma" needs 16-byte pitches on both sides; "auto" takes TMA where it can describe
+                aligned = pitch_ok and (shape[0] * np.dtype(dtype).itemsize) % 16 == 0
+                chosen = backend if backend == "cp.async" or aligned else "auto"
+                dst_t.fill(0xA5)
+                result = ops.transpose(dst_t, src, backend=chosen)
+                _driver.call("cuCtxSynchronize")
+                check(f"transpose {chosen} ({result.backend.name}, {result.dst_stores} stores) {shape} "
+                      f"{np.dtype(dtype).name}", dst_t.to_host().tobytes() == np.ascontiguousarray(host.T).tobytes())
                 if pitch_ok:
                     dst.fill(0)
                     ops.ptx_tile_copy(dst, src, backend=backend)

@@ -156,11 +156,11 @@ def _tensor_cores(ops, backends, check) -> None:
 
 
 def _tensor_core_cases(torch, ops, backends, check) -> None:
-    gen = torch.Generator(device="cuda").manual_seed(11)
+    gen = torch.Generator().manual_seed(11)  # on the CPU: a CUDA generator keeps device state of its own
     for backend in backends:
         for m, n, k, b_major in ((130, 200, 72, "k"), (64, 136, 104, "n"), (17, 24, 520, "k")):
-            a = torch.randn(m, k, generator=gen, device="cuda").to(torch.bfloat16)
-            b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen, device="cuda").to(torch.bfloat16)
+            a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
+            b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen).to("cuda", torch.bfloat16)
             if b_major == "n" and n * 2 % 16:
                 continue  # an N-major b needs 16-byte rows
             c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
@@ -171,9 +171,9 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
             err = ((c.cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
             check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}", err <= 1e-3)
         for sq, sk, d, causal in ((130, 130, 64, True), (17, 200, 128, False)):
-            q = torch.randn(1, 2, sq, d, generator=gen, device="cuda").to(torch.bfloat16)
-            kk = torch.randn(1, 2, sk, d, generator=gen, device="cuda").to(torch.bfloat16)
-            v = torch.randn(1, 2, sk, d, generator=gen, device="cuda").to(torch.bfloat16)
+            q = torch.randn(1, 2, sq, d, generator=gen).to("cuda", torch.bfloat16)
+            kk = torch.randn(1, 2, sk, d, generator=gen).to("cuda", torch.bfloat16)
+            v = torch.randn(1, 2, sk, d, generator=gen).to("cuda", torch.bfloat16)
             out = torch.full_like(q, float("nan"))
             ops.attention(q, kk, v, out, causal=causal, backend=backend)
             torch.cuda.synchronize()

@@ -364,6 +364,25 @@ __device__ __forceinline__ void words_of(uint32_t (&w)[8], uint32_t at, const ui
   w[at] = v.x, w[at + 1] = v.y, w[at + 2] = v.z, w[at + 3] = v.w;
 }
 
+// The 16-byte aligned piece at `piece` of a dst run [first, end): whole, one st.global.cs (written once);
+// shared with a neighbouring run, only its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at most four;
+// E-aligned, as the run's bounds are), so the neighbour's bytes stay untouched.
+__device__ __forceinline__ void store_piece(uint64_t piece, uint64_t first, uint64_t end, const uint4& v) {
+  if (piece >= first && piece + 16u <= end) {
+    __stcs(reinterpret_cast<uint4*>(piece), v);
+    return;
+  }
+  const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
+  uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
+  const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
+  while (a < b) {
+    uint32_t size = 8;
+    while (a % size != 0 || a + size > b) size >>= 1;
+    store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
+    a += size;
+  }
+}
+
 // Plain stores where dst's rows are not 16-byte aligned (a pitch or base that is not a multiple of 16 bytes,
 // which TMA cannot describe and Plain2dBox refuses): each dst row of the run is written in the 16-byte
 // aligned pieces of global memory it covers, consecutive threads along a row (coalesced, 16 bytes each); a
@@ -395,22 +414,7 @@ __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const 
     words_of(w, 0, j >= 0 ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)j)) : make_uint4(0, 0, 0, 0));
     words_of(w, 4, s != 0 && j + 1 < (int32_t)Turn<T>::kChunksPerRun ? *reinterpret_cast<const uint4*>(image_chunk(c.row, (uint32_t)(j + 1)))
                                                                     : make_uint4(0, 0, 0, 0));
-    const uint4 v = bytes_from(w, s);
-    if (piece >= first && piece + 16u <= end) {
-      __stcs(reinterpret_cast<uint4*>(piece), v);  // st.global.cs: written once
-      continue;
-    }
-    // A piece shared with a neighbouring run: its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at
-    // most four; E-aligned, as the run's bounds are).
-    const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
-    uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
-    const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
-    while (a < b) {
-      uint32_t size = 8;
-      while (a % size != 0 || a + size > b) size >>= 1;
-      store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
-      a += size;
-    }
+    store_piece(piece, first, end, bytes_from(w, s));
   }
 }
 
@@ -450,20 +454,7 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     uint32_t w[8];
     words_of(w, 0, chunk(c.row, x));
     words_of(w, 4, shift != 0 ? chunk(c.row, x + 1) : make_uint4(0, 0, 0, 0));
-    const uint4 v = bytes_from(w, shift);
-    if (piece >= first && piece + 16u <= end) {
-      __stcs(reinterpret_cast<uint4*>(piece), v);  // st.global.cs: written once
-      continue;
-    }
-    const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
-    uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
-    const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
-    while (a < b) {
-      uint32_t size = 8;
-      while (a % size != 0 || a + size > b) size >>= 1;
-      store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
-      a += size;
-    }
+    store_piece(piece, first, end, bytes_from(w, shift));
   }
 }
 

@@ -111,6 +111,14 @@ def test_transpose_tuning_choices_are_plan_arguments(fake_launch):
         ops.plan_transpose(dst, src, tile_plan=ops.TilePlan.of(512, 4))
     with pytest.raises(InvalidArgumentError, match="tile_plan=256: must be a tmakit.ops.transpose.TilePlan"):
         ops.plan_transpose(dst, src, tile_plan=256)
+    for bad in (0, 4, 2.0, True, "3"):
+        with pytest.raises(InvalidArgumentError, match=r"min_blocks=.*must be an int from 1 to 3 or None"):
+            ops.plan_transpose(dst, src, min_blocks=bad)
+    for bad in (1, None, "yes"):
+        with pytest.raises(InvalidArgumentError, match=r"source_row_classes=.*must be True or False"):
+            ops.plan_transpose(dst, src, source_row_classes=bad)
+    capped = ops.plan_transpose(dst, src, backend="cp.async", min_blocks=1)
+    assert fake_launch[-1].defines["TMAKIT_TRANSPOSE_MIN_BLOCKS"] == 1 and capped.result.tile_plan.rows == 256
 
 
 def test_no_tuning_module_globals_left():

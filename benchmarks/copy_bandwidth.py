@@ -42,8 +42,12 @@ TRANSPOSES = (
     (16384, 16384, 4), (32768, 16384, 2), (32768, 32768, 1), (8192, 16384, 8),
     (10007, 8192, 2), (8192, 10007, 2), (30011, 32749, 1), (12347, 20011, 4), (9001, 12343, 8), (16384, 16381, 4),
 )
-# TMA copy tunings timed beside the default: (chunk_bytes, stages, source_eviction)
-COPY_TUNINGS = ((8192, 4, "normal"), (32768, 4, "normal"), (65536, 3, "normal"), (16384, 8, "normal"), (32768, 3, "first"))
+# copy tunings timed beside the defaults: (backend, chunk_bytes, stages, source_eviction, grid): grid None is
+# the default (TMA: a block per chunk; cp.async: the resident blocks walking the chunks), "chunks" a block per
+# chunk (the cp.async path moves 8 KiB chunks), an int that many blocks per SM walking the chunks (2 per SM:
+# the TMA path's resident grid, its default before).
+COPY_TUNINGS = (("tma", 32768, 3, "normal", 2), ("tma", 16384, 4, "normal", None), ("tma", 65536, 2, "normal", None),
+                ("tma", 32768, 3, "first", None), ("cp.async", 8192, 4, "normal", "chunks"))
 
 
 def _time_ms(torch, fn: Callable[[], object], warmup: int, reps: int, batch: int = 1) -> float:
@@ -179,10 +183,15 @@ def main() -> int:
             for backend in ("tma", "cp.async"):
                 variants[f"tmakit copy ({backend})"] = _planned(
                     lambda b=backend, d=dst, s=src: ops.plan_copy(d, s, backend=b, stream=stream))
-            for chunk, stages, eviction in COPY_TUNINGS if nbytes == n_pow2 else ():
-                variants[f"tmakit copy (tma, {chunk // 1024} KiB x {stages}, evict {eviction})"] = _planned(
-                    lambda c=chunk, st=stages, e=eviction, d=dst, s=src: ops.plan_copy(
-                        d, s, backend="tma", stream=stream, chunk_bytes=c, stages=st, source_eviction=e))
+            sms = torch.cuda.get_device_properties(src.device).multi_processor_count
+            for backend, chunk, stages, eviction, how in COPY_TUNINGS if nbytes == n_pow2 else ():
+                grid = None if how is None else -(-nbytes // chunk) if how == "chunks" else how * sms
+                name = (f"{chunk // 1024} KiB x {stages}, evict {eviction}, " if backend == "tma" else "") + (
+                    f"{how} blocks/SM walking the chunks" if type(how) is int else "a block per chunk")
+                variants[f"tmakit copy ({backend}, {name})"] = _planned(
+                    lambda b=backend, c=chunk, st=stages, e=eviction, g=grid, d=dst, s=src: ops.plan_copy(
+                        d, s, backend=b, stream=stream, blocks=g, **(dict(chunk_bytes=c, stages=st, source_eviction=e)
+                                                                     if b == "tma" else {})))
             yield (f"copy {nbytes} B", nbytes, variants, src, dst)
         for rows, cols, esize in TRANSPOSES:
             rows, cols = _scaled(rows, cols, esize, gib)

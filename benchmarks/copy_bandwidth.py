@@ -43,11 +43,10 @@ TRANSPOSES = (
     (10007, 8192, 2), (8192, 10007, 2), (30011, 32749, 1), (12347, 20011, 4), (9001, 12343, 8), (16384, 16381, 4),
 )
 # copy tunings timed beside the defaults: (backend, chunk_bytes, stages, source_eviction, grid): grid None is
-# the default (TMA: a block per chunk; cp.async: the resident blocks walking the chunks), "chunks" a block per
-# chunk (the cp.async path moves 8 KiB chunks), an int that many blocks per SM walking the chunks (2 per SM:
-# the TMA path's resident grid, its default before).
+# the default (a block per chunk; the cp.async path moves 8 KiB chunks), an int that many blocks per SM walking
+# the chunks (the resident grids, the defaults before: 2 per SM on the TMA path, 7 on the cp.async path).
 COPY_TUNINGS = (("tma", 32768, 3, "normal", 2), ("tma", 16384, 4, "normal", None), ("tma", 65536, 2, "normal", None),
-                ("tma", 32768, 3, "first", None), ("cp.async", 8192, 4, "normal", "chunks"))
+                ("tma", 32768, 3, "first", None), ("cp.async", 8192, 4, "normal", 7))
 
 
 def _time_ms(torch, fn: Callable[[], object], warmup: int, reps: int, batch: int = 1) -> float:
@@ -185,7 +184,7 @@ def main() -> int:
                     lambda b=backend, d=dst, s=src: ops.plan_copy(d, s, backend=b, stream=stream))
             sms = torch.cuda.get_device_properties(src.device).multi_processor_count
             for backend, chunk, stages, eviction, how in COPY_TUNINGS if nbytes == n_pow2 else ():
-                grid = None if how is None else -(-nbytes // chunk) if how == "chunks" else how * sms
+                grid = None if how is None else how * sms
                 name = (f"{chunk // 1024} KiB x {stages}, evict {eviction}, " if backend == "tma" else "") + (
                     f"{how} blocks/SM walking the chunks" if type(how) is int else "a block per chunk")
                 variants[f"tmakit copy ({backend}, {name})"] = _planned(

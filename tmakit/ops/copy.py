@@ -61,9 +61,9 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
     """A prepared ``dst[...] = src`` for contiguous device arrays of the same shape and dtype, asynchronous on
     ``stream``: ``plan()`` copies, ``plan(dst2, src2)`` copies other buffers of the same geometry.
 
-    ``blocks``: the grid; blocks walk the chunks grid-stride. Default: on the TMA path one block per chunk
-    (measured on the H100, 1 GiB: 1.01-1.02x torch's copy, where a grid of the resident blocks walking the
-    chunks made 0.96-0.97x: the block scheduler balances the tail), on the cp.async path the resident blocks.
+    ``blocks``: the grid; blocks walk the chunks grid-stride. Default: one block per chunk, which the block
+    scheduler balances across the SMs (measured on the H100, 1 GiB: 1.02x torch's copy on both paths, where a
+    grid of the resident blocks walking the chunks made 0.96-0.98x).
     TMA path tuning (the cp.async path's ring is fixed): ``chunk_bytes`` per bulk copy (a multiple of 16),
     ``stages`` in each block's ring (dynamic shared memory ``stages * chunk_bytes``; used when a block walks
     several chunks), ``source_eviction`` the L2 priority of the source lines ("normal", "first", "last").
@@ -107,7 +107,7 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
     else:
         k = kernel("copy.cu", "tmakit_copy", choice, d.device)
         threads, path, shared_mem = _KERNEL_THREADS[choice.name], "cp.async", 0
-        grid = blocks or max(1, min(-(-nbytes // _CP_ASYNC_CHUNK), k.resident_blocks(threads)))
+        grid = blocks or -(-nbytes // _CP_ASYNC_CHUNK)  # one 8 KiB chunk per block, as on the TMA path
     return CopyPlan(CopyResult(choice, path, nbytes, grid), (d, s), k, (d.ptr, s.ptr, nbytes),
                     grid=(grid, 1, 1), block=(threads, 1, 1), shared_mem=shared_mem, stream=stream)
 

@@ -283,21 +283,11 @@ class TransposePlan(Plan):
                 supers, box=(box_rows, width + v), swizzle=Swizzle.NONE, oob_fill="zero", l2_promotion=self._l2_promotion)
             dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
             out = [source, pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, 8), esize, dtype)]
-            for k_, c in enumerate(views):
-                if plain_dst:
-                    out.append(_dst_box(c, rows, esize, width // classes))
-                elif previous is not None:
-                    out.append(repoint(previous[2 + k_], c))
-                else:
-                    same = len(out) > 2 and c.shape == views[0].shape
-                    out.append(out[2].with_address(c.ptr) if same else
-                               describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
+            out += _tma_targets(views, previous, rows, esize, classes, plain_dst)
         elif self.result.backend.backend is Backend.TMA:
             if previous is not None:
                 source = repoint(previous[0], s)
                 out = [source, source if previous[1] is previous[0] else repoint(previous[1], s)]
-                out += [_dst_box(c, rows, esize, width // classes) if plain_dst else repoint(previous[2 + k], c)
-                        for k, c in enumerate(views)]
             else:
                 def src_box(box_rows: int) -> Any:
                     return describe_tensor(s, box=(box_rows, width), swizzle=Swizzle.B128, oob_fill="zero",
@@ -305,10 +295,7 @@ class TransposePlan(Plan):
 
                 source = src_box(self.result.tile_plan.rows)
                 out = [source, src_box(self._prefix_rows(v)) if self._prefix_rows(v) else source]
-                for c in views:  # a class of the first class's geometry (an even row count) is that map re-pointed
-                    same = not plain_dst and len(out) > 2 and c.shape == views[0].shape
-                    out.append(out[2].with_address(c.ptr) if same else _dst_box(c, rows, esize, width // classes)
-                               if plain_dst else describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
+            out += _tma_targets(views, previous, rows, esize, classes, plain_dst)
         else:
             dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
 
@@ -322,6 +309,24 @@ class TransposePlan(Plan):
         if classes == 1:
             out.append(out[2])
         return out
+
+
+def _tma_targets(views: list, previous: list | None, rows: int, esize: int, classes: int, plain_dst: bool) -> list:
+    """The TMA path's dst operand per row class: BoxParams where the block's plain stores write dst, else a
+    tensor map (re-pointed from ``previous``; a class of the first class's geometry, an even row count, is the
+    first class's map re-pointed)."""
+    width = _SPAN // esize
+    out: list = []
+    for k, c in enumerate(views):
+        if plain_dst:
+            out.append(_dst_box(c, rows, esize, width // classes))
+        elif previous is not None:
+            out.append(repoint(previous[2 + k], c))
+        elif out and c.shape == views[0].shape:
+            out.append(out[0].with_address(c.ptr))
+        else:
+            out.append(describe_tensor(c, box=(width // classes, width), swizzle=Swizzle.B128))
+    return out
 
 
 def _dst_box(c: ArrayView, rows: int, esize: int, class_rows: int) -> Any:

@@ -148,17 +148,14 @@ def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:
         name, itemsize = str(dtype), element_size()
         if name[:6] == "torch." and type(itemsize) is int and type(dtype).__module__ == "torch":
             known = _TORCH_DTYPES[dtype] = (name[6:], itemsize)
-    if known is not None:  # a torch dtype
-        name, itemsize = known
-        st = stride()
-        ptr = data_ptr()
-        if type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int and type(st[1]) is int:
-            # 2 dims: nothing to convert; tuple.__new__: the named tuple's own __new__ is a Python function
-            return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), name,
-                                          itemsize, device, obj))
     else:
-        st = stride()
-        ptr = data_ptr()
+        name, itemsize = known
+    st, ptr = stride(), data_ptr()
+    if known is not None and type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int \
+            and type(st[1]) is int:  # a torch tensor of 2 dims: nothing to convert
+        # tuple.__new__: the named tuple's own __new__ is a Python function
+        return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), known[0],
+                                      itemsize, device, obj))
     itemsize = int(itemsize)
     return _tuple_new(ArrayView, (int(ptr), tuple(obj.shape), tuple([int(s) * itemsize for s in st]),
                                   name[name.rfind(".") + 1:], itemsize, int(device), obj))

@@ -281,7 +281,7 @@ class TransposePlan(Plan):
             supers = ArrayView(s.ptr, (rows // k, k * cols), (k * cols * esize, esize), s.dtype_name, esize, s.device, s.owner)
             source = repoint(previous[0], s) if previous is not None else describe_tensor(
                 supers, box=(box_rows, width + v), swizzle=Swizzle.NONE, oob_fill="zero", l2_promotion=self._l2_promotion)
-            dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+            dtype = _bits_dtype(esize)
             out = [source, pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, 8), esize, dtype)]
             out += _tma_targets(views, previous, rows, esize, classes, plain_dst)
         elif self.result.backend.backend is Backend.TMA:
@@ -297,7 +297,7 @@ class TransposePlan(Plan):
                 out = [source, src_box(self._prefix_rows(v)) if self._prefix_rows(v) else source]
             out += _tma_targets(views, previous, rows, esize, classes, plain_dst)
         else:
-            dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+            dtype = _bits_dtype(esize)
 
             def src_box(box_rows: int) -> Any:
                 return pack_box_params(s.ptr, (cols, rows), (esize, cols * esize), (width, box_rows), esize, dtype,
@@ -329,10 +329,15 @@ def _tma_targets(views: list, previous: list | None, rows: int, esize: int, clas
     return out
 
 
+def _bits_dtype(esize: int) -> int:
+    """The driver's unsigned dtype of ``esize`` bytes: the transpose moves bits, whatever the elements are."""
+    return int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+
+
 def _dst_box(c: ArrayView, rows: int, esize: int, class_rows: int) -> Any:
     """BoxParams of one dst row class for the kernel's plain stores (the cp.async path, and the TMA path where
     TMA cannot describe dst): box [W, W / classes] of 128B-swizzled images."""
-    dtype = int(dtype_from_any({1: "uint8", 2: "uint16", 4: "uint32", 8: "uint64"}[esize]))
+    dtype = _bits_dtype(esize)
     return pack_box_params(c.ptr, (rows, c.shape[0]), (esize, c.strides[0]), (_SPAN // esize, class_rows), esize, dtype,
                            swizzle=_SWIZZLE_128B)
 

@@ -124,14 +124,6 @@ def split_strides(dt: DataType, shape: tuple, strides: tuple, parameter: str) ->
     return tuple(strides[-2::-1])  # dims 1..rank-1, innermost first (to_driver_order of strides[:-1])
 
 
-def _plain_sizes(values: tuple) -> bool:
-    """Whether every entry is a plain int >= 0 (the common form of box= and element_strides=)."""
-    for v in values:
-        if type(v) is not int or v < 0:
-            return False
-    return True
-
-
 _ONES = {rank: (1,) * rank for rank in range(1, 6)}  # element_strides=None: every element, each rank
 
 
@@ -239,7 +231,7 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     if not 1 <= rank <= 5:
         raise InvalidArgumentError("shape", shp, f"a {rank}-d array has no tensor map (rank 1 to 5)",
                                    "describe an array of 1 to 5 dims (merge or split dims, or add a unit dim)")
-    box_np = box if type(box) is tuple and len(box) == rank and _plain_sizes(box) else positive_ints("box", box, rank)
+    box_np = _sizes("box", box, rank)
     es_np = _ONES[rank] if element_strides is None else _sizes("element_strides", element_strides, rank)
     il = _IL_NONE if interleave is _NONE else Interleave.parse(interleave, "interleave")
     size = _SIZE[dt]

@@ -7,7 +7,6 @@
 //   cp.async path: every thread streams its own 16-byte slots through a kStages ring with cp.async.cg and
 //                 wait_group, so no block-wide synchronisation is needed at all.
 #include "tmakit/bulk_copy.cuh"
-#include "tmakit/cache_policy.cuh"
 #include "tmakit/cp_async.cuh"
 #include "tmakit/fence.cuh"
 #include "tmakit/mbarrier.cuh"
@@ -32,19 +31,6 @@ constexpr int kStages = TMAKIT_COPY_STAGES;
 constexpr uint32_t kChunk = TMAKIT_COPY_CHUNK;  // the ring lives in dynamic shared memory: kStages * kChunk
 static_assert(kChunk % 16 == 0 && kStages >= 2 && kStages <= 8, "chunks of whole 16 bytes, a ring of 2..8");
 constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_COPY_SOURCE_EVICTION);
-
-// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes[.L2::cache_hint] (PTX ISA 9.7.9.25.4.1,
-// cp.async.bulk): global -> shared with the source lines' L2 priority; ONE thread issues it after arming `bar`.
-template <L2Eviction Eviction>
-__device__ __forceinline__ void cp_async_bulk_g2s_hinted(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
-  if constexpr (Eviction == L2Eviction::kNormal) {
-    cp_async_bulk_g2s(smem, gmem, bytes, bar);
-  } else {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(shared_addr(smem)), "l"(gmem), "r"(bytes), "r"(shared_addr(bar)), "l"(l2_cache_policy<Eviction>())
-                 : "memory");
-  }
-}
 #else
 constexpr int kStages = 4;
 constexpr uint32_t kThreads = 256, kVec = 2;  // 16-byte slots per thread per stage

@@ -1,6 +1,7 @@
 // Non-tensor bulk copies (sm_90; PTX ISA "cp.async.bulk"): contiguous bytes moved by the TMA unit, no
 // descriptor. Addresses 16-byte aligned, sizes a multiple of 16.
 #pragma once
+#include "tmakit/cache_policy.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/types.cuh"
 
@@ -14,6 +15,23 @@ __device__ __forceinline__ void cp_async_bulk_g2s(void* smem, const void* gmem, 
                    shared_addr(smem)),
                "l"(gmem), "r"(bytes), "r"(shared_addr(bar))
                : "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint (PTX ISA 9.7.9.25.4.1,
+// cp.async.bulk): cp_async_bulk_g2s with the source lines' L2 priority (cache_policy.cuh; kNormal: no hint).
+template <L2Eviction Eviction>
+__device__ __forceinline__ void cp_async_bulk_g2s_hinted(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar) {
+#if TMAKIT_HAS_SM90
+  if constexpr (Eviction == L2Eviction::kNormal) {
+    cp_async_bulk_g2s(smem, gmem, bytes, bar);
+  } else {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(shared_addr(smem)), "l"(gmem), "r"(bytes), "r"(shared_addr(bar)), "l"(l2_cache_policy<Eviction>())
+                 : "memory");
+  }
 #else
   TMAKIT_REQUIRES_SM90();
 #endif

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import commit  # noqa: E402
+from _common import commit, time_ms  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "copy_bandwidth"
@@ -56,16 +56,7 @@ def _time_ms(torch, fn: Callable[[], object], warmup: int, reps: int, batch: int
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(batch):
-            fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / batch)
-    return statistics.median(times)
+    return statistics.median(time_ms(fn, torch, batch) for _ in range(reps))
 
 
 def _triton_kernels(torch):

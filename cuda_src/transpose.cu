@@ -106,7 +106,7 @@ using namespace tmakit;
 // end, never stored); the last rows % k rows, which no whole super-row holds, are copied in by the block
 // (patch_source_tail). The class boxes' reads were not counted for bank conflicts (tests/test_transpose_banks.py
 // covers the swizzled layout). Measured on the H100 (benchmarks/copy_bandwidth.py, torch copy_ = 1): odd
-// source pitches at 1, 2, 4 and 8 bytes 0.89-0.91x (the cp.async path's gather: 0.58-0.68x); both pitches
+// source pitches at 1, 2, 4 and 8 bytes 0.88-0.91x (the cp.async path's gather: 0.58-0.68x); both pitches
 // odd 0.88x at 4 and 8 bytes, 0.80-0.85x at 2 bytes and 0.60x at 1 byte (0.52x), two blocks per SM there
 // (the prefix of row-sector runs and 144-byte rows take 81 KiB of shared memory).
 #ifndef TMAKIT_TRANSPOSE_SOURCE_CLASSES

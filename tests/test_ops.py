@@ -165,7 +165,7 @@ def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
 
 def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
     """The host's L2Eviction mirrors cache_policy.cuh's values and parses like tmakit's other enums."""
-    from tmakit.ops.transpose import L2Eviction
+    from tmakit.ops._cache_policy import L2Eviction
 
     assert [int(m) for m in L2Eviction] == [0, 1, 2]
     assert L2Eviction.parse("evict_last") is L2Eviction.parse("last") is L2Eviction.parse(2) is L2Eviction.LAST

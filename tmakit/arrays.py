@@ -110,24 +110,24 @@ def is_torch_like(array: Any) -> bool:
     return hasattr(array, "data_ptr") and hasattr(array, "stride") and hasattr(array, "get_device")
 
 
+def _torch_api(obj: Any) -> tuple | None:
+    """``(data_ptr, element_size, stride)``, the bound methods the adapter calls on a torch tensor (or a
+    look-alike), else None."""
+    try:
+        return obj.data_ptr, obj.element_size, obj.stride
+    except AttributeError:
+        return None
+
+
 def _has_torch_api(obj: Any) -> bool:
     """What the adapter reads from a torch tensor: data_ptr(), element_size(), stride()."""
-    return hasattr(obj, "data_ptr") and hasattr(obj, "element_size") and hasattr(obj, "stride")
+    return _torch_api(obj) is not None
 
 
 def is_array(obj: Any) -> bool:
     """Whether ``obj`` is an array ``as_array_view`` reads (or refuses as host memory), not a number."""
     return (_has_torch_api(obj) or isinstance(obj, (ArrayView, np.ndarray))
             or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__dlpack__"))
-
-
-def _torch_api(obj: Any) -> tuple | None:
-    """``(data_ptr, element_size, stride)``, the bound methods the adapter calls, when ``obj`` has torch's API
-    (what ``_has_torch_api`` tests: fetching them is what ``hasattr`` does), else None."""
-    try:
-        return obj.data_ptr, obj.element_size, obj.stride
-    except AttributeError:
-        return None
 
 
 def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:

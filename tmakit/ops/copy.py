@@ -17,8 +17,8 @@ from ..backend import BackendChoice, choose_backend
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
+from ._cache_policy import L2Eviction
 from ._plan import Plan
-from .transpose import L2Eviction
 
 log = logging.getLogger("tmakit")
 

@@ -127,7 +127,6 @@ def multicast_load(tm: Any, coords: Any, masks: Any, *, cluster_size: int, backe
     """For each row of ``coords`` (driver order), CTA 0 of a cluster of ``cluster_size`` CTAs multicasts the tile
     box to the CTAs set in ``masks[i]``; return every CTA's shared-memory image, uint8 [n, cluster_size,
     smem_bytes] (CTAs outside the mask keep ``POISON``)."""
-
     choice, device = _choice(tm, backend)
     require_tma("multicast", choice)
     if isinstance(cluster_size, bool) or not isinstance(cluster_size, (int, np.integer)) or not 1 <= cluster_size <= 8:
@@ -157,7 +156,6 @@ def multicast_load(tm: Any, coords: Any, masks: Any, *, cluster_size: int, backe
 def reduce_add_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> None:
     """Reduce-add ``images[i]`` (uint8 [n, smem_bytes], the layout a load writes) into the box at ``coords[i]``
     (driver order) of the tensor ``tm`` describes, on the device, synchronously. Boxes must not overlap."""
-
     choice, device = _choice(tm, backend)
     require_tma("reduce-add", choice)
     if tm.dtype not in REDUCE_ADD_TYPES:
@@ -174,7 +172,6 @@ def reduce_add_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto"
 def store_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> BackendChoice:
     """Store ``images[i]`` (uint8 [n, smem_bytes]) to the box at ``coords[i]`` (driver order) with the one-source
     box store (TMA store on sm_90, cp.async-path stores otherwise); synchronous. Boxes must not overlap."""
-
     choice, device = _choice(tm, backend)
     if choice.name == "tma" and tm.descriptor is None:
         raise UnsupportedDeviceError("this TensorMap has no encoded descriptor", required="sm_90 descriptor",
@@ -191,7 +188,6 @@ def store_tiles(tm: Any, coords: Any, images: Any, *, backend: Any = "auto") -> 
 def prefetch_load(tm: Any, coords: Any, *, backend: Any = "auto") -> np.ndarray:
     """Prefetch each box at ``coords`` (driver order) into L2, then load it; return the images, uint8
     [n, smem_bytes] (the cp.async backend has no tensor prefetch and only loads)."""
-
     choice, device = _choice(tm, backend)
     if choice.name == "tma" and tm.descriptor is None:
         raise UnsupportedDeviceError("this TensorMap has no encoded descriptor", required="sm_90 descriptor",

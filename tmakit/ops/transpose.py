@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _driver
-from .._enum import ParsableEnum
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..dtypes import dtype_from_any
@@ -41,6 +40,7 @@ from ..tensormap import describe_tensor
 from ..tensormap.enums import L2Promotion, Swizzle
 from . import _checks
 from ._boxparams import pack_box_params
+from ._cache_policy import L2Eviction
 from ._kernels import kernel
 from ._plan import Plan, repoint
 
@@ -51,19 +51,6 @@ _SWIZZLE_128B = 3
 _MAX_GRID = 2**31 - 1  # blocks in a grid's x dimension; past it, blocks walk several tiles
 _MAX_EXTENT = 2**31 - 1024  # tile coordinates (r0 - V .. r0 + 2H) stay in int32
 _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefixBytes)
-
-
-class L2Eviction(ParsableEnum):
-    """The L2 priority of the source lines the kernel loads (cuda_src/tmakit/cache_policy.cuh's L2Eviction);
-    ``parse`` takes a member, its int, "last" or "evict_last"."""
-
-    NORMAL = 0
-    FIRST = 1
-    LAST = 2
-
-    @classmethod
-    def aliases(cls) -> dict[str, str]:
-        return {f"evict_{m.name.lower()}": m.name for m in cls}
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,26 @@ static_assert(kSourceClasses == 0 || kSourceClasses == 2 || kSourceClasses == 4 
 // (a TMA box must start on a 16-byte boundary in dim 0: tma_model.check_box_start); class j's rows start
 // (j * pitch) mod 16 bytes into it.
 constexpr uint32_t kClassRowBytes = kSpan + 16u;
+// Split turns (TMAKIT_TRANSPOSE_SPLIT_TURN, 1: set by the host for 1-byte elements in 16 source row classes
+// with row-sector runs): the lower half of the images is turned first, then, after a block barrier, the upper
+// half into the class boxes' rows that the lower half read (RunImages). The image buffer shrinks from 32 to
+// 16 KiB, and the block's shared memory from 80 to 64 KiB: three blocks per SM on sm_90 in place of two.
+#ifndef TMAKIT_TRANSPOSE_SPLIT_TURN
+#define TMAKIT_TRANSPOSE_SPLIT_TURN 0
+#endif
+#if TMAKIT_TRANSPOSE_SPLIT_TURN && !(TMAKIT_TRANSPOSE_ROW_SECTORS && TMAKIT_TRANSPOSE_SOURCE_CLASSES == 16 && TMAKIT_TRANSPOSE_TILE_ROWS == 256)
+#error "split turns are for 256-row tiles of 1-byte elements in 16 source row classes with row-sector runs"
+#endif
+constexpr bool kSplitTurn = TMAKIT_TRANSPOSE_SPLIT_TURN != 0;
+// In each class box: past the prefix's two rows (2 * 144 bytes), 128-byte aligned (bank-conflict free as the
+// images are); 8 image rows of 128 bytes end within the rows of the prefix and the lower half, (32 + H/2) / 16.
+constexpr uint32_t kSplitOffset = 3u * 128u;
+static_assert(!kSplitTurn || kSplitOffset >= 2u * kClassRowBytes, "the upper images start past the prefix's rows");
+static_assert(!kSplitTurn || kSplitOffset + 8u * kSpan <= (32u + kTileRows / 2u) / 16u * kClassRowBytes,
+              "the upper images end within the rows the lower half's turn read");
+// The image buffer's bytes (the images of H source rows; half with split turns) before the side chunks.
+template <uint32_t E>
+constexpr uint32_t kImageBytes = kSplitTurn && E == 1 ? kTileBytes / 2u : kTileBytes;
 // Class box j at j * class_box_stride (TMA writes to 128-byte aligned shared memory), the stage rounded up
 // to 1 KiB (the images after it stay 1024-aligned for the swizzle).
 __device__ __forceinline__ uint32_t class_box_stride(uint32_t prefix_rows) {
@@ -269,43 +289,67 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
   for (uint32_t r = 0; r < K::R; ++r) out[r] = make_uint4(words[r][0], words[r][1], words[r][2], words[r][3]);
 }
 
-// Every (micro-block, slice) of a tile, then with `prefix` those of the kPrefixChunks * V source rows before
+// The (micro-block, slice) items [first, last) of a tile (of K::kItems, image `sub` the items
+// [sub * 64P, (sub + 1) * 64P)), then with `prefix` those of the kPrefixChunks * V source rows before
 // it (stored after the tile's H rows in the stage): sink(m, d, value) for each transposed 16-byte row, `m`
 // the micro-block row (source rows r0 + m*V ..; -1 and -2 for the prefix), `d` the dst row in the tile
-// (source column c0 + d). The prefix's items are one more group of 8 micro-block rows (m = -8 .. -1) in the
-// tile's lane order, all but the last kPrefixChunks idle, so that its accesses are as conflict free as the
-// tile's.
+// (source column c0 + d). The prefix's items of shifted classes are one more group of 8 micro-block rows
+// (m = -8 .. -1) in the tile's lane order, all but the last idle, so that their stores into the swizzled
+// images are as conflict free as the tile's; those of row-sector runs (two micro-block rows, stored into the
+// side chunks) are packed, slices fastest, then column chunks: as conflict free under the side's swizzle, in
+// a quarter of the warp instructions (the spread round was a third of the 1-byte turn's).
 template <typename T, uint32_t Classes, class Sink>
-__device__ __forceinline__ void transpose_tile(const uint8_t* source, bool prefix, uint32_t prefix_rows, uint32_t pitch16,
-                                               Sink sink) {
+__device__ __forceinline__ void transpose_tile(const uint8_t* source, uint32_t first, uint32_t last, bool prefix,
+                                               uint32_t prefix_rows, uint32_t pitch16, Sink sink) {
   typedef Turn<T> K;
   typedef typename Slice<K::S>::type SliceBits;
-  const uint32_t items = K::kItems + (prefix ? K::kPrefixItems : 0u);
-  for (uint32_t b = threadIdx.x; b < items; b += blockDim.x) {
-    const uint32_t g = b % 8u, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P), p = (b / 8u) % K::P;
-    const uint32_t c = column_chunk<T, Classes>(g, q);
-    const int32_t m = sub < K::kImages ? (int32_t)(sub * 8u + g) : (int32_t)g - 8;
-    if (m < -(int32_t)kPrefixChunks) continue;  // the prefix's idle rows
-    const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows + (uint32_t)(m + (int32_t)kPrefixChunks) * K::V;
+  constexpr uint32_t kPrefixItems = kRowSectors ? kPrefixChunks * 8u * K::P : K::kPrefixItems;
+  const uint32_t items = last - first + (prefix ? kPrefixItems : 0u);
+  for (uint32_t a = threadIdx.x; a < items; a += blockDim.x) {
+    const uint32_t b = a < last - first ? first + a : K::kItems + (a - (last - first));  // the item (prefix after kItems)
+    uint32_t c, p;
+    int32_t m;
+    if (kRowSectors && b >= K::kItems) {  // the packed prefix
+      const uint32_t i = b - K::kItems;
+      p = i % K::P, c = (i / K::P) % 8u, m = (int32_t)(i / (8u * K::P)) - (int32_t)kPrefixChunks;
+    } else {
+      const uint32_t g = b % 8u, q = (b / (8u * K::P)) % 8u, sub = b / (64u * K::P);
+      p = (b / 8u) % K::P, c = column_chunk<T, Classes>(g, q);
+      m = sub < K::kImages ? (int32_t)(sub * 8u + g) : (int32_t)g - 8;
+      if (m < -(int32_t)kPrefixChunks) continue;  // the spread prefix's idle rows
+    }
     uint32_t in[K::V][K::S / 4u];
+    if constexpr (kSourceClasses != 0) {
+      // Row e0 + j of the stage (the prefix's rows first): e0 is a multiple of V, and k divides V (k = 16 /
+      // gcd(pitch, 16) <= 16 / E), so row j's class box is j % k, a constant of the unrolled loop. The reads are
+      // aligned words at offsets from the stage (a pointer cast to an integer and back would be a generic load).
+      const uint32_t e0 = m >= 0 ? (uint32_t)m * K::V + prefix_rows : (uint32_t)(m + (int32_t)kPrefixChunks) * K::V;
+      const uint32_t stride = class_box_stride(prefix_rows);
+      const uint8_t* item = source + e0 / kSourceClasses * kClassRowBytes + c * 16u + p * K::S;  // 4-byte aligned
 #pragma unroll
-    for (uint32_t j = 0; j < K::V; ++j) {
-      const uint8_t* at = source + source_offset(first_row + j, c, prefix_rows, pitch16) + p * K::S;
-      TMAKIT_TRANSPOSE_TRACE(at, K::S);
-      if constexpr (kSourceClasses != 0) {  // a row E-aligned only: aligned words, funnel-shifted
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<size_t>(at) & ~(size_t)3);
-        const uint32_t shift = (uint32_t)(reinterpret_cast<size_t>(at) & 3u) * 8u;
-        if constexpr (K::E >= 4) {
+      for (uint32_t j = 0; j < K::V; ++j) {
+        const uint32_t jc = j % kSourceClasses;
+        const uint32_t at = jc * stride + j / kSourceClasses * kClassRowBytes + ((jc * pitch16) & 15u);
+        TMAKIT_TRANSPOSE_TRACE(item + at, K::S);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(item + (at & ~3u));
+        if constexpr (K::E >= 4) {  // whole words (the pitch a multiple of 4 bytes)
 #pragma unroll
           for (uint32_t q = 0; q < K::S / 4u; ++q) in[j][q] = w[q];
         } else {
+          const uint32_t shift = (at & 3u) * 8u;
           uint32_t x[K::S / 4u + 1u];
 #pragma unroll
           for (uint32_t q = 0; q <= K::S / 4u; ++q) x[q] = w[q];
 #pragma unroll
           for (uint32_t q = 0; q < K::S / 4u; ++q) in[j][q] = __funnelshift_r(x[q], x[q + 1], shift);
         }
-      } else {
+      }
+    } else {
+      const uint32_t first_row = m >= 0 ? (uint32_t)m * K::V : kTileRows + (uint32_t)(m + (int32_t)kPrefixChunks) * K::V;
+#pragma unroll
+      for (uint32_t j = 0; j < K::V; ++j) {
+        const uint8_t* at = source + source_offset(first_row + j, c, prefix_rows, pitch16) + p * K::S;
+        TMAKIT_TRANSPOSE_TRACE(at, K::S);
         const SliceBits x = *reinterpret_cast<const SliceBits*>(at);
         memcpy(in[j], &x, K::S);
       }
@@ -418,23 +462,72 @@ __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const 
   }
 }
 
-// Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
-// s = (the row's address mod 32) / E (0 in the first tile row), from image row i extended by the prefix's two chunks (`side`: chunk x < 2
-// of the extended row; the images: chunk x - 2). Consecutive threads along a row, aligned 16-byte pieces,
-// each gathered from two chunks with a funnel shift; every piece of an interior run is whole (the run is whole
-// sectors), the pieces at dst's row ends (clipped to [0, rows)) keep the bytes outside untouched.
+// Where row-sector runs are staged: dst row i of the tile (image row i) is extended by the prefix's two chunks
+// in front (chunk x < 2: `side`, rows of 32 bytes, 128B-swizzled: the packed prefix's stores are conflict
+// free), then its run's H / V chunks (x - 2), 8 per image, each image a 128B-swizzled box of W rows. With
+// `split` (TMAKIT_TRANSPOSE_SPLIT_TURN) the upper half of the images is written after the lower half's turn
+// into stage rows that turn has read (the class boxes' rows of the prefix and the first H/2 tile rows): 8 image
+// rows in each of the class boxes, from byte kSplitOffset of the box, which takes the image buffer from 32 to
+// 16 KiB (see transpose_all).
 template <typename T>
-__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const uint8_t* images, const uint8_t* side,
-                                                      int32_t r0, int32_t c0) {
+struct RunImages {
+  static constexpr uint32_t kChunks = Turn<T>::kChunksPerRun + 2u;  // of an extended row
+  uint8_t* images;
+  uint8_t* side;
+  uint8_t* upper;         // split: the stage (the upper images' rows in its class boxes); else unused
+  uint32_t upper_stride;  // split: bytes between class boxes
+  static constexpr bool kSplit = kSplitTurn && sizeof(T) == 1;  // (16 classes hold 1-byte rows only: k <= 16 / E)
+  // chunk j of image row i (dst elements r0 + j*V ..)
+  __device__ __forceinline__ uint8_t* run_chunk(uint32_t i, uint32_t j) const {
+    constexpr uint32_t kHalf = Turn<T>::kImages / 2u;
+    const uint32_t sub = j / 8u, in_row = swizzle_offset((i % 8u) * kSpan + (j % 8u) * 16u, kSwizzle128B);
+    if (kSplit && sub >= kHalf)
+      return upper + (i / 8u) * upper_stride + kSplitOffset + (sub - kHalf) * 1024u + in_row;
+    return images + TileImages<T, 1>::offset(sub, 0) + (i / 8u) * 1024u + in_row;
+  }
+  __device__ __forceinline__ uint8_t* side_chunk(uint32_t i, uint32_t x) const {
+    return side + swizzle_offset(i * 32u + x * 16u, kSwizzle128B);
+  }
+  __device__ __forceinline__ const uint4* chunk(uint32_t i, uint32_t x) const {  // x < kChunks of extended row i
+    const uint32_t j = x - 2u;  // wraps below 2: those select the side
+    return reinterpret_cast<const uint4*>(x < 2u ? side_chunk(i, x) : run_chunk(i, j));
+  }
+};
+
+// Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
+// s = (the row's address mod 32) / E (0 in the first tile row), from image row i extended by the prefix's two
+// chunks (`side`: chunk x < 2 of the extended row, 128B-swizzled rows of 32 bytes; the images: chunk x - 2).
+// Consecutive threads along a row, aligned 16-byte pieces, each gathered from two chunks with a funnel shift;
+// every piece of an interior run is whole (the run is whole sectors), the pieces at dst's row ends (clipped to
+// [0, rows)) keep the bytes outside untouched. Interior tiles (every run whole and inside dst, which is all
+// but the first and last tile rows and the last tile column) take a walk without those bounds: each thread
+// keeps one piece column of the H * E / 16 pieces of a run, so the per-piece work is the two reads, the
+// shift and the store.
+template <typename T>
+__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunImages<T>& staged, int32_t r0, int32_t c0) {
   typedef TileImages<T, 1> I;
-  constexpr uint32_t E = sizeof(T), kPieces = kTileRows * E / 16u + 1u, kChunks = Turn<T>::kChunksPerRun + 2u;
-  auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // chunk x of extended image row i (zeros outside)
-    if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
-    if (x < 2) return *reinterpret_cast<const uint4*>(side + i * 32u + (uint32_t)x * 16u);
-    const uint32_t j = (uint32_t)x - 2u;
-    return *reinterpret_cast<const uint4*>(images + I::offset(j / 8u, 0) + swizzle_offset(i * kSpan + (j % 8u) * 16u, kSwizzle128B));
-  };
+  constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u, kPieces = kRunPieces + 1u;
+  constexpr uint32_t kChunks = RunImages<T>::kChunks;
+  auto at = [&](uint32_t i, uint32_t x) { return staged.chunk(i, x); };
   const int64_t rows = (int64_t)dst.dims[0];
+  if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + I::kClassRows <= (int64_t)dst.dims[1] &&
+      blockDim.x % kRunPieces == 0) {
+    const uint32_t n = threadIdx.x % kRunPieces, step = blockDim.x / kRunPieces;
+    uint32_t i = threadIdx.x / kRunPieces;
+    uint64_t row_address = dst.address + (uint64_t)(c0 + (int32_t)i) * dst.strides[1];
+    for (; i < I::kClassRows; i += step, row_address += step * dst.strides[1]) {
+      const uint32_t early = (uint32_t)row_address & 31u;  // s * E: the run starts at the sector before the row's r0
+      const uint32_t o = 32u - early + 16u * n, x = o >> 4, shift = o & 15u;  // extended row byte of the piece
+      uint32_t w[8];
+      words_of(w, 0, *at(i, x));
+      words_of(w, 4, *at(i, x + 1u < kChunks ? x + 1u : x));  // the last piece of an aligned run (shift 0) needs none
+      __stcs(reinterpret_cast<uint4*>(row_address - early + (uint64_t)r0 * E + 16u * n), bytes_from(w, shift));
+    }
+    return;
+  }
+  auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // zeros outside the extended row
+    return x < 0 || x >= (int32_t)kChunks ? make_uint4(0, 0, 0, 0) : *at(i, (uint32_t)x);
+  };
   for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
     const int64_t g = (int64_t)c0 + c.row;
     if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
@@ -630,26 +723,31 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
     patch_source_tail<T>(op.src_prefix, const_cast<uint8_t*>(image), r0, c0, prefix_rows);
 #endif
-    uint8_t* buffer = out + (done++ % kImageBuffers) * (kTileBytes + kSideBytes<E>);
+    uint8_t* buffer = out + (done++ % kImageBuffers) * (kImageBytes<E> + kSideBytes<E>);
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
     // (the first tile row needs none: its runs start at element 0)
-    uint8_t* side = buffer + kTileBytes;
-    transpose_tile<T, Classes>(image, r0 > 0, prefix_rows, pitch16, [&](int32_t m, uint32_t d, const uint4& v) {
-      uint4* at = m < 0 ? reinterpret_cast<uint4*>(side + d * 32u + (uint32_t)(m + 2) * 16u)
-                        : reinterpret_cast<uint4*>(buffer + I::offset((uint32_t)m / 8u, 0) +
-                                                   swizzle_offset(d * kSpan + ((uint32_t)m % 8u) * 16u, kSwizzle128B));
+    const RunImages<T> staged{buffer, buffer + kImageBytes<E>, const_cast<uint8_t*>(image), class_box_stride(prefix_rows)};
+    auto sink = [&](int32_t m, uint32_t d, const uint4& v) {
+      uint4* at = reinterpret_cast<uint4*>(m < 0 ? staged.side_chunk(d, (uint32_t)(m + 2)) : staged.run_chunk(d, (uint32_t)m));
       TMAKIT_TRANSPOSE_TRACE(at, 16u);
       *at = v;
-    });
+    };
+    if constexpr (RunImages<T>::kSplit) {
+      transpose_tile<T, Classes>(image, 0, K::kItems / 2u, r0 > 0, prefix_rows, pitch16, sink);
+      __syncthreads();  // the stage rows the lower half read take the upper images
+      transpose_tile<T, Classes>(image, K::kItems / 2u, K::kItems, false, prefix_rows, pitch16, sink);
+    } else {
+      transpose_tile<T, Classes>(image, 0, K::kItems, r0 > 0, prefix_rows, pitch16, sink);
+    }
     box_store_begin();
-    store_run_row_sectors<T>(op.dst_even, buffer, side, r0, c0);
+    store_run_row_sectors<T>(op.dst_even, staged, r0, c0);
 #else
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
     // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,
     // section 5). Its runs then end mid-sector at H, where the second tile row's shifted runs write the same V elements again.
     const uint32_t shifted = r0 > 0 ? op.shifted : 0u;
-    transpose_tile<T, Classes>(image, shifted != 0, prefix_rows, pitch16, [&](int32_t m, uint32_t d, const uint4& v) {
+    transpose_tile<T, Classes>(image, 0, K::kItems, shifted != 0, prefix_rows, pitch16, [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t k = d % Classes;
       const int32_t position = m + (int32_t)((shifted >> k) & 1u);  // chunk of the class's run
       if (position < 0 || position >= (int32_t)K::kChunksPerRun) return;  // another tile's run

@@ -81,7 +81,14 @@ class TilePlan:
             stage = -(-classes * box // 1024) * 1024
         else:
             stage = self.rows * _SPAN + chunks * _PREFIX_BYTES
-        return self.stages * stage + self.image_buffers * (self.rows * _SPAN + side) + 1024
+        images = self.rows * _SPAN // (2 if self.split_turn(row_sectors, classes) else 1)
+        return self.stages * stage + self.image_buffers * (images + side) + 1024
+
+    def split_turn(self, row_sectors: bool, classes: int) -> bool:
+        """Whether the kernel turns the tile in two halves, the upper half's images in the stage rows the lower
+        half read (TMAKIT_TRANSPOSE_SPLIT_TURN): 256-row tiles of 1-byte rows in 16 classes with row-sector runs,
+        where it takes a block from 80 to 64 KiB of shared memory (three blocks per SM on sm_90, not two)."""
+        return row_sectors and classes == 16 and self.rows == 256
 
 
 # The default candidates, preferred first; the same for both paths. One block per tile, each with one stage
@@ -428,6 +435,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
+               TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
                TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))

@@ -189,6 +189,11 @@ def test_transpose_tile_plan_fits_the_device():
         assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
     for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89
         assert choose_tile_plan(limit, prefix=True).rows == 256
+    # both pitches odd (source row classes and row-sector runs): three blocks too, 1-byte rows by the split turn
+    big = choose_tile_plan(227 * 1024)
+    for esize, classes in ((1, 16), (2, 8), (4, 4), (8, 2)):
+        assert 3 * (big.shared_mem_for(False, True, esize, classes) + 1024) <= 228 * 1024, (esize, classes)
+        assert big.split_turn(True, classes) == (esize == 1)
     with pytest.raises(InvalidArgumentError, match="device=.*the transpose needs at least"):
         choose_tile_plan(32 * 1024)
 
@@ -589,6 +594,31 @@ def test_transpose_exact_with_128_row_tiles(dtype, backend, ring):
             _sync()
             got = dst.to_host()
         assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} {backend} differs"
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("ring", [False, True], ids=["block_per_tile", "persistent_ring"])
+def test_transpose_split_turn_is_exact(ring):
+    """1-byte rows with both pitches odd (16 source row classes, row-sector runs): the tile is turned in two
+    halves, the upper half's images in the stage rows the lower half read, which fits three blocks per SM. One
+    block per tile, and a persistent ring of two stages and two image buffers (a stage reused after its
+    images were stored): the same bytes as numpy, at interior and edge tiles."""
+    from tmakit.ops.transpose import TilePlan
+
+    tiles = TilePlan.of(256, 2, 4096, image_buffers=2, persistent=True) if ring else None
+    rng, seed = _rng()
+    for shape in [(1031, 523), (515, 263), (2049, 1025)]:
+        host = _random_array(rng, shape, np.uint8)
+        with _device(host) as src, _poisoned(shape[::-1], np.uint8) as dst:
+            plan = ops.plan_transpose(dst, src, backend="tma", tile_plan=tiles)
+            chosen = plan.result.tile_plan
+            assert chosen.split_turn(True, 16) and plan.result.sectors.row_sectors, plan.result
+            # a 42 KiB stage, 16 KiB of images, 4 KiB of side chunks, 1 KiB of slack: three blocks in 228 KiB
+            assert ring or chosen.shared_mem_for(False, True, 1, 16) == 63 * 1024
+            plan()
+            _sync()
+            got = dst.to_host()
+        assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} ring={ring} differs"
 
 
 @pytest.mark.requires_gpu

@@ -126,30 +126,33 @@ def _warp_accesses(module):
     return accesses
 
 
-def _rows_for(esize, classes):
-    # dst pitch = rows * esize bytes: a multiple of 32 makes one row class, 16 mod 32 two (one shifted); more than
-    # two 256-row tiles, so that recorded blocks load the prefix of shifted runs
-    return 3 * 256 + (0 if classes == 1 else 16 // esize)
+def _rows_for(esize, classes, row_sectors=False):
+    # dst pitch = rows * esize bytes: a multiple of 32 makes one row class, 16 mod 32 two (one shifted), an odd
+    # count of elements row-sector runs (a pitch that is not a multiple of 16); more than two 256-row tiles, so
+    # that recorded blocks load the prefix of shifted or row-sector runs
+    return 3 * 256 + (1 if row_sectors else 0 if classes == 1 else 16 // esize)
 
 
-CASES = [pytest.param(e, c, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8) for c in (1, 2)]
-CASES += [pytest.param(e, 2, "cp.async", marks=pytest.mark.requires_sm80) for e in (1, 8)]
+CASES = [pytest.param(e, c, False, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8) for c in (1, 2)]
+# row-sector runs: the packed prefix's stores into the swizzled side chunks
+CASES += [pytest.param(e, 1, True, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8)]
+CASES += [pytest.param(e, 2, False, "cp.async", marks=pytest.mark.requires_sm80) for e in (1, 8)]
 
 
 @pytest.mark.requires_gpu
-@pytest.mark.parametrize("esize,classes,backend", CASES)
-def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, classes, backend):
+@pytest.mark.parametrize("esize,classes,row_sectors,backend", CASES)
+def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, classes, row_sectors, backend):
     from tmakit.device_array import DeviceArray
 
     modules = _traced_kernels(monkeypatch)
     dtype = np.dtype(f"u{esize}")
-    rows, cols = _rows_for(esize, classes), (2 * 128 + 16) // esize  # two tile columns and a 16-byte edge
+    rows, cols = _rows_for(esize, classes, row_sectors), (2 * 128 + 16) // esize  # two tile columns and a 16-byte edge
     rng = np.random.default_rng()
     host = rng.integers(0, 256, size=rows * cols * esize, dtype=np.uint8).view(dtype).reshape(rows, cols)
     poison = np.full((cols, rows * esize), 0xA5, np.uint8).view(dtype)
     with DeviceArray.from_host(host) as src, DeviceArray.from_host(poison) as dst:
         plan = ops.plan_transpose(dst, src, backend=backend)
-        assert plan.result.sectors.classes == classes, plan.result
+        assert plan.result.sectors.classes == classes and plan.result.sectors.row_sectors == row_sectors, plan.result
         plan()
         _driver.call("cuCtxSynchronize")
         assert np.array_equal(dst.to_host(), host.T), "the traced kernel transposed wrongly"
@@ -162,9 +165,13 @@ def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, cla
     assert len(loads) > 0 and len(stores) > 0
     if classes == 2:  # the prefix's round: one micro-block row in 8 works (4 lanes of a warp)
         assert any(sum(x is not None for x in lanes) == 4 for _, _, lanes in loads), "no prefix load was recorded"
+    if row_sectors:  # the packed prefix: its loads read the prefix box, after the tile's 32 KiB in the stage
+        stage = min(a for _, _, lanes in loads for a in lanes if a is not None) & ~0x3FF
+        assert any(min(a for a in lanes if a is not None) >= stage + 32768 for _, _, lanes in loads), \
+            "no prefix load was recorded"
     conflicts = {kind: [(i, extra) for i, (k, w, lanes) in enumerate(accesses) if k == kind
                         for extra in [bank_conflicts(lanes, w)] if extra] for kind in ("load", "store")}
-    where = f"{esize}-byte elements, {classes} row class(es), {backend}"
+    where = f"{esize}-byte elements, {classes} row class(es){', row sectors' if row_sectors else ''}, {backend}"
     assert not conflicts["load"], f"{where}: {len(conflicts['load'])} of {len(loads)} warp loads conflict: {conflicts['load'][:8]}"
     if esize == 8 and classes == 2:  # the documented exception: the shifted class's stores 2-way, never worse
         phases = 4  # a 16-byte warp access: 4 phases of 8 lanes, each at most one wavefront more

@@ -38,11 +38,12 @@ NAME = "copy_bandwidth"
 
 # (label, rows, cols, element bytes) of the transposes at --gib 1: power-of-two shapes, the issue's
 # 10007x8192 fp16 (dst pitch 20014 bytes), its transpose (src pitch 20014), odd counts of every size with both
-# pitches odd, and 1-byte elements with only the dst pitch odd.
+# pitches odd (2-byte elements twice: a wide and a near-square shape), and 1-byte elements with only the dst
+# pitch odd.
 TRANSPOSES = (
     (16384, 16384, 4), (32768, 16384, 2), (32768, 32768, 1), (8192, 16384, 8),
-    (10007, 8192, 2), (8192, 10007, 2), (30011, 32749, 1), (16381, 30011, 2), (12347, 20011, 4), (9001, 12343, 8),
-    (16384, 16381, 4), (30011, 32768, 1),
+    (10007, 8192, 2), (8192, 10007, 2), (30011, 32749, 1), (16381, 30011, 2), (10007, 10009, 2), (12347, 20011, 4),
+    (9001, 12343, 8), (16384, 16381, 4), (30011, 32768, 1),
 )
 # copy tunings timed beside the defaults: (backend, chunk_bytes, stages, source_eviction, grid): grid None is
 # the default (a block per chunk; the cp.async path moves 8 KiB chunks), an int that many blocks per SM walking

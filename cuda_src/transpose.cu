@@ -143,10 +143,6 @@ constexpr bool kRowSectors = TMAKIT_TRANSPOSE_ROW_SECTORS != 0;
 // Room for the prefix (at most 16 rows per chunk: 1-byte elements) after the tile in each stage, when classes
 // are shifted or runs row-sector aligned; whole 2 KiB units keep each stage 1024-byte aligned for the swizzle.
 constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
-// Row-sector runs: the prefix's two chunks of each image row (W = 128/E dst rows per tile) after each image
-// buffer, unswizzled (dst row d at d * 32 bytes).
-template <uint32_t E>
-constexpr uint32_t kSideBytes = kRowSectors ? kSpan / E * 32u : 0u;
 constexpr uint32_t kSourceClasses = TMAKIT_TRANSPOSE_SOURCE_CLASSES;
 static_assert(kSourceClasses == 0 || kSourceClasses == 2 || kSourceClasses == 4 || kSourceClasses == 8 || kSourceClasses == 16,
               "source row classes: 2, 4, 8 or 16");
@@ -157,8 +153,8 @@ static_assert(kSourceClasses == 0 || kSourceClasses == 2 || kSourceClasses == 4 
 constexpr uint32_t kClassRowBytes = kSpan + 16u;
 // Split turns (TMAKIT_TRANSPOSE_SPLIT_TURN, 1: set by the host for 1-byte elements in 16 source row classes
 // with row-sector runs): the lower half of the images is turned first, then, after a block barrier, the upper
-// half into the class boxes' rows that the lower half read (RunImages). The image buffer shrinks from 32 to
-// 16 KiB, and the block's shared memory from 80 to 64 KiB: three blocks per SM on sm_90 in place of two.
+// half into the class boxes' rows that the lower half read (RunRows). The image buffer shrinks from 36 to
+// 22 KiB, and the block's shared memory from 80 to 66 KiB: three blocks per SM on sm_90 in place of two.
 #ifndef TMAKIT_TRANSPOSE_SPLIT_TURN
 #define TMAKIT_TRANSPOSE_SPLIT_TURN 0
 #endif
@@ -172,9 +168,6 @@ constexpr uint32_t kSplitOffset = 3u * 128u;
 static_assert(!kSplitTurn || kSplitOffset >= 2u * kClassRowBytes, "the upper images start past the prefix's rows");
 static_assert(!kSplitTurn || kSplitOffset + 8u * kSpan <= (32u + kTileRows / 2u) / 16u * kClassRowBytes,
               "the upper images end within the rows the lower half's turn read");
-// The image buffer's bytes (the images of H source rows; half with split turns) before the side chunks.
-template <uint32_t E>
-constexpr uint32_t kImageBytes = kSplitTurn && E == 1 ? kTileBytes / 2u : kTileBytes;
 // Class box j at j * class_box_stride (TMA writes to 128-byte aligned shared memory), the stage rounded up
 // to 1 KiB (the images after it stay 1024-aligned for the swizzle).
 __device__ __forceinline__ uint32_t class_box_stride(uint32_t prefix_rows) {
@@ -462,73 +455,78 @@ __device__ __forceinline__ void store_run_unaligned(const BoxParams& dst, const 
   }
 }
 
-// Where row-sector runs are staged: dst row i of the tile (image row i) is extended by the prefix's two chunks
-// in front (chunk x < 2: `side`, rows of 32 bytes, 128B-swizzled: the packed prefix's stores are conflict
-// free), then its run's H / V chunks (x - 2), 8 per image, each image a 128B-swizzled box of W rows. With
-// `split` (TMAKIT_TRANSPOSE_SPLIT_TURN) the upper half of the images is written after the lower half's turn
-// into stage rows that turn has read (the class boxes' rows of the prefix and the first H/2 tile rows): 8 image
-// rows in each of the class boxes, from byte kSplitOffset of the box, which takes the image buffer from 32 to
-// 16 KiB (see transpose_all).
+// Where row-sector runs are staged: dst row i of the tile as one extended row of 16-byte chunks, the prefix's two
+// chunks (x = 0, 1) then its run's H / V chunks (x - 2), unswizzled, so that a store piece's 16 bytes are five
+// aligned words at its byte offset (no selects between chunks). The turn's stores stay conflict free (8 lanes
+// write 8 consecutive chunks of a row); only the packed prefix's (a sixteenth of them) conflict.
+// With split turns (TMAKIT_TRANSPOSE_SPLIT_TURN) the image buffer holds chunks 0 .. kLowChunks of each row and
+// the rest go, after the lower half's turn, into stage rows that turn read: 8 rows of 128 bytes in each class
+// box from byte kSplitOffset (the prefix's and the first H/2 tile rows). Chunk kLowChunks is written to both,
+// so that every piece reads one region.
 template <typename T>
-struct RunImages {
+struct RunRows {
   static constexpr uint32_t kChunks = Turn<T>::kChunksPerRun + 2u;  // of an extended row
-  uint8_t* images;
-  uint8_t* side;
-  uint8_t* upper;         // split: the stage (the upper images' rows in its class boxes); else unused
-  uint32_t upper_stride;  // split: bytes between class boxes
   static constexpr bool kSplit = kSplitTurn && sizeof(T) == 1;  // (16 classes hold 1-byte rows only: k <= 16 / E)
-  // chunk j of image row i (dst elements r0 + j*V ..)
-  __device__ __forceinline__ uint8_t* run_chunk(uint32_t i, uint32_t j) const {
-    constexpr uint32_t kHalf = Turn<T>::kImages / 2u;
-    const uint32_t sub = j / 8u, in_row = swizzle_offset((i % 8u) * kSpan + (j % 8u) * 16u, kSwizzle128B);
-    if (kSplit && sub >= kHalf)
-      return upper + (i / 8u) * upper_stride + kSplitOffset + (sub - kHalf) * 1024u + in_row;
-    return images + TileImages<T, 1>::offset(sub, 0) + (i / 8u) * 1024u + in_row;
+  static constexpr uint32_t kLowChunks = kSplit ? 2u + Turn<T>::kChunksPerRun / 2u : kChunks;
+  static constexpr uint32_t kRowBytes = (kSplit ? kLowChunks + 1u : kChunks) * 16u;  // in the image buffer
+  static constexpr uint32_t kBytes = Turn<T>::W * kRowBytes;
+  uint8_t* rows;        // the image buffer
+  uint8_t* stage;       // split: the stage
+  uint32_t box_stride;  // split: bytes between class boxes
+  __device__ __forceinline__ uint8_t* low(uint32_t i) const { return rows + i * kRowBytes; }
+  // split: row i's chunk x >= kLowChunks at high(i) + 16 * x
+  __device__ __forceinline__ uint8_t* high(uint32_t i) const {
+    return stage + (i / 8u) * box_stride + kSplitOffset + (i % 8u) * kSpan - kLowChunks * 16u;
   }
-  __device__ __forceinline__ uint8_t* side_chunk(uint32_t i, uint32_t x) const {
-    return side + swizzle_offset(i * 32u + x * 16u, kSwizzle128B);
-  }
-  __device__ __forceinline__ const uint4* chunk(uint32_t i, uint32_t x) const {  // x < kChunks of extended row i
-    const uint32_t j = x - 2u;  // wraps below 2: those select the side
-    return reinterpret_cast<const uint4*>(x < 2u ? side_chunk(i, x) : run_chunk(i, j));
+  // the row holding bytes [o, o + 20) (o < 16 * kChunks) of extended row i
+  __device__ __forceinline__ const uint8_t* row_of(uint32_t i, uint32_t o) const {
+    return kSplit && o >= kLowChunks * 16u ? high(i) : low(i);
   }
 };
 
-// Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
-// s = (the row's address mod 32) / E (0 in the first tile row), from image row i extended by the prefix's two
-// chunks (`side`: chunk x < 2 of the extended row, 128B-swizzled rows of 32 bytes; the images: chunk x - 2).
-// Consecutive threads along a row, aligned 16-byte pieces, each gathered from two chunks with a funnel shift;
-// every piece of an interior run is whole (the run is whole sectors), the pieces at dst's row ends (clipped to
-// [0, rows)) keep the bytes outside untouched. Interior tiles (every run whole and inside dst, which is all
-// but the first and last tile rows and the last tile column) take a walk without those bounds: each thread
-// keeps one piece column of the H * E / 16 pieces of a run, so the per-piece work is the two reads, the
-// shift and the store.
+// The interior pieces of row-sector runs: each thread keeps one piece column n of the H * E / 16 pieces of a run
+// (consecutive threads along a row), a piece being bytes o = 32 - (the row's address mod 32) + 16 n .. of the
+// extended row: five aligned words funnel-shifted (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r) into
+// one aligned 16-byte store.
 template <typename T>
-__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunImages<T>& staged, int32_t r0, int32_t c0) {
-  typedef TileImages<T, 1> I;
+__device__ __forceinline__ void store_rows_interior(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
+  constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u;
+  const uint32_t n = threadIdx.x % kRunPieces, step = blockDim.x / kRunPieces;
+  uint32_t i = threadIdx.x / kRunPieces;
+  uint64_t row_address = dst.address + (uint64_t)(c0 + (int32_t)i) * dst.strides[1];
+  const uint64_t row_step = step * dst.strides[1];
+  for (; i < Turn<T>::W; i += step, row_address += row_step) {
+    const uint32_t early = (uint32_t)row_address & 31u;  // s * E: the run starts at the sector before the row's r0
+    const uint32_t o = 32u - early + 16u * n, shift = (o & 3u) * 8u;
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(i, o) + (o & ~3u));
+    const uint32_t w4 = w[shift != 0 ? 4 : 3];  // an aligned piece needs four words (the fifth may be past the row)
+    const uint4 v = make_uint4(__funnelshift_r(w[0], w[1], shift), __funnelshift_r(w[1], w[2], shift),
+                               __funnelshift_r(w[2], w[3], shift), __funnelshift_r(w[3], w4, shift));
+    __stcs(reinterpret_cast<uint4*>(row_address - early + (uint64_t)r0 * E + 16u * n), v);
+  }
+}
+
+// Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
+// s = (the row's address mod 32) / E (0 in the first tile row), from extended row i. Interior tiles (every run
+// whole and inside dst: all but the first and last tile rows and the last tile column) by
+// store_rows_interior; the others walk the pieces with bounds: consecutive threads along a row, aligned 16-byte
+// pieces, each gathered from two chunks with a funnel shift, the pieces at dst's row ends (clipped to
+// [0, rows)) keeping the bytes outside untouched.
+template <typename T>
+__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
   constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u, kPieces = kRunPieces + 1u;
-  constexpr uint32_t kChunks = RunImages<T>::kChunks;
-  auto at = [&](uint32_t i, uint32_t x) { return staged.chunk(i, x); };
+  constexpr uint32_t kChunks = RunRows<T>::kChunks;
   const int64_t rows = (int64_t)dst.dims[0];
-  if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + I::kClassRows <= (int64_t)dst.dims[1] &&
+  if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + Turn<T>::W <= (int64_t)dst.dims[1] &&
       blockDim.x % kRunPieces == 0) {
-    const uint32_t n = threadIdx.x % kRunPieces, step = blockDim.x / kRunPieces;
-    uint32_t i = threadIdx.x / kRunPieces;
-    uint64_t row_address = dst.address + (uint64_t)(c0 + (int32_t)i) * dst.strides[1];
-    for (; i < I::kClassRows; i += step, row_address += step * dst.strides[1]) {
-      const uint32_t early = (uint32_t)row_address & 31u;  // s * E: the run starts at the sector before the row's r0
-      const uint32_t o = 32u - early + 16u * n, x = o >> 4, shift = o & 15u;  // extended row byte of the piece
-      uint32_t w[8];
-      words_of(w, 0, *at(i, x));
-      words_of(w, 4, *at(i, x + 1u < kChunks ? x + 1u : x));  // the last piece of an aligned run (shift 0) needs none
-      __stcs(reinterpret_cast<uint4*>(row_address - early + (uint64_t)r0 * E + 16u * n), bytes_from(w, shift));
-    }
+    store_rows_interior<T>(dst, staged, r0, c0);
     return;
   }
   auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // zeros outside the extended row
-    return x < 0 || x >= (int32_t)kChunks ? make_uint4(0, 0, 0, 0) : *at(i, (uint32_t)x);
+    if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
+    return *reinterpret_cast<const uint4*>(staged.row_of(i, 16u * (uint32_t)x) + 16u * (uint32_t)x);
   };
-  for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < I::kClassRows; c.advance()) {
+  for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < Turn<T>::W; c.advance()) {
     const int64_t g = (int64_t)c0 + c.row;
     if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
     const uint64_t row_address = dst.address + (uint64_t)g * dst.strides[1];
@@ -541,7 +539,7 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     const uint64_t first = row_address + (uint64_t)(lo * E), end = row_address + (uint64_t)(hi * E);
     const uint64_t piece = (first & ~15ull) + 16ull * c.chunk;
     if (piece >= end) continue;
-    // extended image row byte of the piece's first byte: the run starts 32 - s*E bytes in (the prefix's chunks)
+    // extended row byte of the piece's first byte: the run starts 32 - s*E bytes in (the prefix's chunks)
     const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base), x = o >> 4;  // arithmetic shift
     const uint32_t shift = (uint32_t)o & 15u;
     uint32_t w[8];
@@ -723,17 +721,31 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
     patch_source_tail<T>(op.src_prefix, const_cast<uint8_t*>(image), r0, c0, prefix_rows);
 #endif
-    uint8_t* buffer = out + (done++ % kImageBuffers) * (kImageBytes<E> + kSideBytes<E>);
+#if TMAKIT_TRANSPOSE_ROW_SECTORS
+    constexpr uint32_t kBufferBytes = RunRows<T>::kBytes;  // the extended rows
+#else
+    constexpr uint32_t kBufferBytes = kTileBytes;  // the images
+#endif
+    uint8_t* buffer = out + (done++ % kImageBuffers) * kBufferBytes;
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
     // (the first tile row needs none: its runs start at element 0)
-    const RunImages<T> staged{buffer, buffer + kImageBytes<E>, const_cast<uint8_t*>(image), class_box_stride(prefix_rows)};
+    typedef RunRows<T> Rows;
+    const Rows staged{buffer, const_cast<uint8_t*>(image), class_box_stride(prefix_rows)};
     auto sink = [&](int32_t m, uint32_t d, const uint4& v) {
-      uint4* at = reinterpret_cast<uint4*>(m < 0 ? staged.side_chunk(d, (uint32_t)(m + 2)) : staged.run_chunk(d, (uint32_t)m));
-      TMAKIT_TRANSPOSE_TRACE(at, 16u);
-      *at = v;
+      const uint32_t x = (uint32_t)(m + 2);  // chunk of extended row d
+      if (x <= Rows::kLowChunks && x < Rows::kChunks) {
+        uint4* at = reinterpret_cast<uint4*>(staged.low(d) + 16u * x);
+        TMAKIT_TRANSPOSE_TRACE(at, 16u);
+        *at = v;
+      }
+      if (Rows::kSplit && x >= Rows::kLowChunks) {
+        uint4* at = reinterpret_cast<uint4*>(staged.high(d) + 16u * x);
+        TMAKIT_TRANSPOSE_TRACE(at, 16u);
+        *at = v;
+      }
     };
-    if constexpr (RunImages<T>::kSplit) {
+    if constexpr (Rows::kSplit) {
       transpose_tile<T, Classes>(image, 0, K::kItems / 2u, r0 > 0, prefix_rows, pitch16, sink);
       __syncthreads();  // the stage rows the lower half read take the upper images
       transpose_tile<T, Classes>(image, K::kItems / 2u, K::kItems, false, prefix_rows, pitch16, sink);

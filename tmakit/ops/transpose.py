@@ -81,13 +81,15 @@ class TilePlan:
             stage = -(-classes * box // 1024) * 1024
         else:
             stage = self.rows * _SPAN + chunks * _PREFIX_BYTES
-        images = self.rows * _SPAN // (2 if self.split_turn(row_sectors, classes) else 1)
+        images = self.rows * _SPAN
+        if self.split_turn(row_sectors, classes):  # the lower half, and its last chunk of each row again
+            images = images // 2 + (_SPAN // esize) * 16
         return self.stages * stage + self.image_buffers * (images + side) + 1024
 
     def split_turn(self, row_sectors: bool, classes: int) -> bool:
         """Whether the kernel turns the tile in two halves, the upper half's images in the stage rows the lower
         half read (TMAKIT_TRANSPOSE_SPLIT_TURN): 256-row tiles of 1-byte rows in 16 classes with row-sector runs,
-        where it takes a block from 80 to 64 KiB of shared memory (three blocks per SM on sm_90, not two)."""
+        where it takes a block from 79 to 65 KiB of shared memory (three blocks per SM on sm_90, not two)."""
         return row_sectors and classes == 16 and self.rows == 256
 
 

@@ -820,7 +820,8 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 // Launch: 1-D blocks of any multiple of 32 threads (the host: 256), one per tile (or fewer, walking the tiles
 // through the ring), dynamic shared memory (stages + image buffers) * H * 128 bytes, plus 2 KiB per stage when
 // `shifted`, plus 1 KiB of alignment slack; with TMAKIT_TRANSPOSE_ROW_SECTORS (one class, shifted 0) 4 KiB per
-// stage for the prefix and 4 KiB per image buffer for its chunks instead, src_prefix's box [128/E, 32/E].
+// stage for the prefix and 4 KiB per image buffer for its chunks instead, src_prefix's box [128/E, 32/E]; with
+// TMAKIT_TRANSPOSE_SPLIT_TURN half the image buffer and 2 KiB (RunRows); tmakit/ops/transpose.py: shared_mem_for.
 // TMAKIT_TRANSPOSE_THREADS / TMAKIT_TRANSPOSE_MIN_BLOCKS: the block size and the blocks the host wants resident
 // per SM (shared memory allows three 256-row tiles on sm_90): a register cap, as registers must not be what
 // stops the third block (the cp.async path's any-pitch loads took 94 registers, two blocks per SM).

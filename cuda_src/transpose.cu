@@ -157,7 +157,7 @@ constexpr uint32_t kClassRowBytes = kSpan + 16u;
 // Split turns (TMAKIT_TRANSPOSE_SPLIT_TURN, 1: set by the host for 1-byte elements in 16 source row classes
 // with row-sector runs): the lower half of the images is turned first, then, after a block barrier, the upper
 // half into the class boxes' rows that the lower half read (RunRows). The image buffer shrinks from 36 to
-// 22 KiB, and the block's shared memory from 80 to 66 KiB: three blocks per SM on sm_90 in place of two.
+// 22 KiB, and the block's shared memory from 79 to 65 KiB: three blocks per SM on sm_90 in place of two.
 #ifndef TMAKIT_TRANSPOSE_SPLIT_TURN
 #define TMAKIT_TRANSPOSE_SPLIT_TURN 0
 #endif
@@ -291,9 +291,9 @@ __device__ __forceinline__ void turn_slice(const uint32_t (&in)[Turn<T>::V][Turn
 // the micro-block row (source rows r0 + m*V ..; -1 and -2 for the prefix), `d` the dst row in the tile
 // (source column c0 + d). The prefix's items of shifted classes are one more group of 8 micro-block rows
 // (m = -8 .. -1) in the tile's lane order, all but the last idle, so that their stores into the swizzled
-// images are as conflict free as the tile's; those of row-sector runs (two micro-block rows, stored into the
-// side chunks) are packed, slices fastest, then column chunks: as conflict free under the side's swizzle, in
-// a quarter of the warp instructions (the spread round was a third of the 1-byte turn's).
+// images are as conflict free as the tile's; those of row-sector runs (two micro-block rows, stored into
+// chunks 0 and 1 of the extended rows: RunRows) are packed, slices fastest, then column chunks, in a quarter of
+// the warp instructions (the spread round was a third of the 1-byte turn's); their stores conflict.
 template <typename T, uint32_t Classes, class Sink>
 __device__ __forceinline__ void transpose_tile(const uint8_t* source, uint32_t first, uint32_t last, bool prefix,
                                                uint32_t prefix_rows, uint32_t pitch16, Sink sink) {
@@ -737,6 +737,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     const Rows staged{buffer, const_cast<uint8_t*>(image), class_box_stride(prefix_rows)};
     auto sink = [&](int32_t m, uint32_t d, const uint4& v) {
       const uint32_t x = (uint32_t)(m + 2);  // chunk of extended row d
+      // x < kChunks always holds (m < H / V); said, it keeps the 2-byte kernel at 58 registers (79 without)
       if (x <= Rows::kLowChunks && x < Rows::kChunks) {
         uint4* at = reinterpret_cast<uint4*>(staged.low(d) + 16u * x);
         TMAKIT_TRANSPOSE_TRACE(at, 16u);

@@ -6,7 +6,8 @@ record, for each warp instruction, every active lane's shared address and width 
 (TRACE below, then ``#include "transpose.cu"``). ``ops.plan_transpose`` runs that module on real buffers,
 its result is checked against numpy, and every recorded warp access is counted with
 ``tmakit.layout.bank_conflicts``. The kernel claims its turn conflict free, but for 8-byte elements in two row
-classes, whose shifted class's stores are 2-way (column_chunk in the kernel says why).
+classes, whose shifted class's stores are 2-way (column_chunk in the kernel says why), and the packed prefix's
+stores of row-sector runs (RunRows in the kernel says why).
 
 CPU tier: the traced source compiles for sm_90a and sm_80 (both engines), and the untraced kernel compiles to
 the same code as before the hook was added (the hook is free when off).
@@ -134,7 +135,7 @@ def _rows_for(esize, classes, row_sectors=False):
 
 
 CASES = [pytest.param(e, c, False, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8) for c in (1, 2)]
-# row-sector runs: the packed prefix's stores into the swizzled side chunks
+# row-sector runs (dst pitch odd): extended rows; the packed prefix's stores (chunks 0 and 1) are left out
 CASES += [pytest.param(e, 1, True, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8)]
 CASES += [pytest.param(e, 2, False, "cp.async", marks=pytest.mark.requires_sm80) for e in (1, 8)]
 

@@ -114,6 +114,10 @@ def test_transpose_tuning_choices_are_plan_arguments(fake_launch):
     for bad in (0, 4, 2.0, True, "3"):
         with pytest.raises(InvalidArgumentError, match=r"min_blocks=.*must be an int from 1 to 3 or None"):
             ops.plan_transpose(dst, src, min_blocks=bad)
+    for bad in ("512B", 7, None):
+        with pytest.raises(InvalidArgumentError, match=r"l2_promotion=.*must be 'auto' or an L2Promotion.*'256B'"):
+            ops.plan_transpose(dst, src, l2_promotion=bad)
+    ops.plan_transpose(dst, src, backend="cp.async", l2_promotion="AUTO")  # any case, as the enums take
     for bad in (1, None, "yes"):
         with pytest.raises(InvalidArgumentError, match=r"source_row_classes=.*must be True or False"):
             ops.plan_transpose(dst, src, source_row_classes=bad)

@@ -107,11 +107,12 @@ using namespace tmakit;
 // (patch_source_tail). The class boxes' reads were not counted for bank conflicts (tests/test_transpose_banks.py
 // covers the swizzled layout). Measured on the H100 (benchmarks/copy_bandwidth.py, torch copy_ = 1): odd
 // source pitches at 1, 2, 4 and 8 bytes 0.88-0.91x (the cp.async path's gather: 0.58-0.68x); both pitches
-// odd 0.86-0.90x at every size. What took both-odd 1-byte rows from 0.59x to 0.86x and 2-byte ones from
-// 0.82-0.84x to 0.86-0.88x (the same probe, same run): the class reads through the stage pointer (an address
-// cast through an integer had made them generic 64-bit loads: 92 registers), the packed prefix round, the
-// interior pieces as five words of an extended row (32 instructions a piece, not 96), and for 1-byte rows
-// the split turn (three blocks per SM: 0.80x without it).
+// odd 0.89-0.98x at every size (docs/PERFORMANCE.md). What took both-odd 1-byte rows from 0.59x to 0.86x and
+// 2-byte ones from 0.82-0.84x to 0.86-0.88x (a probe, one run): the class reads through the stage pointer (an
+// address cast through an integer had made them generic 64-bit loads: 92 registers), the packed prefix round,
+// the interior pieces as five words of an extended row (32 instructions a piece, not 96), and for 1-byte rows
+// the split turn (three blocks per SM: 0.80x without it); then 256-byte L2 promotion of the class view (the
+// host's l2_promotion="auto"): 0.86-0.89x to 0.89-0.94x.
 #ifndef TMAKIT_TRANSPOSE_SOURCE_CLASSES
 #define TMAKIT_TRANSPOSE_SOURCE_CLASSES 0
 #endif

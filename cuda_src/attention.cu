@@ -1,17 +1,19 @@
 // Attention forward, O = softmax(scale * Q K^T [+ causal mask]) V, and the log-sum-exp of each row (fp32).
-// One source, two engines (config.cuh picks, tmakit/ops/attention.py launches):
+// One source, two engines (config.cuh picks, tmakit/ops/attention.py launches; both entry points exist in every
+// build, the one the build does not serve traps):
 //
-//   TMAKIT_USE_TMA == 1 (sm_90a): tmakit_attention_fwd_tma. Three warpgroups. Warpgroup 0 is the producer
-//     (setmaxnreg down; one thread issues TMA): the Q tile (BLOCK_M = 128 rows) once, then K and V tiles of
-//     BLOCK_N keys through a ring of STAGES stages, each stage with a K-full, a V-full and an empty mbarrier.
-//     Warpgroups 1 and 2 are consumers (setmaxnreg up), each owning 64 query rows: S = Q K^T by wgmma SS
-//     (both K-major), online softmax in fp32 registers (exp2 of log2(e)-scaled logits, running max and sum
-//     per row), P packed to bf16/f16 in registers as the A operand of an RS wgmma O += P V (V, stored [keys, D],
-//     is an MN-major B operand: the transpose bit), release of the stage, and at the end O / l through shared
-//     memory (the Q tile's bytes) and a TMA store, lse by plain stores.
-//   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_attention_fwd_cp_async. The same tiles and
-//     the same shared-memory images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past
-//     the sequence end, a ring of STAGES K/V stages (cp.async.wait_group), TMAKIT_ATTN_WARPS warps of 16 query rows
+//   tmakit_attention_fwd_tma (sm_90a): three warpgroups. Warpgroup 0 is the producer (setmaxnreg down; one
+//     elected thread issues TMA): the Q tile (BLOCK_M = 128 rows) once, then K and V tiles of BLOCK_N keys through
+//     two tmakit::Pipeline rings of STAGES stages (TmaProducer), one for K and one for V, so that a K stage is
+//     refilled as soon as S = Q K^T has read it. Warpgroups 1 and 2 are consumers (setmaxnreg up), each owning 64
+//     query rows: S = Q K^T by wgmma SS (both K-major), online softmax in fp32 registers (exp2 of log2(e)-scaled
+//     logits, running max and sum per row), P packed to bf16/f16 in registers as the A operand of an RS wgmma
+//     O += P V (V, stored [keys, D], is an MN-major B operand: the transpose bit), and at the end O / l through
+//     shared memory (the Q tile's bytes, the warpgroup's StorePipeline) and TMA stores, lse by plain stores. The
+//     wgmma descriptors are the ones tmakit.wgmma_descriptors derives from the tensor maps (defines below).
+//   tmakit_attention_fwd_cp_async (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the same tiles and the same shared-memory
+//     images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past the sequence end, a
+//     STAGES-deep tmakit::Pipeline of K/V stages (CpAsyncBlockProducer), TMAKIT_ATTN_WARPS warps of 16 query rows
 //     each on ldmatrix + mma.sync m16n8k16 (FlashAttention-2's structure), O stored from registers.
 //
 // Tiles in shared memory: a tile of R rows by D columns is D/64 slabs of R x 64 elements (128 bytes a row),
@@ -25,18 +27,21 @@
 // Sk >= 1, which the op requires, that is only the kernel's guard).
 //
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
-// TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows).
+// TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
+// the wgmma descriptors of a stage at shared address 0 (tmakit/ops/attention.py: descriptor_defines):
+// TMAKIT_ATTN_DESC_Q (Q's D/16 k16 slices for the rows 0-63, then for 64-127), TMAKIT_ATTN_DESC_K (D/16 slices),
+// TMAKIT_ATTN_DESC_V (BLOCK_N/16 slices). The defaults are the derivation's for the default configuration.
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
-#include "tmakit/fence.cuh"
 #include "tmakit/mbarrier.cuh"
 #include "tmakit/mma_sync.cuh"
+#include "tmakit/named_barrier.cuh"
+#include "tmakit/pipeline.cuh"
 #include "tmakit/swizzle.cuh"
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
-#if TMAKIT_USE_TMA
+#include "tmakit/warp.cuh"
 #include "tmakit/wgmma.cuh"
-#endif
 
 #ifndef TMAKIT_ATTN_HEAD_DIM
 #define TMAKIT_ATTN_HEAD_DIM 128
@@ -53,6 +58,23 @@
 #ifndef TMAKIT_ATTN_WARPS
 #define TMAKIT_ATTN_WARPS 8
 #endif
+#ifndef TMAKIT_ATTN_DESC_Q
+#define TMAKIT_ATTN_DESC_Q                                                                                   \
+  0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,               \
+      0x4000004000010400ull, 0x4000004000010402ull, 0x4000004000010404ull, 0x4000004000010406ull,           \
+      0x4000004000010200ull, 0x4000004000010202ull, 0x4000004000010204ull, 0x4000004000010206ull,           \
+      0x4000004000010600ull, 0x4000004000010602ull, 0x4000004000010604ull, 0x4000004000010606ull
+#endif
+#ifndef TMAKIT_ATTN_DESC_K
+#define TMAKIT_ATTN_DESC_K                                                                                   \
+  0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,               \
+      0x4000004000010400ull, 0x4000004000010402ull, 0x4000004000010404ull, 0x4000004000010406ull
+#endif
+#ifndef TMAKIT_ATTN_DESC_V
+#define TMAKIT_ATTN_DESC_V                                                                                   \
+  0x4000004004000000ull, 0x4000004004000080ull, 0x4000004004000100ull, 0x4000004004000180ull,               \
+      0x4000004004000200ull, 0x4000004004000280ull, 0x4000004004000300ull, 0x4000004004000380ull
+#endif
 
 namespace attn {
 using namespace tmakit;
@@ -66,6 +88,8 @@ constexpr uint32_t kRowBytes = 128;        // bytes per slab row
 static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "BLOCK_N: a multiple of 16 up to 256");
 static_assert(kStages >= 2, "the K/V ring has at least two stages");
+constexpr int kTmaThreads = 384;                          // producer warpgroup + 2 consumer warpgroups
+constexpr int kCpAsyncThreads = 32 * TMAKIT_ATTN_WARPS;   // warps of 16 query rows
 
 constexpr float kLn2 = 0.6931471805599453f;
 #define TMAKIT_ATTN_NEG_INF __int_as_float(0xff800000)
@@ -171,22 +195,22 @@ __device__ __forceinline__ uint32_t tile_offset(int rows, int row, int col) {
 
 #if TMAKIT_USE_TMA
 // =============================================================================================================
-// sm_90a: TMA ring + wgmma, producer/consumer warp specialization.
+// sm_90a: TMA rings + wgmma, producer/consumer warp specialization.
 namespace attn {
 
+constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kSlabs = kD / kSlabCols;           // slabs per tile row
 constexpr int kBlockM = 128;                      // two consumer warpgroups of 64 rows
-constexpr int kThreads = 384;                     // producer warpgroup + 2 consumer warpgroups
 constexpr uint32_t kQBytes = kBlockM * kD * 2;    // also the O staging buffer
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;   // one K (or V) stage
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
+typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 
 struct SharedBarriers {
-  uint64_t q_full;
-  uint64_t k_full[kStages];
-  uint64_t v_full[kStages];
-  uint64_t kv_empty[kStages];
+  Mbarrier q_full;
+  Ring k_ring;  // K stages: released once S = Q K^T has read them
+  Ring v_ring;  // V stages: released once O += P V has read them
 };
 
 // Dynamic shared memory: [Q | K stages | V stages | barriers], 1024-byte aligned tiles.
@@ -194,17 +218,16 @@ constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes;
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
 
-// wgmma shared-memory descriptors of the 128B-swizzled slabs (wgmma.cuh; PTX ISA "Matrix Descriptor Format"):
-//   K-major (Q as A, K as B): 128-byte rows, 8-row atoms SBO = 1024 bytes apart, LBO unused (16); a k16 slice
-//     at byte 32*k of the row is start + 32*k.
-//   MN-major (V as B, [keys][D]): one key per 128-byte row of 64 D-elements, SBO = 1024 bytes between groups of
-//     8 keys, LBO = bytes between the 64-column slabs (the next 64 of N = D).
-__device__ __forceinline__ uint64_t desc_kmajor(uint32_t smem_addr) {
-  return wgmma_make_desc(smem_addr, 16, 1024, kWgmmaSwizzle128B);
-}
-__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t smem_addr) {
-  return wgmma_make_desc(smem_addr, kBlockN * kRowBytes, 1024, kWgmmaSwizzle128B);
-}
+// The wgmma descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors from the tensor maps): Q as A
+// (K-major; slice kk of consumer 0's rows, items kD/16 .. of consumer 1's), K as B (K-major), V as B (MN-major:
+// stored [keys, D], a k16 slice is 16 keys).
+TMAKIT_HD constexpr uint64_t desc_q(int kk) { return list_item(kk, TMAKIT_ATTN_DESC_Q); }
+TMAKIT_HD constexpr uint64_t desc_k(int kk) { return list_item(kk, TMAKIT_ATTN_DESC_K); }
+TMAKIT_HD constexpr uint64_t desc_v(int kk) { return list_item(kk, TMAKIT_ATTN_DESC_V); }
+constexpr uint32_t kQConsumerBytes = static_cast<uint32_t>(desc_q(kD / 16) - desc_q(0)) * 16u;
+static_assert(desc_q(kD / 16 + 1) - desc_q(1) == desc_q(kD / 16) - desc_q(0) &&
+                  desc_q(2 * (kD / 16) - 1) - desc_q(kD / 16 - 1) == desc_q(kD / 16) - desc_q(0),
+              "the two consumers' Q descriptors differ only in their start");
 
 // TMA coordinates of the slab `slab` of a tile starting at sequence row `s0` (maps are 4-D (B, H, S, D) in
 // numpy order whatever the memory layout; driver order is innermost first).
@@ -219,13 +242,16 @@ __device__ __forceinline__ Coords tile_coords(int slab, int s0, int head, int ba
 }
 
 }  // namespace attn
+#endif  // TMAKIT_USE_TMA
 
-extern "C" __global__ void __launch_bounds__(attn::kThreads, 1)
+extern "C" __global__ void __launch_bounds__(attn::kTmaThreads, 1)
 tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          const __grid_constant__ tmakit::TensorMapDesc k_map,
                          const __grid_constant__ tmakit::TensorMapDesc v_map,
                          const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
                          int sq, int sk, float scale_log2, int causal) {
+#if TMAKIT_USE_TMA
+  using namespace tmakit;
   using namespace attn;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_shared(smem_raw, 1024);
@@ -246,38 +272,33 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     prefetch_tensormap(&k_map);
     prefetch_tensormap(&v_map);
     prefetch_tensormap(&o_map);
-    mbarrier_init(&bars.q_full, 1);
-    for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(&bars.k_full[s], 1);
-      mbarrier_init(&bars.v_full[s], 1);
-      mbarrier_init(&bars.kv_empty[s], 8);  // lane 0 of each of the 8 consumer warps
-    }
-    fence_mbarrier_init();
+    bars.q_full.init(1);
+    bars.k_ring.init(1, 2);  // FULL: the arming thread; EMPTY: the 2 consumer warpgroups
+    bars.v_ring.init(1, 2);
   }
   __syncthreads();
 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0) {
-      mbarrier_arrive_expect_tx(&bars.q_full, kQBytes);
+    if (threadIdx.x < 32 && elect_one_sync()) {
+      bars.q_full.arrive_expect_tx(kQBytes);
       for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, &q_map, tile_coords(h, m0, head, batch),
-                                    &bars.q_full);
+        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, &q_map, tile_coords(h, m0, head, batch), bars.q_full);
+      Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
       for (int j = 0; j < n_blocks; ++j) {
-        const int stage = j % kStages;
-        const uint32_t phase = (j / kStages) & 1u;
-        mbarrier_wait_parity(&bars.kv_empty[stage], phase ^ 1u);  // a fresh barrier passes parity 1 at once
-        uint8_t* kt = k_tiles + stage * kKVBytes;
-        uint8_t* vt = v_tiles + stage * kKVBytes;
-        mbarrier_arrive_expect_tx(&bars.k_full[stage], kKVBytes);
+        bars.k_ring.producer_acquire(kp);
+        Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(kt + h * kBlockN * kRowBytes, &k_map, tile_coords(h, j * kBlockN, head, batch),
-                                      &bars.k_full[stage]);
-        mbarrier_arrive_expect_tx(&bars.v_full[stage], kKVBytes);
+          cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, &k_map,
+                                      tile_coords(h, j * kBlockN, head, batch), k_full);
+        kp.advance();
+        bars.v_ring.producer_acquire(vp);
+        Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(vt + h * kBlockN * kRowBytes, &v_map, tile_coords(h, j * kBlockN, head, batch),
-                                      &bars.v_full[stage]);
+          cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, &v_map,
+                                      tile_coords(h, j * kBlockN, head, batch), v_full);
+        vp.advance();
       }
     }
   } else {
@@ -290,35 +311,31 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
 #pragma unroll
     for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
     RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
-    const uint32_t q_base = shared_addr(q_tile) + cw * 64 * kRowBytes;
+    const uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;
 
     constexpr int KT = kBlockN / 16;  // k16 slices of P
     float s[NT][4];
     uint32_t p[KT][4];
     float alpha[2];
-    auto stage_of = [](int j) { return j % kStages; };
-    auto phase_of = [](int j) { return static_cast<uint32_t>((j / kStages) & 1); };
-    // S = Q K_j^T: kD/16 wgmma SS into s, one commit group (not waited for).
-    auto issue_s = [&](int j) {
-      const uint32_t k_base = shared_addr(k_tiles + stage_of(j) * kKVBytes);
+    // S = Q K^T: kD/16 wgmma SS into s, one commit group (not waited for).
+    auto issue_s = [&](uint32_t stage) {
+      const uint32_t k_base = shared_addr(k_tiles + stage * kKVBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint32_t slab = kk / 4, kbyte = (kk % 4) * 32u;
-        const uint64_t da = desc_kmajor(q_base + slab * kBlockM * kRowBytes + kbyte);
-        const uint64_t db = desc_kmajor(k_base + slab * kBlockN * kRowBytes + kbyte);
-        wgmma_m64nNk16_ss<kBlockN, kBf16>(reinterpret_cast<float(&)[NT * 4]>(s), da, db, kk > 0);
+        wgmma_mma_async_ss<kBlockN, kType, kType>(reinterpret_cast<float(&)[NT * 4]>(s), wgmma_desc_rebase(desc_q(kk), q_base),
+                                                  wgmma_desc_rebase(desc_k(kk), k_base), kk > 0);
       }
       wgmma_commit_group();
     };
-    // O += P V_j: kBlockN/16 wgmma RS (P from registers, V MN-major), one commit group (not waited for).
-    auto issue_pv = [&](int j) {
-      const uint32_t v_base = shared_addr(v_tiles + stage_of(j) * kKVBytes);
+    // O += P V: kBlockN/16 wgmma RS (P from registers, V MN-major), one commit group (not waited for).
+    auto issue_pv = [&](uint32_t stage) {
+      const uint32_t v_base = shared_addr(v_tiles + stage * kKVBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) {
-        const uint64_t db = desc_mnmajor(v_base + kk * 16 * kRowBytes);
-        wgmma_m64nNk16_rs<kD, kBf16, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), p[kk], db);
+        wgmma_mma_async_rs<kD, kType, /*TransB=*/true>(reinterpret_cast<float(&)[OT * 4]>(o), p[kk],
+                                                        wgmma_desc_rebase(desc_v(kk), v_base));
       }
       wgmma_commit_group();
     };
@@ -331,25 +348,28 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
     };
-    auto release = [&](int j) {  // every wgmma that read stage j has completed (wait_group 0 before this)
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(&bars.kv_empty[stage_of(j)]);
-    };
 
-    mbarrier_wait_parity(&bars.q_full, 0);
+    bars.q_full.wait_parity(0);
     // One block at a time: S, softmax, rescale, PV, each waited for; the two consumer warpgroups overlap
-    // each other (one computes its softmax while the other's wgmma run).
+    // each other (one computes its softmax while the other's wgmma run). After each wait the accumulators it
+    // completed are fenced, so no read of them moves above the wait.
+    Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
     for (int j = 0; j < n_blocks; ++j) {
-      mbarrier_wait_parity(&bars.k_full[stage_of(j)], phase_of(j));
-      issue_s(j);
+      bars.k_ring.consumer_wait(kc);
+      issue_s(kc.index);
       wgmma_wait_group<0>();
+      wgmma_fence_operands(s);
+      bars.k_ring.consumer_release(kc);  // S has read the K stage: the producer may refill it
+      kc.advance();
       softmax(j);
       rescale_rows<OT>(o, alpha);
       pack_p();
-      mbarrier_wait_parity(&bars.v_full[stage_of(j)], phase_of(j));
-      issue_pv(j);
+      bars.v_ring.consumer_wait(vc);
+      issue_pv(vc.index);
       wgmma_wait_group<0>();
-      release(j);
+      wgmma_fence_operands(o);
+      bars.v_ring.consumer_release(vc);
+      vc.advance();
     }
 
     float lse[2];
@@ -360,53 +380,49 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       if (row0 + g < sq) lse_row[row0 + g] = lse[0];
       if (row0 + g + 8 < sq) lse_row[row0 + g + 8] = lse[1];
     }
-    // O (this warpgroup's 64 rows) into the Q tile's bytes: its own rows of Q are no longer read (the last
-    // S wgmma of this warpgroup has completed), then one TMA store per slab.
+    // O (this warpgroup's 64 rows) into the Q tile's bytes, whose rows this warpgroup alone read (its last S
+    // wgmma has completed), then one TMA store per slab.
+    StorePipeline<1> store(q_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
+    uint8_t* rows = store.acquire();
 #pragma unroll
     for (int n = 0; n < OT; ++n) {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
-        const int r = cw * 64 + warp_in_group * 16 + g + 8 * i, c = 8 * n + 2 * t;
-        *reinterpret_cast<uint32_t*>(q_tile + tile_offset(kBlockM, r, c)) =
-            pack_f32x2<kBf16>(o[n][2 * i], o[n][2 * i + 1]);
+        const int r = warp_in_group * 16 + g + 8 * i, c = 8 * n + 2 * t;
+        *reinterpret_cast<uint32_t*>(rows + tile_offset(kBlockM, r, c)) = pack_f32x2<kBf16>(o[n][2 * i], o[n][2 * i + 1]);
       }
     }
-    fence_proxy_async_shared_cta();
-    asm volatile("bar.sync %0, 128;" ::"r"(1 + cw) : "memory");  // this warpgroup's 128 threads
-    if (tid == 0) {
+    store.publish();
+    if (store.issuer())
       for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_s2g<4>(&o_map, tile_coords(h, m0 + cw * 64, head, batch),
-                                    q_tile + h * kBlockM * kRowBytes + cw * 64 * kRowBytes);
-      cp_async_bulk_commit_group();
-      cp_async_bulk_wait_group_read<0>();
-    }
+        cp_async_bulk_tensor_s2g<4>(&o_map, tile_coords(h, m0 + cw * 64, head, batch), rows + h * kBlockM * kRowBytes);
+    store.commit();
+    store.drain_reads();
   }
+#else
+  TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_attention_fwd_cp_async
+#endif
 }
 
-#else
+#if !TMAKIT_USE_TMA
 // =============================================================================================================
 // sm_80..89 (and forced): cp.async ring + ldmatrix + mma.sync.
 namespace attn {
 
 constexpr int kWarps = TMAKIT_ATTN_WARPS;
 constexpr int kBlockM = 16 * kWarps;
-constexpr int kThreads = 32 * kWarps;
 constexpr uint32_t kQBytes = kBlockM * kD * 2;
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;
 constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
-
-// Tensor rows for the cp.async path: element (b, h, s, d) is at base + b*sb + h*sh + s*ss + d (elements).
-struct Strides {
-  long long b, h, s;
-};
+typedef Pipeline<kStages, CpAsyncBlockProducer> Ring;
 
 // Issue this thread's cp.async chunks of a `rows`-row tile starting at sequence row s0 (rows past `len` are
 // zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave.
 __device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, long long row_stride, int s0, int len,
                                           int rows) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
+  for (int i = threadIdx.x; i < rows * kChunks; i += kCpAsyncThreads) {
     const int r = i / kChunks, c = i % kChunks, s = s0 + r;
     const bool ok = s < len;
     const uint16_t* src = base + (ok ? static_cast<long long>(s) * row_stride : 0) + c * 8;
@@ -415,16 +431,20 @@ __device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, l
 }
 
 }  // namespace attn
+#endif  // !TMAKIT_USE_TMA
 
-extern "C" __global__ void __launch_bounds__(attn::kThreads)
+extern "C" __global__ void __launch_bounds__(attn::kCpAsyncThreads)
 tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmakit::uint16_t* __restrict__ k,
                               const tmakit::uint16_t* __restrict__ v, tmakit::uint16_t* __restrict__ o, float* __restrict__ lse_out,
                               long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
                               long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
                               long long o_sh, long long o_ss, int heads, int sq, int sk, float scale_log2,
                               int causal) {
+#if !TMAKIT_USE_TMA
+  using namespace tmakit;
   using namespace attn;
   extern __shared__ uint8_t smem_raw[];
+  __shared__ Ring ring;  // cp.async groups and block barriers: nothing to initialise
   uint8_t* smem = align_shared(smem_raw, 1024);
   uint8_t* q_tile = smem;
   uint8_t* k_tiles = smem + kQBytes;
@@ -440,15 +460,20 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   const uint16_t* kb = k + batch * k_sb + head * k_sh;
   const uint16_t* vb = v + batch * v_sb + head * v_sh;
 
-  // Prologue: Q and the first STAGES-1 K/V tiles, one commit group each.
-  load_tile(q_tile, qb, q_ss, m0, sq, kBlockM);
-  for (int j = 0; j < kStages - 1; ++j) {
+  // The Q tile joins the first stage's group; each K/V block is one stage (nothing past the last: the slot still
+  // commits its group).
+  Ring::State pr = make_producer_start_state<kStages>(), cr = make_consumer_start_state<kStages>();
+  auto produce = [&](int j) {
+    ring.producer_acquire(pr);
     if (j < n_blocks) {
-      load_tile(k_tiles + j * kKVBytes, kb, k_ss, j * kBlockN, sk, kBlockN);
-      load_tile(v_tiles + j * kKVBytes, vb, v_ss, j * kBlockN, sk, kBlockN);
+      load_tile(k_tiles + pr.index * kKVBytes, kb, k_ss, j * kBlockN, sk, kBlockN);
+      load_tile(v_tiles + pr.index * kKVBytes, vb, v_ss, j * kBlockN, sk, kBlockN);
     }
-    cp_async_commit_group();
-  }
+    ring.producer_commit(pr);
+    pr.advance();
+  };
+  load_tile(q_tile, qb, q_ss, m0, sq, kBlockM);
+  for (int j = 0; j < kStages - 1; ++j) produce(j);
 
   constexpr int NT = kBlockN / 8, OT = kD / 8;
   float o_acc[OT][4];
@@ -458,20 +483,11 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   const uint32_t q_base = shared_addr(q_tile);
 
   for (int j = 0; j < n_blocks; ++j) {
-    // Refill the stage consumed in iteration j-1 (every warp passed the barrier at that iteration's end).
-    const int next = j + kStages - 1;
-    if (next < n_blocks) {
-      const int ns = next % kStages;
-      load_tile(k_tiles + ns * kKVBytes, kb, k_ss, next * kBlockN, sk, kBlockN);
-      load_tile(v_tiles + ns * kKVBytes, vb, v_ss, next * kBlockN, sk, kBlockN);
-    }
-    cp_async_commit_group();
-    cp_async_wait_group_dynamic(kStages - 1);  // tile j (and Q) landed, for this thread's chunks
-    __syncthreads();                           // ... and for every thread's
+    produce(j + kStages - 1);  // refills the stage released at the end of iteration j - 1
+    ring.consumer_wait<kStages - 1>(cr);  // tile j (and Q) landed, for every thread
 
-    const int stage = j % kStages;
-    const uint32_t k_base = shared_addr(k_tiles + stage * kKVBytes);
-    const uint32_t v_base = shared_addr(v_tiles + stage * kKVBytes);
+    const uint32_t k_base = shared_addr(k_tiles + cr.index * kKVBytes);
+    const uint32_t v_base = shared_addr(v_tiles + cr.index * kKVBytes);
     float s[NT][4];
 #pragma unroll
     for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
@@ -515,7 +531,8 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
         mma_m16n8k16<kBf16>(o_acc[2 * dp + 1], a, b1);
       }
     }
-    __syncthreads();  // every warp is done with this stage before the next iteration refills it
+    ring.consumer_release(cr);  // every warp is done with this stage before the next iteration refills it
+    cr.advance();
   }
   cp_async_wait_all();
 
@@ -535,5 +552,7 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
             pack_f32x2<kBf16>(o_acc[n][2 * i], o_acc[n][2 * i + 1]);
     }
   }
-}
+#else
+  TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_attention_fwd_tma
 #endif
+}

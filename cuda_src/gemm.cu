@@ -1,49 +1,51 @@
 // GEMM: C[M, N] = alpha * A[M, K] @ B[K, N] (+ beta * C), fp32 accumulation. A is row-major (K-major); B is
 // K-major (stored [N, K], TMAKIT_GEMM_B_KMAJOR=1) or N-major (stored [K, N], 0). Inputs bf16 or fp16
 // (TMAKIT_GEMM_BF16), output the input type or fp32 (TMAKIT_GEMM_OUT_F32). Any M, N, K >= 1; row pitches are
-// multiples of 16 bytes (tmakit/ops/gemm.py checks). One source, two engines (config.cuh picks):
+// multiples of 16 bytes (tmakit/ops/gemm.py checks). One source, two engines (config.cuh picks; both entry points
+// exist in every build, the one the build does not serve traps):
 //
-//   TMAKIT_USE_TMA == 1 (sm_90a): tmakit_gemm_tma, warp-specialized and persistent, 384 threads:
+//   tmakit_gemm_tma (sm_90a): warp-specialized and persistent, 384 threads, one tmakit::Pipeline (TmaProducer):
 //     warpgroup 0  producer (setmaxnreg down to 40): one elected thread walks the same tile sequence as the
-//                  consumers and, per BK-deep k-block, acquires a ring stage (EMPTY barrier), arms its FULL
-//                  barrier with the stage's bytes and issues the TMA loads: its CTA's A tile (BM x BK) and its
-//                  share of the B tile (BN x BK; with a 2-CTA cluster each CTA loads half and multicasts it
-//                  to both, as the two CTAs of a cluster work on vertically adjacent tiles of the same N).
-//     warpgroups 1, 2  consumers (setmaxnreg up to 232): each owns 64 rows x BN columns (BN/2 fp32
-//                  accumulators per thread). Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from
-//                  shared memory through the descriptors of tmakit/layout/wgmma.py), commit, wait for the
+//                  consumers and, per BK-deep k-block, acquires a ring stage, arms its FULL barrier with the
+//                  stage's bytes and issues the TMA loads: its CTA's A tile (BM x BK) and its share of the B tile
+//                  (BN x BK; with a 2-CTA cluster each CTA loads half and multicasts it to both, as the two CTAs of
+//                  a cluster work on vertically adjacent tiles of the same N).
+//     warpgroups 1, 2  consumers (setmaxnreg up to 232): each owns 64 rows x BN columns (BN/2 fp32 accumulators
+//                  per thread). Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from shared memory through
+//                  the descriptors tmakit.wgmma_descriptors derives from the tensor maps), commit, wait for the
 //                  previous k-block's batch (so one batch is always in flight) and release that stage to the
 //                  producers of every CTA of the cluster. Epilogue: alpha/beta in registers (beta reads C),
-//                  converted into 128-byte-wide swizzled slabs in shared memory (double-buffered per
-//                  warpgroup), each written by a TMA store (clipped at the edges of C).
+//                  converted into 128-byte-wide swizzled slabs through the warpgroup's StorePipeline (two slab
+//                  buffers), each slab a TMA store (clipped at the edges of C).
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
 //     of tiles sweep N together, so the A and B panels in flight stay in L2.
-//   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): tmakit_gemm_cp_async. The same BM x BN tiles
-//     and the same 128B-swizzled shared-memory images, filled by cp.async (zero fill past the edges) through a
-//     STAGES-deep ring (cp.async.wait_group + __syncthreads), 8 warps of 64 x BN/4 each on ldmatrix +
-//     mma.sync m16n8k16 with double-buffered fragments (the next k16 slice, or the next stage's first, is read
-//     while the current one is multiplied; the ring's wait and barrier sit before the last slice of a stage),
-//     the epilogue stored from registers.
+//   tmakit_gemm_cp_async (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the same BM x BN tiles and the same
+//     128B-swizzled shared-memory images, filled by cp.async (zero fill past the edges) through a STAGES-deep
+//     tmakit::Pipeline (CpAsyncBlockProducer: cp.async.wait_group + block barrier), 8 warps of 64 x BN/4 each on
+//     ldmatrix + mma.sync m16n8k16 with double-buffered fragments (the next k16 slice, or the next stage's first,
+//     is read while the current one is multiplied; the ring's wait sits before the last slice of a stage), the
+//     epilogue stored from registers.
 //
 // Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
-// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32.
+// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, and the wgmma descriptors of the stages
+// (tmakit/ops/gemm.py: descriptor_defines, from tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of
+// A's four k16 slices for the consumer rows 0-63 and then 64-127, and TMAKIT_GEMM_DESC_B, B's four, each for a
+// stage at shared address 0. The defaults are the derivation's for the default configuration.
+#include "tmakit/cluster.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
-#include "tmakit/fence.cuh"
-#include "tmakit/mbarrier.cuh"
 #include "tmakit/mma_sync.cuh"
-#include "tmakit/pipeline_ring.cuh"
+#include "tmakit/named_barrier.cuh"
+#include "tmakit/pipeline.cuh"
 #include "tmakit/swizzle.cuh"
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
+#include "tmakit/warp.cuh"
 #include "tmakit/wgmma.cuh"
-#if TMAKIT_HAS_SM90
-#include "tmakit/cluster.cuh"
-#endif
 
 #ifndef TMAKIT_GEMM_BN
 #define TMAKIT_GEMM_BN 256
@@ -63,6 +65,14 @@
 #ifndef TMAKIT_GEMM_OUT_F32
 #define TMAKIT_GEMM_OUT_F32 0
 #endif
+#ifndef TMAKIT_GEMM_DESC_A
+#define TMAKIT_GEMM_DESC_A                                                                                  \
+  0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,              \
+      0x4000004000010200ull, 0x4000004000010202ull, 0x4000004000010204ull, 0x4000004000010206ull
+#endif
+#ifndef TMAKIT_GEMM_DESC_B
+#define TMAKIT_GEMM_DESC_B 0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull
+#endif
 
 namespace gemm {
 using namespace tmakit;
@@ -74,7 +84,6 @@ constexpr int kStages = TMAKIT_GEMM_STAGES;
 constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
 constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
 constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
-constexpr int kOutBytes = kOutF32 ? 4 : 2;
 constexpr uint32_t kRowBytes = 128;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // one A stage
 constexpr uint32_t kBBytes = kBN * kBK * 2;  // one B stage
@@ -82,7 +91,7 @@ constexpr uint32_t kStageBytes = kABytes + kBBytes;
 static_assert(kBN == 128 || kBN == 256, "BN is 128 or 256");
 static_assert(kStages >= 2, "the ring has at least two stages");
 
-typedef unsigned short half_bits;
+typedef uint16_t half_bits;
 
 // fp32 -> the output's bits (bf16/fp16 round to nearest even).
 __device__ __forceinline__ uint32_t pack_out2(float lo, float hi) { return pack_f32x2<kBf16>(lo, hi); }
@@ -100,6 +109,13 @@ __device__ __forceinline__ void store_c(void* c, long long idx, float v) {
   if constexpr (kOutF32) static_cast<float*>(c)[idx] = v;
   else static_cast<half_bits*>(c)[idx] = static_cast<half_bits>(pack_f32x2<kBf16>(v, 0.f) & 0xffffu);
 }
+// The output value of one accumulator: alpha * acc (+ beta * C). alpha == 0 does not reference A @ B (BLAS, and
+// torch.addmm: a NaN in A or B is not propagated); beta == 0 does not read C.
+__device__ __forceinline__ float epilogue_value(float acc, float alpha, float beta, const void* c, long long idx, bool in) {
+  float v = alpha == 0.f ? 0.f : alpha * acc;
+  if (beta != 0.f && in) v += beta * load_c(c, idx);
+  return v;
+}
 
 // Grouped ("L2-friendly") order of the work units: unit u -> (row of units, column of tiles). `rows` is in
 // units of cluster rows (a unit is CLUSTER vertically adjacent tiles of one column).
@@ -116,42 +132,40 @@ __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group
 
 #if TMAKIT_USE_TMA
 namespace gemm {
+constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
+constexpr int kOutBytes = kOutF32 ? 4 : 2;
+// The descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors): A's k16 slice kk of consumer 0, B's.
+TMAKIT_HD constexpr uint64_t desc_a(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_A); }
+TMAKIT_HD constexpr uint64_t desc_b(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_B); }
+// Consumer 1's slices (items 4..7) are consumer 0's moved by a fixed number of bytes (its 64 rows further on).
+constexpr uint32_t kAConsumerBytes = static_cast<uint32_t>(desc_a(4) - desc_a(0)) * 16u;
+static_assert(desc_a(5) - desc_a(1) == desc_a(4) - desc_a(0) && desc_a(6) - desc_a(2) == desc_a(4) - desc_a(0) &&
+                  desc_a(7) - desc_a(3) == desc_a(4) - desc_a(0),
+              "the two consumers' A descriptors differ only in their start");
+
 constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
 static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
 constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
 constexpr int kSlabs = kBN / kSlabCols;
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
-constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x double buffer
+constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
-
-struct alignas(8) Barriers {
-  PipelineRing<kStages> ring;
-};
-
-// Descriptors of the k-slice kk (16 deep) of a stage (tmakit/layout/wgmma.py computes the same on the host).
-__device__ __forceinline__ uint64_t desc_a(uint32_t a_stage, int consumer, int kk) {
-  // K-major, 128B swizzle: 8-row atoms 1024 bytes apart (SBO), LBO unused; k16 = 32 bytes along the row.
-  return wgmma_make_desc(a_stage + consumer * 64 * kRowBytes + kk * 32, 16, 1024, kWgmmaSwizzle128B);
-}
-__device__ __forceinline__ uint64_t desc_b(uint32_t b_stage, int kk) {
-  if constexpr (kBKMajor) return wgmma_make_desc(b_stage + kk * 32, 16, 1024, kWgmmaSwizzle128B);
-  // N-major, 128B swizzle: 64-column slabs BK * 128 bytes apart (LBO), 8-k-row atoms 1024 apart (SBO);
-  // k16 = 16 rows of 128 bytes.
-  return wgmma_make_desc(b_stage + kk * 16 * kRowBytes, kBK * kRowBytes, 1024, kWgmmaSwizzle128B);
-}
+typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 }  // namespace gemm
+#endif  // TMAKIT_USE_TMA
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
                     const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
                     long long ldc, float alpha, float beta, int group_m) {
+#if TMAKIT_USE_TMA
+  using namespace tmakit;
   using namespace gemm;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = align_shared(smem_raw, 1024);
   uint8_t* epi = smem + kStages * kStageBytes;
-  Barriers* bars = reinterpret_cast<Barriers*>(epi + kEpilogueBytes);
-  PipelineRing<kStages>& ring = bars->ring;
+  Ring& ring = *reinterpret_cast<Ring*>(epi + kEpilogueBytes);
 
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -175,15 +189,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     // ---------------- producer ----------------
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x < 32 && elect_one_sync()) {
-      RingCursor<kStages> cur;
+      Ring::State p = make_producer_start_state<kStages>();
       for (int u = first_unit; u < units; u += unit_stride) {
         int row, col;
         unit_coords(u, unit_rows, tiles_n, group_m, row, col);
         const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
         for (int kb = 0; kb < k_blocks; ++kb) {
-          ring.acquire(cur);
-          uint64_t* full = ring.arm_tma(cur, kStageBytes);
-          uint8_t* a_st = smem + cur.stage * kStageBytes;
+          ring.producer_acquire(p);
+          Mbarrier& full = ring.producer_expect(p, kStageBytes);
+          uint8_t* a_st = smem + p.index * kStageBytes;
           uint8_t* b_st = a_st + kABytes;
           const int k0 = kb * kBK;
           cp_async_bulk_tensor_g2s<2>(a_st, &map_a, Coords{{k0, m0, 0, 0, 0}}, full);
@@ -204,7 +218,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               else cp_async_bulk_tensor_g2s<2>(dst, &map_b, at, full);
             }
           }
-          cur.advance();
+          p.advance();
         }
       }
     }
@@ -212,60 +226,52 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     // ---------------- consumers ----------------
     setmaxnreg_inc<kConsumerRegs>();
     const int consumer = wg - 1;
-    const bool leader = t == 0;
-    uint8_t* slab_buf = epi + consumer * 2 * kSlabBytes;
-    RingCursor<kStages> cur;
+    StorePipeline<2> store(epi + consumer * 2 * kSlabBytes, kSlabBytes, NamedBarrier(1 + consumer, 128));
+    // Every CTA of the cluster filled the stage (its share of B by multicast): release it to each of them.
+    auto release = [&](const Ring::State& s) {
+      if constexpr (kCluster > 1) ring.consumer_release_cluster(s, kCluster);
+      else ring.consumer_release(s);
+    };
+    Ring::State c = make_consumer_start_state<kStages>();
     float acc[kBN / 2];
-    const uint32_t smem_base = shared_addr(smem);
+    const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
     for (int u = first_unit; u < units; u += unit_stride) {
       int row, col;
       unit_coords(u, unit_rows, tiles_n, group_m, row, col);
       const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
-      RingCursor<kStages> prev = cur;
+      Ring::State done = c;  // the oldest stage not yet released
       for (int kb = 0; kb < k_blocks; ++kb) {
-        ring.wait_full(cur);
-        const uint32_t a_st = smem_base + cur.stage * kStageBytes, b_st = a_st + kABytes;
+        ring.consumer_wait(c);
+        const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
-          wgmma_m64nNk16_ss<kBN, kBf16, false, !kBKMajor>(acc, desc_a(a_st, consumer, kk), desc_b(b_st, kk),
-                                                          kb > 0 || kk > 0);
+          wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
+                                                                   wgmma_desc_rebase(desc_b(kk), b_st), kb > 0 || kk > 0);
         }
         wgmma_commit_group();
         wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
         if (kb > 0) {
-          if (leader) {
-#pragma unroll
-            for (int r = 0; r < kCluster; ++r) {
-              if constexpr (kCluster > 1) ring.release_cluster(prev, r); else ring.release(prev);
-            }
-          }
-          prev.advance();
+          release(done);
+          done.advance();
         }
-        cur.advance();
+        c.advance();
       }
       wgmma_wait_group<0>();
       wgmma_fence_operands(acc);
-      if (leader) {
-#pragma unroll
-        for (int r = 0; r < kCluster; ++r) {
-          if constexpr (kCluster > 1) ring.release_cluster(prev, r); else ring.release(prev);
-        }
-      }
+      release(done);
 
-      // ---- epilogue: alpha/beta, then 128-byte slabs through shared memory and TMA stores ----
+      // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;
       if (row0 < M) {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
-          uint8_t* buf = slab_buf + (s & 1) * kSlabBytes;
           const int slab_n0 = n0 + s * kSlabCols;
           // A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16:
           // stored from registers, element by element (measured on the H100: a TMA store clipped at such an N
           // wrote the whole 16-byte chunk, past column N into the row's padding).
           const bool direct = slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
-          if (leader) cp_async_bulk_wait_group_read<1>();  // the store that last read `buf` is done with it
-          asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
+          uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
 #pragma unroll
           for (int j = 0; j < kSlabCols / 8; ++j) {
             const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
@@ -274,15 +280,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int i = 4 * jj + 2 * h;
               const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
               const int gm = row0 + r, gn = slab_n0 + cl;
-              float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-              if (beta != 0.f) {
-                if (gm < M && gn < N) v0 += beta * load_c(c_ptr, gm * ldc + gn);
-                if (gm < M && gn + 1 < N) v1 += beta * load_c(c_ptr, gm * ldc + gn + 1);
-              }
+              const long long at = static_cast<long long>(gm) * ldc + gn;
+              const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < M && gn < N);
+              const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < M && gn + 1 < N);
               if (direct) {
                 if (gm < M) {
-                  if (gn < N) store_c(c_ptr, gm * ldc + gn, v0);
-                  if (gn + 1 < N) store_c(c_ptr, gm * ldc + gn + 1, v1);
+                  if (gn < N) store_c(c_ptr, at, v0);
+                  if (gn + 1 < N) store_c(c_ptr, at + 1, v1);
                 }
                 continue;
               }
@@ -294,27 +298,28 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               }
             }
           }
-          fence_proxy_async_shared_cta();
-          asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
-          if (leader && !direct && slab_n0 < N) {
+          store.publish();
+          if (store.issuer() && !direct && slab_n0 < N)
             cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, row0, 0, 0, 0}}, buf);
-            cp_async_bulk_commit_group();
-          }
+          store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
       }
     }
-    if (leader) cp_async_bulk_wait_group<0>();
+    store.drain();
   }
   __syncwarp();
   if constexpr (kCluster > 1) cluster_sync();  // no CTA leaves while its peer may still arrive on its barriers
+#else
+  TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_gemm_cp_async
+#endif
 }
-#endif  // TMAKIT_USE_TMA
 
 #if !TMAKIT_USE_TMA
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
+typedef Pipeline<kStages, CpAsyncBlockProducer> CpAsyncRing;
 
 // Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).
 __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, const half_bits* B, int M, int N, int K,
@@ -355,12 +360,16 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
   }
 }
 }  // namespace gemm
+#endif  // !TMAKIT_USE_TMA
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     tmakit_gemm_cp_async(const void* a_ptr, const void* b_ptr, void* c_ptr, int M, int N, int K, long long lda,
                          long long ldb, long long ldc, float alpha, float beta, int group_m) {
+#if !TMAKIT_USE_TMA
+  using namespace tmakit;
   using namespace gemm;
   extern __shared__ __align__(16) uint8_t smem_raw[];
+  __shared__ CpAsyncRing ring;  // cp.async groups and block barriers: nothing to initialise
   uint8_t* smem = align_shared(smem_raw, 1024);
   const half_bits* A = static_cast<const half_bits*>(a_ptr);
   const half_bits* B = static_cast<const half_bits*>(b_ptr);
@@ -380,11 +389,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 
+  CpAsyncRing::State p = make_producer_start_state<kStages>(), c = make_consumer_start_state<kStages>();
+  // One k-block into the producer's stage (nothing past K: the slot still commits its group).
+  auto produce = [&](int kb) {
+    ring.producer_acquire(p);
+    if (kb < k_blocks) load_stage(smem + p.index * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, kb);
+    ring.producer_commit(p);
+    p.advance();
+  };
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_blocks) load_stage(smem + s * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, s);
-    cp_async_commit_group();
-  }
+  for (int s = 0; s < kStages - 1; ++s) produce(s);
   const uint32_t base = shared_addr(smem);
   // Fragments of one k16 slice: A (4 m16 tiles) and B (kN8 / 2 pairs of n8 tiles), double-buffered so that the
   // slice kk + 1 (the next stage's first slice at kk = 3) is read by ldmatrix while slice kk is on the tensor cores.
@@ -408,22 +422,18 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       }
     }
   };
-  cp_async_wait_group<kStages - 2>();  // k-block 0 has landed (this thread's chunks) ...
-  __syncthreads();                     // ... everyone's
+  ring.consumer_wait<kStages - 2>(c);  // k-block 0 has landed, for every thread
   load_frags(fa[0], fb[0], base, 0);
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const uint32_t a_st = base + (kb % kStages) * kStageBytes;
+    const uint32_t a_st = base + c.index * kStageBytes;
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
-      if (kk == 0) {  // refill the stage every warp finished reading before the last barrier
-        const int next = kb + kStages - 1;
-        if (next < k_blocks) load_stage(smem + (next % kStages) * kStageBytes, A, B, M, N, K, lda, ldb, m0, n0, next);
-        cp_async_commit_group();
-      }
+      // refill the stage every warp finished reading before the last wait (that wait's barrier released it)
+      if (kk == 0) produce(kb + kStages - 1);
       if (kk == kBK / 16 - 1) {
-        cp_async_wait_group<kStages - 2>();  // k-block kb + 1 has landed ...
-        __syncthreads();                     // ... everyone's, and nobody reads stage kb's slot any more
-        if (kb + 1 < k_blocks) load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], base + ((kb + 1) % kStages) * kStageBytes, 0);
+        c.advance();
+        ring.consumer_wait<kStages - 2>(c);  // k-block kb + 1 has landed; nobody reads stage kb's slot any more
+        if (kb + 1 < k_blocks) load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], base + c.index * kStageBytes, 0);
       } else {
         load_frags(fa[(kk + 1) & 1], fb[(kk + 1) & 1], a_st, kk + 1);
       }
@@ -450,24 +460,23 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         const int gm = m0 + wm * 64 + i * 16 + MmaM16N8K16Layout::c_row(lane, 2 * h);
         const int gn = n0 + wn * kWarpN + j * 8 + MmaM16N8K16Layout::c_col(lane, 0);
         if (gm >= M) continue;
-        float v0 = alpha * acc[i][j][2 * h], v1 = alpha * acc[i][j][2 * h + 1];
-        const long long at = gm * ldc + gn;
-        if (beta != 0.f) {
-          if (gn < N) v0 += beta * load_c(c_ptr, at);
-          if (gn + 1 < N) v1 += beta * load_c(c_ptr, at + 1);
-        }
+        const long long at = static_cast<long long>(gm) * ldc + gn;
+        const float v0 = epilogue_value(acc[i][j][2 * h], alpha, beta, c_ptr, at, gn < N);
+        const float v1 = epilogue_value(acc[i][j][2 * h + 1], alpha, beta, c_ptr, at + 1, gn + 1 < N);
         if constexpr (kOutF32) {
-          float* c = static_cast<float*>(c_ptr) + at;
-          if (gn + 1 < N) *reinterpret_cast<float2*>(c) = make_float2(v0, v1);  // ldc and N even: 8-byte aligned
-          else if (gn < N) c[0] = v0;
+          float* cp = static_cast<float*>(c_ptr) + at;
+          if (gn + 1 < N) *reinterpret_cast<float2*>(cp) = make_float2(v0, v1);  // ldc and N even: 8-byte aligned
+          else if (gn < N) cp[0] = v0;
         } else {
-          half_bits* c = static_cast<half_bits*>(c_ptr) + at;
-          const uint32_t p = pack_out2(v0, v1);
-          if (gn + 1 < N) *reinterpret_cast<uint32_t*>(c) = p;
-          else if (gn < N) c[0] = static_cast<half_bits>(p & 0xffffu);
+          half_bits* cp = static_cast<half_bits*>(c_ptr) + at;
+          const uint32_t packed = pack_out2(v0, v1);
+          if (gn + 1 < N) *reinterpret_cast<uint32_t*>(cp) = packed;
+          else if (gn < N) cp[0] = static_cast<half_bits>(packed & 0xffffu);
         }
       }
     }
   }
+#else
+  TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_gemm_tma
+#endif
 }
-#endif  // !TMAKIT_USE_TMA

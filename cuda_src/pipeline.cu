@@ -3,13 +3,12 @@
 // [tile_cols, tile_rows] (innermost first, no swizzle); y is a dense row-major array of the same shape.
 #include "tmakit/box_pipeline.cuh"
 
-using namespace tmakit;
-
-extern "C" __global__ void tmakit_pipeline_scale(TMAKIT_BOX_SOURCE x, float* y, uint64_t rows, uint64_t cols,
-                                                 uint32_t tile_rows, uint32_t tile_cols, float alpha) {
+extern "C" __global__ void tmakit_pipeline_scale(TMAKIT_BOX_SOURCE x, float* y, tmakit::uint64_t rows, tmakit::uint64_t cols,
+                                                 tmakit::uint32_t tile_rows, tmakit::uint32_t tile_cols, float alpha) {
+  using namespace tmakit;
   constexpr int kStages = 2;
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ uint64_t bars[kStages];
+  __shared__ BoxPipeline<kStages> pipe;
   uint8_t* smem = align_shared(smem_raw, 128);
   const uint32_t box_bytes = tile_rows * tile_cols * 4u;
   const uint64_t tiles_c = (cols + tile_cols - 1) / tile_cols;
@@ -26,6 +25,6 @@ extern "C" __global__ void tmakit_pipeline_scale(TMAKIT_BOX_SOURCE x, float* y, 
       if (r < rows && c < cols) y[r * cols + c] = alpha * tile[i];
     }
   };
-  for_each_box_pipelined<kStages>(x, 2, box_bytes, smem, (box_bytes + 127u) & ~127u, bars, blockIdx.x, gridDim.x,
+  for_each_box_pipelined<kStages>(x, 2, box_bytes, smem, (box_bytes + 127u) & ~127u, pipe, blockIdx.x, gridDim.x,
                                   tiles, coords_of, scale);
 }

@@ -8,12 +8,12 @@
 // memory image_bytes + align. All three are TMA-only (sm_90): the host refuses the cp.async backend for them
 // before a launch, because the one-source twin (box_load.cuh) cannot express them.
 #include "tmakit/box_load.cuh"
+#include "tmakit/cluster.cuh"
 #include "tmakit/fence.cuh"
 #include "tmakit/tma_im2col.cuh"
 
-using namespace tmakit;
-
 namespace {
+using namespace tmakit;
 
 __device__ __forceinline__ void poison_fill(uint8_t* smem, uint32_t bytes, uint32_t poison) {
   for (uint32_t i = threadIdx.x; i < bytes; i += blockDim.x) smem[i] = (uint8_t)poison;
@@ -36,17 +36,19 @@ __device__ __forceinline__ Coords coords_at(const int32_t* coords, int b) {
 }  // namespace
 
 // Block b loads the im2col box at coords[b*5..] with offsets[b*3..] and dumps its footprint to out[b*image_bytes].
-extern "C" __global__ void tmakit_im2col_load(const __grid_constant__ TensorMapDesc desc, const int32_t* coords,
-                                              const int32_t* offsets, int n, int rank, uint32_t box_bytes,
-                                              uint32_t image_bytes, uint32_t align, uint32_t poison, uint8_t* out) {
+extern "C" __global__ void tmakit_im2col_load(const __grid_constant__ tmakit::TensorMapDesc desc, const tmakit::int32_t* coords,
+                                              const tmakit::int32_t* offsets, int n, int rank, tmakit::uint32_t box_bytes,
+                                              tmakit::uint32_t image_bytes, tmakit::uint32_t align, tmakit::uint32_t poison,
+                                              tmakit::uint8_t* out) {
+  using namespace tmakit;
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ uint64_t bar;
+  __shared__ Mbarrier bar;
   uint8_t* smem = align_shared(smem_raw, align);
   const int b = blockIdx.x;
   if (b >= n) return;
   poison_fill(smem, image_bytes, poison);
   if (threadIdx.x == 0) {
-    mbarrier_init(&bar, 1);
+    bar.init(1);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -54,43 +56,45 @@ extern "C" __global__ void tmakit_im2col_load(const __grid_constant__ TensorMapD
     const Coords at = coords_at(coords, b);
     Im2colOffsets off;
     for (int i = 0; i < 3; ++i) off.o[i] = (uint16_t)offsets[b * 3 + i];
-    mbarrier_arrive_expect_tx(&bar, box_bytes);
-    cp_async_bulk_tensor_g2s_im2col(rank, smem, &desc, at, off, &bar);
+    bar.arrive_expect_tx(box_bytes);
+    cp_async_bulk_tensor_g2s_im2col(rank, smem, &desc, at, off, bar);
   }
-  mbarrier_wait_parity(&bar, 0);
+  bar.wait_parity(0);
   dump(smem, out + (uint64_t)b * image_bytes, image_bytes);
 }
 
 // Cluster c (cluster=(k,1,1), grid n*k blocks) multicasts the tile box at coords[c*5..] to the CTAs whose bit is
 // set in masks[c]; CTA rank 0 issues it. Every CTA dumps its footprint to out[(c*k + rank)*image_bytes]: those
 // outside the mask still hold the poison.
-extern "C" __global__ void tmakit_multicast_load(const __grid_constant__ TensorMapDesc desc, const int32_t* coords,
-                                                 const int32_t* masks, int n, int rank, uint32_t box_bytes,
-                                                 uint32_t image_bytes, uint32_t align, uint32_t poison, uint8_t* out) {
+extern "C" __global__ void tmakit_multicast_load(const __grid_constant__ tmakit::TensorMapDesc desc, const tmakit::int32_t* coords,
+                                                 const tmakit::int32_t* masks, int n, int rank, tmakit::uint32_t box_bytes,
+                                                 tmakit::uint32_t image_bytes, tmakit::uint32_t align, tmakit::uint32_t poison,
+                                                 tmakit::uint8_t* out) {
+  using namespace tmakit;
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ uint64_t bar;
+  __shared__ Mbarrier bar;
   uint8_t* smem = align_shared(smem_raw, align);
   const uint32_t me = cluster_ctarank(), c = cluster_id_x(), k = gridDim.x / (uint32_t)n;
   const uint16_t mask = (uint16_t)masks[c];
   const bool receives = (mask >> me) & 1u;
   poison_fill(smem, image_bytes, poison);
   if (threadIdx.x == 0) {
-    mbarrier_init(&bar, 1);
+    bar.init(1);
     fence_mbarrier_init();
-    if (receives) mbarrier_arrive_expect_tx(&bar, box_bytes);
+    if (receives) bar.arrive_expect_tx(box_bytes);
   }
   cluster_sync();  // every receiver's barrier is armed before any byte can arrive
   if (me == 0 && threadIdx.x == 0) {
     const Coords at = coords_at(coords, (int)c);
     switch (rank) {
-      case 1: cp_async_bulk_tensor_g2s_multicast<1>(smem, &desc, at, &bar, mask); break;
-      case 2: cp_async_bulk_tensor_g2s_multicast<2>(smem, &desc, at, &bar, mask); break;
-      case 3: cp_async_bulk_tensor_g2s_multicast<3>(smem, &desc, at, &bar, mask); break;
-      case 4: cp_async_bulk_tensor_g2s_multicast<4>(smem, &desc, at, &bar, mask); break;
-      default: cp_async_bulk_tensor_g2s_multicast<5>(smem, &desc, at, &bar, mask); break;
+      case 1: cp_async_bulk_tensor_g2s_multicast<1>(smem, &desc, at, bar, mask); break;
+      case 2: cp_async_bulk_tensor_g2s_multicast<2>(smem, &desc, at, bar, mask); break;
+      case 3: cp_async_bulk_tensor_g2s_multicast<3>(smem, &desc, at, bar, mask); break;
+      case 4: cp_async_bulk_tensor_g2s_multicast<4>(smem, &desc, at, bar, mask); break;
+      default: cp_async_bulk_tensor_g2s_multicast<5>(smem, &desc, at, bar, mask); break;
     }
   }
-  if (receives) mbarrier_wait_parity(&bar, 0);
+  if (receives) bar.wait_parity(0);
   __syncthreads();
   dump(smem, out + ((uint64_t)c * k + me) * image_bytes, image_bytes);
   cluster_sync();  // no CTA leaves while a multicast to it may be in flight
@@ -98,9 +102,10 @@ extern "C" __global__ void tmakit_multicast_load(const __grid_constant__ TensorM
 
 // Block b puts image b (image_bytes from images, the layout a load writes) in shared memory and reduce-adds
 // it into the box at coords[b*5..] (cp.reduce.async.bulk.tensor .add). Boxes of different b must not overlap.
-extern "C" __global__ void tmakit_reduce_add(const __grid_constant__ TensorMapDesc desc, const int32_t* coords,
-                                             int n, int rank, uint32_t image_bytes, uint32_t align,
-                                             const uint8_t* images) {
+extern "C" __global__ void tmakit_reduce_add(const __grid_constant__ tmakit::TensorMapDesc desc, const tmakit::int32_t* coords,
+                                             int n, int rank, tmakit::uint32_t image_bytes, tmakit::uint32_t align,
+                                             const tmakit::uint8_t* images) {
+  using namespace tmakit;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* smem = align_shared(smem_raw, align);
   const int b = blockIdx.x;

@@ -8,32 +8,25 @@
 //          gives the block's threads the same work: a thread reads V rows of one 4E-byte slice (16 bytes for
 //          E >= 4), turns them in registers (PRMT for bytes and half-words) and writes the R = V/P transposed
 //          16-byte rows into H/W destination images, each a 128B-swizzled box [W, W] of dst;
-//   store  the images through the one-source box store: a TMA store on sm_90 (one bulk group per tile,
-//          clipped at the edges by TMA); on the cp.async path, whole dst rows of H*E bytes by consecutive
-//          threads with streaming stores, clipped at the edges in whole 16-byte chunks (Plain2dBox).
-// One block per tile: the host launches a block for every tile, with one stage and one image buffer (the
-// ring of box_pipeline.cuh with one stage), so that the blocks resident on an SM (three with 256-row tiles on
-// sm_90) overlap each other's loads, turns and stores. Measured on the H100 with benchmarks/copy_bandwidth.py,
-// that beat a persistent grid walking the tiles through a ring of two stages by 0.04-0.12 of copy speed with
-// TMA and up to 0.14 on the cp.async path; the ring stays for TMAKIT_TRANSPOSE_STAGES > 1 with fewer blocks
-// than tiles (the persistent tile plans, `TilePlan.of(..., persistent=True)`, tested and selectable).
-// 256-row tiles write dst in runs of 256*E bytes, not 128*E: measured on the H100 (same benchmark), that
-// lifted the 1-byte cp.async transpose from 0.78x to 0.83x of a plain copy.
+//   store  the images through the block's store pipeline (box_store.cuh): a TMA store on sm_90 (one bulk group
+//          per tile, clipped at the edges by TMA); on the cp.async path, whole dst rows of H*E bytes by
+//          consecutive threads with streaming stores, clipped at the edges in whole 16-byte chunks (Plain2dBox).
+// One block per tile, one stage (the box ring of box_pipeline.cuh) and one image buffer: the blocks resident on an
+// SM (three with 256-row tiles on sm_90) overlap each other's loads, turns and stores, which beat a persistent
+// grid walking the tiles through a deeper ring (docs/PERFORMANCE.md, "Transpose: what the kernel keeps").
+// A tile's element size and row classes are compile-time (TMAKIT_TRANSPOSE_ELEMENT_BYTES, _ROW_CLASSES): one
+// turn per build, not four sizes behind a switch.
 //
 // Sector-aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes
 // puts every other row there) would begin and end each tile's run with half a sector, the other half written
-// by another block at another time; measured on the H100 that costs 40% of the bandwidth (a kernel writing
-// such straddling runs reached 0.59x of aligned ones; the same runs shifted onto sector boundaries 0.98x).
-// So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
+// by another block at another time, which costs a large part of the bandwidth (docs/PERFORMANCE.md). So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
 // row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
 // rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
 // [r0 - V, r0 + H - V): every run starts and ends on a sector boundary, but for the first tile row, whose
 // runs stay unshifted (see turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
 //
 // Line-aligned source rows. A tile row is 128 bytes of one source row; where the source base lies inside a
-// 128-byte line and the pitch is whole lines, every tile row would straddle two lines: measured on the H100
-// (transposing views whose base lies 32 or 64 bytes into a line), that cost 0.08-0.15 of copy speed. The
-// host then passes `lead` and the tile columns after the first start that many elements early (see the
+// 128-byte line and the pitch is whole lines, every tile row would straddle two lines. The host then passes `lead` and the tile columns after the first start that many elements early (see the
 // kernel's parameters).
 // A pitch of 64 mod 128 leaves every other row straddling whatever the columns; evict_last on the source
 // loads (TMAKIT_TRANSPOSE_SOURCE_EVICTION) keeps the other halves for the next tile column instead.
@@ -56,19 +49,20 @@
 #define TMAKIT_TRANSPOSE_TRACE(pointer, bytes) ((void)0)
 #endif
 
-using namespace tmakit;
-
 // Compile-time parameters the host passes (tmakit/ops/transpose.py sizes shared memory from the same numbers).
-#ifndef TMAKIT_TRANSPOSE_STAGES
-#define TMAKIT_TRANSPOSE_STAGES 1
+// The element size (1, 2, 4, 8 bytes) and dst row classes (1, or 2: even and odd rows, see above).
+#ifndef TMAKIT_TRANSPOSE_ELEMENT_BYTES
+#define TMAKIT_TRANSPOSE_ELEMENT_BYTES 2
 #endif
+#ifndef TMAKIT_TRANSPOSE_ROW_CLASSES
+#define TMAKIT_TRANSPOSE_ROW_CLASSES 1
+#endif
+// Source rows per tile: 256 (dst runs of 256*E bytes) where shared memory allows, else 128.
 #ifndef TMAKIT_TRANSPOSE_TILE_ROWS
 #define TMAKIT_TRANSPOSE_TILE_ROWS 256
 #endif
-// The L2 priority of the source lines (an L2Eviction value; TMA loads only, box_load_part says why). Measured
-// on the H100 (benchmarks/copy_bandwidth.py): evict_last gained 0.01-0.04 of copy speed where the source
-// pitch is 64 mod 128 bytes (half the tile rows then straddle two lines, whose other halves the next tile
-// column reads) and was neutral at 128-aligned pitches; evict_first lost 0.04-0.06 there.
+// The L2 priority of the source lines (an L2Eviction value; TMA loads only, box_load_part says why): evict_last
+// keeps the halves of lines that the next tile column reads where the source pitch is 64 mod 128 bytes.
 #ifndef TMAKIT_TRANSPOSE_SOURCE_EVICTION
 #define TMAKIT_TRANSPOSE_SOURCE_EVICTION 2
 #endif
@@ -86,8 +80,8 @@ using namespace tmakit;
 // as tile rows start at multiples of H (H * E a multiple of 32 bytes), the run of row g that starts s_g
 // elements early ([r0 - s_g, r0 + H - s_g)) is whole sectors. Every tile then loads the 32/E source rows
 // before it (a prefix of two micro-block rows) and writes each dst row's sector-aligned run in aligned
-// 16-byte stores; only the pieces at dst's own row ends are written byte by byte. Runs whose ends straddle
-// sectors (the neighbouring tile writing the other part later) ran at 0.59x of copy speed on the H100.
+// 16-byte stores; only the pieces at dst's own row ends are written byte by byte (runs that straddle sectors
+// are slow, as above).
 #ifndef TMAKIT_TRANSPOSE_ROW_SECTORS
 #define TMAKIT_TRANSPOSE_ROW_SECTORS 0
 #endif
@@ -105,14 +99,8 @@ using namespace tmakit;
 // place (source_offset, transpose_tile). Columns past `cols` hold the next row's elements (dst rows past the
 // end, never stored); the last rows % k rows, which no whole super-row holds, are copied in by the block
 // (patch_source_tail). The class boxes' reads were not counted for bank conflicts (tests/test_transpose_banks.py
-// covers the swizzled layout). Measured on the H100 (benchmarks/copy_bandwidth.py, torch copy_ = 1): odd
-// source pitches at 1, 2, 4 and 8 bytes 0.88-0.91x (the cp.async path's gather: 0.58-0.68x); both pitches
-// odd 0.89-0.98x at every size (docs/PERFORMANCE.md). What took both-odd 1-byte rows from 0.59x to 0.86x and
-// 2-byte ones from 0.82-0.84x to 0.86-0.88x (a probe, one run): the class reads through the stage pointer (an
-// address cast through an integer had made them generic 64-bit loads: 92 registers), the packed prefix round,
-// the interior pieces as five words of an extended row (32 instructions a piece, not 96), and for 1-byte rows
-// the split turn (three blocks per SM: 0.80x without it); then 256-byte L2 promotion of the class view (the
-// host's l2_promotion="auto"): 0.86-0.89x to 0.89-0.94x.
+// covers the swizzled layout). Reading odd pitches through TMA this way, not the cp.async path's gather, is what
+// keeps them near copy speed (docs/PERFORMANCE.md).
 #ifndef TMAKIT_TRANSPOSE_SOURCE_CLASSES
 #define TMAKIT_TRANSPOSE_SOURCE_CLASSES 0
 #endif
@@ -121,21 +109,39 @@ using namespace tmakit;
 #error "source row classes are TMA loads"
 #endif
 #define TMAKIT_TRANSPOSE_SRC_PREFIX const __grid_constant__ tmakit::BoxParams
-typedef BoxParams PrefixSource;
 #else
 #define TMAKIT_TRANSPOSE_SRC_PREFIX TMAKIT_BOX_SOURCE
-typedef BoxSource PrefixSource;
 #endif
 #if TMAKIT_TRANSPOSE_STORES_PLAINLY
-typedef BoxParams DstBox;
 #define TMAKIT_TRANSPOSE_DST const __grid_constant__ tmakit::BoxParams
 #else
-typedef BoxSource DstBox;
 #define TMAKIT_TRANSPOSE_DST TMAKIT_BOX_SOURCE
 #endif
 
 namespace {
-constexpr int kStages = TMAKIT_TRANSPOSE_STAGES;
+using namespace tmakit;
+#if TMAKIT_TRANSPOSE_SOURCE_CLASSES
+typedef BoxParams PrefixSource;
+#else
+typedef BoxSource PrefixSource;
+#endif
+#if TMAKIT_TRANSPOSE_STORES_PLAINLY
+typedef BoxParams DstBox;
+#else
+typedef BoxSource DstBox;
+#endif
+// The store pipeline of the tile's images: TMA stores, or the block's plain stores (a buffer is rewritten once
+// every thread is past its stores from it).
+typedef StorePipeline<1, !TMAKIT_TRANSPOSE_STORES_PLAINLY> ImageStores;
+// The element type moved (the transpose moves bits) and the dst row classes.
+template <uint32_t E> struct Bits;
+template <> struct Bits<1> { typedef uint8_t type; };
+template <> struct Bits<2> { typedef uint16_t type; };
+template <> struct Bits<4> { typedef uint32_t type; };
+template <> struct Bits<8> { typedef uint64_t type; };
+typedef Bits<TMAKIT_TRANSPOSE_ELEMENT_BYTES>::type Element;
+constexpr uint32_t kRowClasses = TMAKIT_TRANSPOSE_ROW_CLASSES;
+static_assert(kRowClasses == 1 || kRowClasses == 2, "dst rows in one class or two (even, odd)");
 constexpr uint32_t kTileRows = TMAKIT_TRANSPOSE_TILE_ROWS;  // source rows per tile
 constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_TRANSPOSE_SOURCE_EVICTION);
 static_assert(kTileRows == 128 || kTileRows == 256, "a box dimension is at most 256; images need 128-row steps");
@@ -148,6 +154,7 @@ constexpr bool kRowSectors = TMAKIT_TRANSPOSE_ROW_SECTORS != 0;
 // are shifted or runs row-sector aligned; whole 2 KiB units keep each stage 1024-byte aligned for the swizzle.
 constexpr uint32_t kPrefixBytes = kPrefixChunks * 16u * kSpan;
 constexpr uint32_t kSourceClasses = TMAKIT_TRANSPOSE_SOURCE_CLASSES;
+constexpr uint32_t kClassCount = kSourceClasses ? kSourceClasses : 1u;  // a divisor in code compiled either way
 static_assert(kSourceClasses == 0 || kSourceClasses == 2 || kSourceClasses == 4 || kSourceClasses == 8 || kSourceClasses == 16,
               "source row classes: 2, 4, 8 or 16");
 
@@ -175,7 +182,7 @@ static_assert(!kSplitTurn || kSplitOffset + 8u * kSpan <= (32u + kTileRows / 2u)
 // Class box j at j * class_box_stride (TMA writes to 128-byte aligned shared memory), the stage rounded up
 // to 1 KiB (the images after it stay 1024-aligned for the swizzle).
 __device__ __forceinline__ uint32_t class_box_stride(uint32_t prefix_rows) {
-  return ((kTileRows + prefix_rows) / (kSourceClasses ? kSourceClasses : 1u) * kClassRowBytes + 127u) & ~127u;
+  return ((kTileRows + prefix_rows) / kClassCount * kClassRowBytes + 127u) & ~127u;
 }
 __device__ __forceinline__ uint32_t class_stage_bytes(uint32_t prefix_rows) {
   return (kSourceClasses * class_box_stride(prefix_rows) + 1023u) & ~1023u;
@@ -188,21 +195,13 @@ __device__ __forceinline__ uint32_t class_stage_bytes(uint32_t prefix_rows) {
 __device__ __forceinline__ uint32_t source_offset(uint32_t x, uint32_t chunk, uint32_t prefix_rows, uint32_t pitch16) {
   if constexpr (kSourceClasses != 0) {
     const uint32_t e = x < kTileRows ? x + prefix_rows : x - kTileRows;  // row from the stage's first
-    const uint32_t j = e % kSourceClasses;
-    return j * class_box_stride(prefix_rows) + e / kSourceClasses * kClassRowBytes + ((j * pitch16) & 15u) + chunk * 16u;
+    const uint32_t j = e % kClassCount;
+    return j * class_box_stride(prefix_rows) + e / kClassCount * kClassRowBytes + ((j * pitch16) & 15u) + chunk * 16u;
   } else {
     (void)prefix_rows, (void)pitch16;
     return swizzle_offset(x * kSpan + chunk * 16u, kSwizzle128B);
   }
 }
-// Destination image buffers. One: a block turns its next tile (if any) into the buffer once the TMA store
-// has read it; two let a persistent block turn the next tile while the last one drains (measured with
-// benchmarks/copy_bandwidth.py: no gain over one). The cp.async path's plain stores are done before the ring's barrier.
-#ifndef TMAKIT_TRANSPOSE_IMAGE_BUFFERS
-#define TMAKIT_TRANSPOSE_IMAGE_BUFFERS 1
-#endif
-constexpr uint32_t kImageBuffers = TMAKIT_TRANSPOSE_IMAGE_BUFFERS;
-static_assert(kImageBuffers == 1 || kImageBuffers == 2, "one or two destination image buffers");
 // Tiles are ordered in groups of tile rows (see tile_origin), so that the blocks in flight write each dst row
 // in a run of TMAKIT_TRANSPOSE_RUN_BYTES (group rows = run bytes / (H * E), at least 1): a trade between
 // the dst run and the source run (128 B times the tile columns in flight, which shrink as groups grow).
@@ -322,11 +321,11 @@ __device__ __forceinline__ void transpose_tile(const uint8_t* source, uint32_t f
       // aligned words at offsets from the stage (a pointer cast to an integer and back would be a generic load).
       const uint32_t e0 = m >= 0 ? (uint32_t)m * K::V + prefix_rows : (uint32_t)(m + (int32_t)kPrefixChunks) * K::V;
       const uint32_t stride = class_box_stride(prefix_rows);
-      const uint8_t* item = source + e0 / kSourceClasses * kClassRowBytes + c * 16u + p * K::S;  // 4-byte aligned
+      const uint8_t* item = source + e0 / kClassCount * kClassRowBytes + c * 16u + p * K::S;  // 4-byte aligned
 #pragma unroll
       for (uint32_t j = 0; j < K::V; ++j) {
-        const uint32_t jc = j % kSourceClasses;
-        const uint32_t at = jc * stride + j / kSourceClasses * kClassRowBytes + ((jc * pitch16) & 15u);
+        const uint32_t jc = j % kClassCount;
+        const uint32_t at = jc * stride + j / kClassCount * kClassRowBytes + ((jc * pitch16) & 15u);
         TMAKIT_TRANSPOSE_TRACE(item + at, K::S);
         const uint32_t* w = reinterpret_cast<const uint32_t*>(item + (at & ~3u));
         if constexpr (K::E >= 4) {  // whole words (the pitch a multiple of 4 bytes)
@@ -620,7 +619,7 @@ __device__ __forceinline__ void load_box_unaligned(const BoxParams& src, uint8_t
 // aligned, load_box_unaligned.
 template <L2Eviction Eviction>
 __device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* smem, const Coords& at, uint32_t bytes,
-                                                uint64_t* bar) {
+                                                Mbarrier* full) {
 #if !TMAKIT_USE_TMA
   if (!Plain2dBox(src, at).plain && (src.strides[1] % 16u != 0 || src.address % 16u != 0)) {
     if (src.rank != 2 || src.box[0] * src.elem_size != kSpan || box_image_bytes(src) != bytes) asm volatile("trap;");
@@ -628,7 +627,7 @@ __device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* s
     return;
   }
 #endif
-  box_load_part<Eviction>(src, smem, at, 2, bytes, bar);
+  box_load_part<Eviction>(src, smem, at, 2, bytes, full);
 }
 
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
@@ -666,7 +665,7 @@ struct Operands {
 };
 
 template <typename T, uint32_t Classes>
-__device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem, uint64_t* bars) {
+__device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem, BoxPipeline<1>& pipe) {
   typedef Turn<T> K;
   typedef TileImages<T, Classes> I;
   constexpr uint32_t E = K::E, W = K::W, V = K::V;
@@ -678,8 +677,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
   const uint32_t pitch16 = 0u;
 #endif
   const uint32_t stage_bytes = kSourceClasses ? class_stage_bytes(prefix_rows) : kTileBytes + (prefix ? kPrefixBytes : 0u);
-  uint8_t* ring = smem;                             // kStages source tiles (and prefixes)
-  uint8_t* out = smem + kStages * stage_bytes;      // kImageBuffers x (H/W destination images, side chunks)
+  uint8_t* stage = smem;                        // the source tile (and prefix)
+  uint8_t* out = smem + stage_bytes;            // the H/W destination images (and side chunks)
   const uint32_t tiles_c = op.tiles_c, tiles_r = op.tiles_r;
   // Tile t in groups of G tile rows, column-major inside a group: the blocks in flight read G * H source rows
   // and write dst rows in runs of G * H * E bytes, not H * E. 32-bit arithmetic (the host keeps the tile
@@ -694,43 +693,42 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     c0 = (int32_t)(column * W) - (column != 0 ? (int32_t)op.lead : 0);
     r0 = (int32_t)((first + (in_group - column * height)) * kTileRows);
   };
-  auto load_stage = [&](uint64_t t, uint8_t* stage, uint64_t* bar) {
+  auto load_stage = [&](uint64_t t, uint8_t* stage, Mbarrier* full) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
     // box j: super-rows (r0 - prefix) / k .. (r0 - prefix is a multiple of k), from the 16-byte boundary at or
     // before element j * cols + c0 (c0 * E is a multiple of 128: the row starts (j * pitch) mod 16 bytes in)
     const uint32_t box_bytes = (kTileRows + prefix_rows) / kSourceClasses * kClassRowBytes;
-    box_load_expect(bar, box_bytes * kSourceClasses);
+    box_load_expect(full, box_bytes * kSourceClasses);
     const int32_t super_row = (r0 - (int32_t)prefix_rows) / (int32_t)kSourceClasses, cols = (int32_t)op.src_prefix.dims[0];
 #pragma unroll
     for (uint32_t j = 0; j < kSourceClasses; ++j)
       box_load_part<kSourceEviction>(op.src, stage + j * class_box_stride(prefix_rows),
                                      Coords{{(int32_t)j * cols + c0 - (int32_t)(((j * pitch16) & 15u) / E), super_row, 0, 0, 0}}, 2,
-                                     box_bytes, bar);
+                                     box_bytes, full);
 #else
     constexpr uint32_t kPrefixRows = kPrefixChunks * V;
-    box_load_expect(bar, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
-    load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, bar);
+    box_load_expect(full, kTileBytes + (prefix ? kPrefixRows * kSpan : 0u));
+    load_source_box<kSourceEviction>(op.src, stage, Coords{{c0, r0, 0, 0, 0}}, kTileBytes, full);
     if (prefix)
       load_source_box<kSourceEviction>(op.src_prefix, stage + kTileBytes, Coords{{c0, r0 - (int32_t)kPrefixRows, 0, 0, 0}},
-                                       kPrefixRows * kSpan, bar);
+                                       kPrefixRows * kSpan, full);
 #endif
-    box_load_commit();
   };
-  uint32_t done = 0;
+#if TMAKIT_TRANSPOSE_ROW_SECTORS
+  constexpr uint32_t kBufferBytes = RunRows<T>::kBytes;  // the extended rows
+#else
+  constexpr uint32_t kBufferBytes = kTileBytes;  // the images
+#endif
+  ImageStores stores(out, kBufferBytes, NamedBarrier(0, blockDim.x));
   auto turn_and_store = [&](uint64_t t, const uint8_t* image) {
     int32_t c0, r0;
     tile_origin(t, c0, r0);
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
     patch_source_tail<T>(op.src_prefix, const_cast<uint8_t*>(image), r0, c0, prefix_rows);
 #endif
-#if TMAKIT_TRANSPOSE_ROW_SECTORS
-    constexpr uint32_t kBufferBytes = RunRows<T>::kBytes;  // the extended rows
-#else
-    constexpr uint32_t kBufferBytes = kTileBytes;  // the images
-#endif
-    uint8_t* buffer = out + (done++ % kImageBuffers) * kBufferBytes;
+    uint8_t* buffer = stores.acquire();  // the last tile's stores are done reading it
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
     // (the first tile row needs none: its runs start at element 0)
@@ -757,7 +755,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     } else {
       transpose_tile<T, Classes>(image, 0, K::kItems, r0 > 0, prefix_rows, pitch16, sink);
     }
-    box_store_begin();
+    stores.publish();
     store_run_row_sectors<T>(op.dst_even, staged, r0, c0);
 #else
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
@@ -773,7 +771,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
       TMAKIT_TRANSPOSE_TRACE(at, 16u);
       *at = v;
     });
-    box_store_begin();
+    stores.publish();
 #pragma unroll
     for (uint32_t k = 0; k < Classes; ++k) {
       const DstBox& dst = k == 0 ? op.dst_even : op.dst_odd;
@@ -782,51 +780,37 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
       store_run<T, Classes>(dst, buffer, k, start, row);
 #else
       for (uint32_t sub = 0; sub < K::kImages; ++sub)
-        box_store_issue(dst, buffer + I::offset(sub, k), Coords{{start + (int32_t)(sub * W), row, 0, 0, 0}}, 2, I::kBytes);
+        if (stores.issuer())
+          cp_async_bulk_tensor_s2g<2>(&dst, Coords{{start + (int32_t)(sub * W), row, 0, 0, 0}}, buffer + I::offset(sub, k));
 #endif
     }
-#if !TMAKIT_TRANSPOSE_STORES_PLAINLY
-    box_store_commit_wait_read<(int)kImageBuffers - 1>();  // this buffer's next use waits for its store
-#endif
 #endif  // TMAKIT_TRANSPOSE_ROW_SECTORS
+    stores.commit();
   };
-  for_each_stage_pipelined<kStages>(ring, stage_bytes, bars, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
-                                    turn_and_store);
-#if !TMAKIT_TRANSPOSE_STORES_PLAINLY
-  box_store_drain();
-#endif
-}
-
-template <uint32_t Classes>
-__device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t esize, uint8_t* smem, uint64_t* bars) {
-  switch (esize) {
-    case 1: transpose_all<uint8_t, Classes>(op, smem, bars); break;
-    case 2: transpose_all<uint16_t, Classes>(op, smem, bars); break;
-    case 4: transpose_all<uint32_t, Classes>(op, smem, bars); break;
-    case 8: transpose_all<uint64_t, Classes>(op, smem, bars); break;
-    default: asm volatile("trap;");  // the host allows only these sizes
-  }
+  for_each_stage_pipelined<1>(stage, stage_bytes, pipe, blockIdx.x, gridDim.x, (uint64_t)tiles_c * tiles_r, load_stage,
+                              turn_and_store);
+  stores.drain_reads();
 }
 
 }  // namespace
 
 // src: box [128/E, H], 128B swizzle; src_prefix: the same tensor, box [128/E, 16/E]; dst_even / dst_odd:
-// dst's rows of class 0 / 1 (row_classes 1: dst itself, twice; 2: its even / odd rows, stride 2 * pitch),
-// box [128/E, 128/E / row_classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
+// dst's rows of class 0 / 1 (TMAKIT_TRANSPOSE_ROW_CLASSES 1: dst itself, twice; 2: its even / odd rows, stride
+// 2 * pitch), box [128/E, 128/E / row classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
 // tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil((cols + lead) / W)
 // tile columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
 // product below 2^32. lead: where every source row starts `lead` elements past a 128-byte line (a pitch of
 // whole lines, a base inside one), the tile columns after the first start that much early, so that each
 // tile row is one whole line; the first two columns then overlap and write those dst rows twice, alike (even:
 // a multiple of V). shifted: bit k set when class k's rows start 16 bytes into a 32-byte sector.
-// Launch: 1-D blocks of any multiple of 32 threads (the host: 256), one per tile (or fewer, walking the tiles
-// through the ring), dynamic shared memory (stages + image buffers) * H * 128 bytes, plus 2 KiB per stage when
-// `shifted`, plus 1 KiB of alignment slack; with TMAKIT_TRANSPOSE_ROW_SECTORS (one class, shifted 0) 4 KiB per
-// stage for the prefix and 4 KiB per image buffer for its chunks instead, src_prefix's box [128/E, 32/E]; with
-// TMAKIT_TRANSPOSE_SPLIT_TURN half the image buffer and 2 KiB (RunRows); tmakit/ops/transpose.py: shared_mem_for.
+// Launch: 1-D blocks of any multiple of 32 threads (the host: 256), one per tile (or fewer, each walking several
+// tiles), dynamic shared memory 2 * H * 128 bytes (the stage and the image buffer), plus 2 KiB when `shifted`,
+// plus 1 KiB of alignment slack; with TMAKIT_TRANSPOSE_ROW_SECTORS (one class, shifted 0) 4 KiB for the prefix and
+// 4 KiB for its chunks instead, src_prefix's box [128/E, 32/E]; with TMAKIT_TRANSPOSE_SPLIT_TURN half the image
+// buffer and 2 KiB (RunRows); tmakit/ops/transpose.py: shared_mem_for.
 // TMAKIT_TRANSPOSE_THREADS / TMAKIT_TRANSPOSE_MIN_BLOCKS: the block size and the blocks the host wants resident
-// per SM (shared memory allows three 256-row tiles on sm_90): a register cap, as registers must not be what
-// stops the third block (the cp.async path's any-pitch loads took 94 registers, two blocks per SM).
+// per SM (shared memory allows three 256-row tiles on sm_90): a register cap, so that registers do not stop the
+// third block.
 #ifndef TMAKIT_TRANSPOSE_THREADS
 #define TMAKIT_TRANSPOSE_THREADS 1024
 #endif
@@ -834,14 +818,12 @@ __device__ __forceinline__ void transpose_by_size(const Operands& op, uint32_t e
 #define TMAKIT_TRANSPOSE_MIN_BLOCKS 1
 #endif
 extern "C" __global__ void __launch_bounds__(TMAKIT_TRANSPOSE_THREADS, TMAKIT_TRANSPOSE_MIN_BLOCKS)
-tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix,
-                                            TMAKIT_TRANSPOSE_DST dst_even, TMAKIT_TRANSPOSE_DST dst_odd, uint32_t tiles_r,
-                                            uint32_t tiles_c, uint32_t lead, uint32_t esize, uint32_t row_classes,
-                                            uint32_t shifted) {
+tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix, TMAKIT_TRANSPOSE_DST dst_even,
+                 TMAKIT_TRANSPOSE_DST dst_odd, tmakit::uint32_t tiles_r, tmakit::uint32_t tiles_c, tmakit::uint32_t lead,
+                 tmakit::uint32_t shifted) {
+  using namespace tmakit;
   extern __shared__ __align__(16) uint8_t smem_raw[];
-  __shared__ uint64_t bars[kStages];
-  uint8_t* smem = align_shared(smem_raw, 1024);
+  __shared__ BoxPipeline<1> pipe;
   const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, lead, shifted};
-  if (!kRowSectors && row_classes == 2) transpose_by_size<2>(op, esize, smem, bars);
-  else transpose_by_size<1>(op, esize, smem, bars);
+  transpose_all<Element, kRowSectors ? 1u : kRowClasses>(op, align_shared(smem_raw, 1024), pipe);
 }

@@ -8,7 +8,11 @@ Sq != Sk) against a float32 reference on fresh random data, outputs poisoned wit
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
+import os
+import random
+import re
 import secrets
 
 import pytest
@@ -21,7 +25,7 @@ from tmakit.ops import plan_attention
 attn_mod = importlib.import_module("tmakit.ops.attention")  # the module (tmakit.ops.attention is the function)
 check_config, default_config = attn_mod.check_config, attn_mod.default_config
 
-from _fake_driver import FakeDeviceArray
+from _fake_driver import FakeDeviceArray, fake_launch  # noqa: F401 - fixture
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -39,14 +43,21 @@ def _variants():
 
 @pytest.mark.parametrize("backend, arch, head_dim, bf16", _variants())
 def test_attention_variants_compile(backend: Backend, arch: str, head_dim: int, bf16: bool) -> None:
+    """Both entry points exist in every build; the one the build serves has the promised instructions, the other
+    is a trap."""
     cfg = default_config(backend, head_dim, bf16)
     code = compile_cuda("attention.cu", arch=arch, defines={**backend.defines, **cfg.defines})
-    assert cfg.entry in code.entry_names()
+    assert sorted(code.entry_names()) == ["tmakit_attention_fwd_cp_async", "tmakit_attention_fwd_tma"]
+    parts = {re.match(r"\.visible \.entry (\w+)", p).group(1): p
+             for p in re.split(r"(?=^\.visible \.entry )", code.ptx, flags=re.M) if p.startswith(".visible .entry")}
+    ptx = parts.pop(cfg.entry)
+    (other,) = parts.values()
+    assert "trap;" in other and "mma" not in other
     if backend is Backend.TMA:
-        assert "wgmma.mma_async" in code.ptx and "cp.async.bulk.tensor.4d" in code.ptx and "setmaxnreg" in code.ptx
+        assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor.4d" in ptx and "setmaxnreg" in ptx
     else:
-        assert "mma.sync.aligned.m16n8k16" in code.ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in code.ptx
-        assert "cp.async.cg.shared.global" in code.ptx
+        assert "mma.sync.aligned.m16n8k16" in ptx and "ldmatrix.sync.aligned.m8n8.x4.trans" in ptx
+        assert "cp.async.cg.shared.global" in ptx
 
 
 def test_shared_memory_budget_refuses_head_dim_256() -> None:
@@ -66,7 +77,7 @@ def test_shared_memory_budget_refuses_too_many_stages() -> None:
 
 def test_config_shared_memory_matches_kernel_layout() -> None:
     cfg = default_config(Backend.TMA, 128)
-    assert cfg.shared_mem == 32768 + 2 * 65536 + 8 * 7 + 1024
+    assert cfg.shared_mem == 32768 + 2 * 65536 + 8 * (1 + 2 * 2 * 2) + 1024  # Q's barrier, K and V rings' FULL/EMPTY
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
     c2 = default_config(Backend.CP_ASYNC, 64, warps=4, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
@@ -112,6 +123,44 @@ def test_argument_errors_name_the_parameter() -> None:
         plan_attention(q, q, q, scale=-1.0)
     with pytest.raises(InvalidArgumentError, match="causal.*True or False"):
         plan_attention(q, q, q, causal=1)
+
+
+def test_kernel_descriptors_are_the_ones_derived_from_its_maps() -> None:
+    """What the tma kernel multiplies with (TMAKIT_ATTN_DESC_Q/K/V) is tmakit.wgmma_descriptors of the tensor maps
+    the plan encodes, for every head dim, key block and dtype; the kernel's built-in defaults are the default plan's."""
+    from pathlib import Path
+
+    from _fake_driver import device_view
+
+    for d, block_n, bf16 in itertools.product((64, 128), (64, 128), (True, False)):
+        cfg = default_config(Backend.TMA, d, bf16, block_n=block_n)
+        views = [attn_mod._bhsd_view(device_view(0x100000 * (i + 1), (2, 3, 1000, d), "float16"), "bhsd") for i in range(3)]
+        maps = [attn_mod._tile_map(v, rows, encode=False) for v, rows in zip(views, (cfg.block_m, block_n, block_n))]
+        want = attn_mod.stage_descriptors(*[m for m in maps], cfg)
+        for name, descs in zip("QKV", want):
+            assert cfg.defines[f"TMAKIT_ATTN_DESC_{name}"] == ", ".join(f"0x{x.value:016x}ull" for x in descs), (cfg, name)
+    source = (Path(__file__).resolve().parents[1] / "cuda_src" / "attention.cu").read_text()
+    defaults = default_config(Backend.TMA, 128).defines
+    for name in ("TMAKIT_ATTN_DESC_Q", "TMAKIT_ATTN_DESC_K", "TMAKIT_ATTN_DESC_V"):
+        block = re.search(rf"#ifndef {name}\n#define {name}(.*?)#endif", source, re.S).group(1)
+        assert re.findall(r"0x[0-9a-f]+ull", block) == defaults[name].split(", "), name
+
+
+def test_outputs_overlapping_inputs_are_refused(fake_launch) -> None:
+    """out or lse sharing bytes with q, k or v (or each other) would be written while loads of them are in flight."""
+    from _fake_driver import device_view
+
+    q, k, v = (device_view(0x100000 * (i + 1), (1, 2, 64, 64), "float16") for i in range(3))
+    lse = device_view(0x800000, (1, 2, 64), "float32")
+    for out_at, which in ((0x100000, "q"), (0x200000 + 4096, "k"), (0x300000 - 64, "v")):
+        with pytest.raises(InvalidArgumentError, match=rf"out=.*overlaps {which}"):
+            plan_attention(q, k, v, device_view(out_at, (1, 2, 64, 64), "float16"), lse=lse, backend="cp.async")
+    out = device_view(0x600000, (1, 2, 64, 64), "float16")
+    with pytest.raises(InvalidArgumentError, match=r"out=.*overlaps lse"):
+        plan_attention(q, k, v, out, lse=device_view(0x600000 + 512, (1, 2, 64), "float32"), backend="cp.async")
+    plan = plan_attention(q, k, v, out, lse=lse, backend="cp.async")  # apart: accepted
+    with pytest.raises(InvalidArgumentError, match=r"lse=.*overlaps k"):
+        plan(q, k, v, out, lse=device_view(0x200000, (1, 2, 64), "float32"))
 
 
 def test_bshd_dims_and_strides() -> None:
@@ -200,6 +249,73 @@ def test_attention_matches_float32_reference(backend, d, sq, sk, causal, layout,
     ref_o2, ref_lse2 = reference(q2, k2, v2, causal, scale, layout)
     assert o2 is out2 and ((o2.float() - ref_o2).norm() / ref_o2.norm()).item() < 1e-2
     torch.testing.assert_close(lse2, ref_lse2, rtol=1e-3, atol=2e-3)
+
+
+def _sweep(n_cases: int, seed: int) -> list[dict]:
+    """Random attention problems: B, H, Sq, Sk from small to multi-wave grids (B * H * Sq / 128 of 3 waves and more on
+    132 SMs), D 64 or 128, causal or not, both layouts and dtypes, both backends, scales other than 1/sqrt(D), and one
+    case in five with huge logits (q and k scaled so that scale * q.k reaches thousands)."""
+    rng = random.Random(seed)
+    cases = []
+    for i in range(n_cases):
+        waves = i % 4 == 0  # a grid of at least 3 waves of 132 blocks
+        b, h = (rng.randint(2, 4), rng.randint(8, 16)) if waves else (rng.randint(1, 3), rng.randint(1, 6))
+        sq = rng.randint(max(1, 3 * 132 * 128 // (b * h)), 4096) if waves else int(2 ** rng.uniform(0, 12))
+        sk = rng.choice((sq, int(2 ** rng.uniform(0, 12)), rng.randint(1, 4096)))
+        d = rng.choice((64, 128))
+        cases.append(dict(backend="tma" if i % 3 else "cp.async", b=b, h=h, sq=max(1, sq), sk=max(1, sk), d=d,
+                          causal=rng.random() < 0.5, layout=rng.choice(("bhsd", "bshd")),
+                          dtype=rng.choice(("bfloat16", "float16")),
+                          scale=rng.choice((None, 0.05, 0.3, 1.0)), huge=i % 5 == 2))
+    return cases
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("chunk", range(4))
+def test_attention_sweep(chunk) -> None:
+    """120 random problems (30 per chunk), each run 3 times on NaN-poisoned outputs, against float32 attention: no
+    NaN where torch has none (huge logits included), O and lse within bf16/fp16 tolerance."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    seed = int(os.environ.get("TMAKIT_TEST_SEED", "20261126"))
+    for case in _sweep(120, seed)[30 * chunk:30 * (chunk + 1)]:
+        gen = torch.Generator(device="cuda").manual_seed(seed + hash(str(case)) % 1000)
+        tdt = getattr(torch, case["dtype"])
+        b, h, d = case["b"], case["h"], case["d"]
+
+        def make(s, amplitude=1.0):
+            shape = (b, h, s, d) if case["layout"] == "bhsd" else (b, s, h, d)
+            return (amplitude * torch.randn(shape, generator=gen, device="cuda")).to(tdt)
+
+        amp = 12.0 if case["huge"] else 1.0
+        q, k, v = make(case["sq"], amp), make(case["sk"], amp), make(case["sk"])
+        scale = case["scale"] or 1.0 / math.sqrt(d)
+        ref_o, ref_lse = reference(q, k, v, case["causal"], scale, case["layout"])
+        out = torch.empty_like(q)
+        lse = torch.empty((b, h, case["sq"]), device="cuda")
+        plan = plan_attention(q, k, v, out, causal=case["causal"], scale=case["scale"], layout=case["layout"],
+                              backend=case["backend"], lse=lse)
+        for run in range(3):
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            plan()
+            torch.cuda.synchronize()
+            where = f"case {case} run {run} (seed {seed})"
+            assert torch.equal(torch.isnan(out), torch.isnan(ref_o)), f"{where}: NaN in out where float32 has none"
+            assert not torch.isnan(lse).any(), f"{where}: NaN in lse"
+            rel = ((out.float() - ref_o).norm() / ref_o.norm().clamp_min(1e-30)).item()
+            assert rel < (1.5e-2 if case["dtype"] == "bfloat16" else 5e-3), f"{where}: relative error {rel:.3g}"
+            torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3 * max(1.0, ref_lse.abs().max().item() / 100),
+                                       msg=lambda m: f"{where}: lse {m}")
+
+
+def test_attention_sweep_covers_what_it_promises() -> None:
+    cases = _sweep(120, int(os.environ.get("TMAKIT_TEST_SEED", "20261126")))
+    assert len(cases) >= 100 and {c["backend"] for c in cases} == {"tma", "cp.async"}
+    assert sum(c["b"] * c["h"] * -(-c["sq"] // 128) >= 3 * 132 for c in cases) >= 20  # multi-wave grids
+    assert any(c["huge"] for c in cases) and {c["scale"] for c in cases} >= {None, 0.05, 0.3, 1.0}
+    assert {c["d"] for c in cases} == {64, 128} and {c["causal"] for c in cases} == {True, False}
+    assert any(c["sq"] != c["sk"] for c in cases) and {c["layout"] for c in cases} == {"bhsd", "bshd"}
 
 
 @pytest.mark.requires_sm80

@@ -36,34 +36,37 @@ requires_nvrtc = pytest.mark.skipif(not _nvrtc_available(), reason="NVRTC (nvidi
 USES = {
     "types.cuh": "tmakit::Coords c{{1,2,3,4,5}}; __shared__ tmakit::uint8_t s[256]; out[0] = *tmakit::align_shared(s, 128) + c.c[0];",
     "config.cuh": "out[0] = TMAKIT_USE_TMA + TMAKIT_HAS_SM90;",
-    "mbarrier.cuh": """__shared__ tmakit::uint64_t bar;
-      if (threadIdx.x == 0) { tmakit::mbarrier_init(&bar, blockDim.x); tmakit::fence_mbarrier_init(); }
+    "mbarrier.cuh": """__shared__ tmakit::uint64_t bar; __shared__ tmakit::Mbarrier obj;
+      if (threadIdx.x == 0) { tmakit::mbarrier_init(&bar, blockDim.x); obj.init(2 * blockDim.x); tmakit::fence_mbarrier_init(); }
       __syncthreads();
-      tmakit::cp_async_mbarrier_arrive(&bar); tmakit::mbarrier_arrive(&bar);
-      tmakit::MbarrierPhase ph{&bar, 0}; ph.wait(1000000);
+      tmakit::cp_async_mbarrier_arrive(&bar); tmakit::mbarrier_arrive(&bar); tmakit::mbarrier_wait_parity(&bar, 0, 1000000);
+      obj.arrive(); obj.cp_async_arrive_noinc(); obj.wait_parity(0);
 #if TMAKIT_HAS_SM90
-      if (threadIdx.x == 0) { tmakit::mbarrier_expect_tx(&bar, 16); tmakit::mbarrier_arrive_expect_tx(&bar, 16); }
+      if (threadIdx.x == 0) { tmakit::mbarrier_expect_tx(&bar, 16); tmakit::mbarrier_arrive_expect_tx(&bar, 16); obj.expect_tx(16);
+                              obj.arrive_expect_tx(16); obj.arrive_cluster(0); }
 #endif
-      out[0] = tmakit::mbarrier_try_wait_parity(&bar, 1); __syncthreads(); if (threadIdx.x == 0) tmakit::mbarrier_inval(&bar);""",
+      out[0] = tmakit::mbarrier_try_wait_parity(&bar, 1) + obj.try_wait_parity(1) + (obj.address() & 1u);
+      __syncthreads(); if (threadIdx.x == 0) { tmakit::mbarrier_inval(&bar); obj.inval(); }""",
+    "named_barrier.cuh": """const tmakit::NamedBarrier group(1 + threadIdx.x / 128, 128);
+      group.sync(); if (threadIdx.x >= 128) group.arrive(); out[0] = (unsigned char)(group.id() + group.threads());""",
+    "warp.cuh": "out[threadIdx.x] = tmakit::elect_one_sync();",
     "fence.cuh": "tmakit::fence_proxy_async_shared_cta();",
-    "tma.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar;
+    "tma.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar; __shared__ tmakit::Mbarrier obj;
       tmakit::Coords c{{0, 1, 2, 3, 4}};
 #if TMAKIT_HAS_SM90
       tmakit::prefetch_tensormap(&d);
-      tmakit::cp_async_bulk_tensor_g2s<1>(s, &d, c, &bar); tmakit::cp_async_bulk_tensor_g2s<5>(s, &d, c, &bar);
+      tmakit::cp_async_bulk_tensor_g2s<1>(s, &d, c, &bar); tmakit::cp_async_bulk_tensor_g2s<5>(s, &d, c, obj);
       tmakit::cp_async_bulk_tensor_g2s(out[1], s, &d, c, &bar);
-      tmakit::cp_async_bulk_tensor_g2s_multicast<2>(s, &d, c, &bar, 3);
+      tmakit::cp_async_bulk_tensor_g2s_multicast<2>(s, &d, c, obj, 3);
       tmakit::cp_async_bulk_tensor_s2g<3>(&d, c, s); tmakit::cp_async_bulk_tensor_s2g(out[2], &d, c, s);
       tmakit::cp_reduce_async_bulk_tensor_add<4>(&d, c, s); tmakit::cp_async_bulk_prefetch_tensor<2>(&d, c);
       tmakit::cp_async_bulk_commit_group(); tmakit::cp_async_bulk_wait_group_read<0>(); tmakit::cp_async_bulk_wait_group<1>();
 #endif""",
     "tma_im2col.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar;
       tmakit::Coords c{{0, 1, 2, 3, 4}}; tmakit::Im2colOffsets o{{1, 2, 3}};
-      out[3] = (unsigned char)(tmakit::cluster_ctarank() + tmakit::cluster_id_x());
 #if TMAKIT_HAS_SM90
       tmakit::cp_async_bulk_tensor_g2s_im2col(out[1], s, &d, c, o, &bar);
-#endif
-      tmakit::cluster_sync();""",
+#endif""",
     "bulk_copy.cuh": """__shared__ alignas(128) unsigned char s[256]; __shared__ tmakit::uint64_t bar;
 #if TMAKIT_HAS_SM90
       tmakit::cp_async_bulk_g2s(s, out, 256, &bar); tmakit::cp_async_bulk_s2g(out, s, 256);
@@ -88,38 +91,64 @@ USES = {
       const tmakit::uint32_t b0[2] = {b[0], b[1]}; tmakit::mma_m16n8k16<true>(c, a, b0); tmakit::mma_m16n8k16<false>(c, a, b0);
       tmakit::mma_c_to_a_fragment<true>(a, c, c);
       out[tmakit::MmaM16N8K16Layout::c_row(lane, 0)] = (unsigned char)(c[0] + a[0]);""",
-    "wgmma.cuh": """const tmakit::uint64_t da = tmakit::wgmma_make_desc(128, 16, 1024, 1), db = tmakit::wgmma_desc_advance(da, 32);
-      out[0] = (unsigned char)(tmakit::wgmma_d_row(threadIdx.x, 3) + tmakit::wgmma_d_col(threadIdx.x, 5) + tmakit::wgmma_swizzle_from_tma(3));
+    "wgmma.cuh": """const tmakit::uint64_t da = tmakit::wgmma_make_desc(128, 16, 1024, 1), db = tmakit::wgmma_desc_rebase(da, 32);
+      out[0] = (unsigned char)(tmakit::wgmma_d_row(threadIdx.x, 3) + tmakit::wgmma_d_col(threadIdx.x, 5) + tmakit::wgmma_swizzle_from_tma(3)
+                               + tmakit::wgmma_k(tmakit::WgmmaType::kTf32));
 #if TMAKIT_HAS_SM90
-      float acc[128] = {}; float e[32] = {}; const tmakit::uint32_t a[4] = {1u, 2u, 3u, 4u};
-      tmakit::wgmma_fence(); tmakit::wgmma_m64nNk16_ss<256, true, false, true>(acc, da, db, out[1] != 0);
-      tmakit::wgmma_m64nNk16_rs<64, false, true>(e, a, db); tmakit::wgmma_commit_group(); tmakit::wgmma_wait_group<0>();
-      tmakit::wgmma_fence_operands(acc); out[threadIdx.x] = (unsigned char)(acc[7] + e[3] + tmakit::elect_one_sync());
+      using tmakit::WgmmaType;
+      float acc[128] = {}; float e[32] = {}; float f[64] = {}; tmakit::int32_t g[96] = {}; const tmakit::uint32_t a[4] = {1u, 2u, 3u, 4u};
+      tmakit::wgmma_fence(); tmakit::wgmma_mma_async_ss<256, WgmmaType::kBf16, WgmmaType::kBf16, false, true>(acc, da, db, out[1] != 0);
+      tmakit::wgmma_mma_async_ss<128, WgmmaType::kE4m3, WgmmaType::kE5m2>(f, da, db, true);
+      tmakit::wgmma_mma_async_ss<64, WgmmaType::kTf32, WgmmaType::kTf32>(e, da, db, true);
+      tmakit::wgmma_mma_async_ss<192, WgmmaType::kU8, WgmmaType::kS8>(g, da, db, true);
+      tmakit::wgmma_mma_async_rs<64, WgmmaType::kF16, true>(e, a, db); tmakit::wgmma_commit_group(); tmakit::wgmma_wait_group<0>();
+      tmakit::wgmma_fence_operands(acc); tmakit::wgmma_fence_operands(g);
+      out[threadIdx.x] = (unsigned char)(acc[7] + e[3] + f[1] + g[2]);
 #endif""",
-    "cluster.cuh": """#if TMAKIT_HAS_SM90
-      __shared__ tmakit::uint64_t bar; tmakit::cluster_sync();
+    "cluster.cuh": """out[0] = (unsigned char)(tmakit::cluster_nctarank() + tmakit::cluster_ctarank() + tmakit::cluster_id_x());
+      tmakit::cluster_sync();
+#if TMAKIT_HAS_SM90
+      __shared__ tmakit::uint64_t bar;
       tmakit::mbarrier_arrive_cluster(tmakit::mapa_shared_cluster(tmakit::shared_addr(&bar), tmakit::cluster_ctarank()));
-      out[0] = (unsigned char)tmakit::cluster_nctarank();
+      tmakit::barrier_cluster_arrive(); tmakit::barrier_cluster_wait();
 #endif""",
-    "pipeline_ring.cuh": """__shared__ tmakit::PipelineRing<4> ring; tmakit::RingCursor<4> c;
-      if (threadIdx.x == 0) ring.init(1, 1);
-      __syncthreads(); ring.acquire(c); ring.commit_cp_async(c); ring.wait_full(c); ring.release(c); c.advance();
+    "pipeline.cuh": """__shared__ alignas(1024) unsigned char s[4096];
+      __shared__ tmakit::Pipeline<4, tmakit::CpAsyncBlockProducer> block; __shared__ tmakit::Pipeline<2, tmakit::CpAsyncThreadProducer> own;
+      auto c = tmakit::make_consumer_start_state<4>(); auto pr = tmakit::make_producer_start_state<4>();
+      block.producer_acquire(pr); tmakit::cp_async_cg_16(s + 16 * threadIdx.x, out); block.producer_commit(pr); pr.advance();
+      block.consumer_wait<0>(c); block.consumer_release(c); c.advance();
+      auto q = tmakit::make_producer_start_state<2>(); own.producer_commit(q); own.consumer_wait<1>(q);
+      out[0] = (unsigned char)(c.index + c.phase + pr.phase + s[threadIdx.x] + (block.full_barrier(pr) == nullptr));
 #if TMAKIT_HAS_SM90
-      ring.arm_tma(c, 16); ring.release_cluster(c, 0);
+      __shared__ tmakit::Pipeline<4, tmakit::TmaProducer, 32> ring; __shared__ tmakit::Pipeline<2, tmakit::TmaProducer> wg;
+      if (threadIdx.x == 0) { ring.init(1, blockDim.x / 32); wg.init(1, 2); }
+      __syncthreads();
+      if (threadIdx.x == 0) { ring.producer_acquire(pr); tmakit::Mbarrier& full = ring.producer_expect(pr, 16);
+                              tmakit::cp_async_bulk_tensor_g2s<2>(s, &d, tmakit::Coords{{0, 0, 0, 0, 0}}, full); }
+      ring.consumer_wait(c); ring.consumer_release(c); wg.consumer_release_cluster(q, 2);
+      tmakit::StorePipeline<2> store(s, 1024, tmakit::NamedBarrier(1, 128)); tmakit::uint8_t* buf = store.acquire();
+      buf[threadIdx.x] = 1; store.publish();
+      if (store.issuer()) tmakit::cp_async_bulk_tensor_s2g<2>(&d, tmakit::Coords{{0, 0, 0, 0, 0}}, buf);
+      store.commit(); store.drain(); store.drain_reads();
 #endif
-      out[0] = (unsigned char)(c.stage + c.phase);""",
+      tmakit::StorePipeline<1, false> plain(s, 0, tmakit::NamedBarrier(0, blockDim.x)); plain.acquire(); plain.publish(); plain.commit(); plain.drain();""",
     "box_geometry.cuh": """tmakit::Coords c{{-3, 2, 0, 0, 0}};
       tmakit::BoxChunk ch = tmakit::box_chunk(p, c, threadIdx.x);
       out[0] = tmakit::box_image_bytes(p) + tmakit::box_row_pitch(p) + ch.image_offset + (unsigned)tmakit::oob_fill_bits(p);""",
-    "box_load.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::uint64_t bar;
-      tmakit::MbarrierPhase ph = tmakit::box_barrier_init(&bar);
+    "box_load.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::Pipeline<1, tmakit::BoxProducer, 32> pipe;
+      auto p = tmakit::make_producer_start_state<1>();
+      if (threadIdx.x == 0) pipe.init(1, blockDim.x / 32);
+      __syncthreads();
       tmakit::Coords c{{0, 0, 0, 0, 0}};
-      tmakit::box_load(src, tmakit::align_shared(smem, 1024), c, 2, 4096, &bar); tmakit::box_wait(ph);""",
+      tmakit::box_load(src, tmakit::align_shared(smem, 1024), c, 2, 4096, pipe.full_barrier(p)); pipe.producer_commit(p);
+      pipe.consumer_wait(tmakit::make_consumer_start_state<1>());""",
     "box_store.cuh": """extern __shared__ __align__(16) unsigned char smem[];
       tmakit::Coords c{{0, 0, 0, 0, 0}};
-      tmakit::box_store(src, tmakit::align_shared(smem, 1024), c, 2, 4096);""",
-    "box_pipeline.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::uint64_t bars[3];
-      tmakit::for_each_box_pipelined<3>(src, 2, 4096, tmakit::align_shared(smem, 1024), 4096, bars, blockIdx.x, gridDim.x, 10,
+      tmakit::BoxStores<1> stores = tmakit::make_box_stores<1>(tmakit::align_shared(smem, 1024), 4096);
+      tmakit::uint8_t* buf = stores.acquire(); buf[threadIdx.x] = 1; stores.publish();
+      tmakit::box_store_issue(src, buf, c, 2, 4096); stores.commit(); stores.drain();""",
+    "box_pipeline.cuh": """extern __shared__ __align__(16) unsigned char smem[]; __shared__ tmakit::BoxPipeline<3> pipe;
+      tmakit::for_each_box_pipelined<3>(src, 2, 4096, tmakit::align_shared(smem, 1024), 4096, pipe, blockIdx.x, gridDim.x, 10,
           [](tmakit::uint64_t b) { tmakit::Coords c{{(int)b * 8, 0, 0, 0, 0}}; return c; },
           [&](tmakit::uint64_t b, const tmakit::uint8_t* img) { out[b] = img[threadIdx.x]; });""",
 }
@@ -218,7 +247,12 @@ INSTRUCTIONS = {
                      [f"cp.async.bulk.prefetch.tensor.{n}d.L2.global.tile" for n in range(1, 6)], [], []),
     "tma_prefetch_forced_cp_async": ("tma_prefetch.cu", "sm_90a", {"TMAKIT_FORCE_CP_ASYNC": 1},
                                      ["cp.async.cg.shared.global"], ["prefetch.tensor"], []),  # the twin only loads
-    "wgmma_probe": ("wgmma_probe.cu", "sm_90a", None, ["wgmma.mma_async.sync.aligned.m64n64k16"], [], []),
+    "wgmma_probe": ("wgmma_probe.cu", "sm_90a", None,
+                    [f"wgmma.mma_async.sync.aligned.m64n128k{k}.{d}.{a}.{b}" for k, d, a, b in (
+                        (16, "f32", "bf16", "bf16"), (16, "f32", "f16", "f16"), (8, "f32", "tf32", "tf32"),
+                        (32, "f32", "e4m3", "e4m3"), (32, "f32", "e4m3", "e5m2"), (32, "f32", "e5m2", "e4m3"),
+                        (32, "f32", "e5m2", "e5m2"), (32, "s32", "s8", "s8"), (32, "s32", "s8", "u8"),
+                        (32, "s32", "u8", "s8"), (32, "s32", "u8", "u8"))], [], ["HGMMA", "QGMMA", "IGMMA"]),
     "mma_probe_sm80": (_mma_probe, "sm_80", None, ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"], [],
                        ["HMMA.16816.F32.BF16", "LDSM.16.MT88.4", "LDSM.16.M88.4"]),

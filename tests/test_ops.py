@@ -177,16 +177,15 @@ def test_transpose_source_eviction_parses_friendly_names_and_refuses_others():
 
 def test_transpose_tile_plan_fits_the_device():
     """256-row tiles where they fit a block's shared memory, else the 128-row plan; one block per tile with one
-    stage and one image buffer, three blocks per SM on sm_90."""
+    stage and one image buffer (TilePlan.shared_mem), three blocks per SM on sm_90."""
     from tmakit.ops.transpose import choose_tile_plan
 
     for prefix in (False, True):  # with room for the V rows before each tile (shifted rows) or without
         big, small = choose_tile_plan(227 * 1024, prefix), choose_tile_plan(48 * 1024, prefix)
         assert (big.rows, small.rows) == (256, 128)
-        assert not big.persistent and (big.stages, big.image_buffers) == (1, 1)
         assert 3 * (big.shared_mem_for(prefix) + 1024) <= 228 * 1024  # sm_90: 1 KiB reserved per block
         assert small.shared_mem_for(prefix) <= 48 * 1024
-        assert big.shared_mem_for(prefix) == big.shared_mem + prefix * big.stages * 16 * 128
+        assert big.shared_mem_for(prefix) == big.shared_mem + prefix * 16 * 128
     for limit in (163 * 1024, 99 * 1024):  # sm_80; sm_86 and sm_89
         assert choose_tile_plan(limit, prefix=True).rows == 256
     # both pitches odd (source row classes and row-sector runs): three blocks too, 1-byte rows by the split turn
@@ -579,49 +578,46 @@ def test_transpose_line_aligned_source_columns_are_exact(dtype, backend):
 
 
 @pytest.mark.requires_gpu
-@pytest.mark.parametrize("ring", [False, True], ids=["block_per_tile", "persistent_ring"])
+@pytest.mark.parametrize("blocks", [None, 3], ids=["block_per_tile", "three_blocks"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_transpose_exact_with_128_row_tiles(dtype, backend, ring):
-    """128-row tiles, asked for: the plan for small shared-memory limits (one block per tile), and a
-    persistent grid walking the tiles through a ring of 4 stages (many tiles per block, the ring's phases and
-    both image buffers): the same bytes as numpy at edge shapes."""
-    tiles = ops.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True) if ring else ops.TilePlan.of(128)
+def test_transpose_exact_with_128_row_tiles(dtype, backend, blocks):
+    """128-row tiles, asked for: the plan for small shared-memory limits, with one block per tile, and with three
+    blocks walking all the tiles (the stage and the image buffer reused tile after tile: the ring's phases and the
+    store pipeline's reuse rule): the same bytes as numpy at edge shapes."""
+    tiles = ops.TilePlan.of(128)
     rng, seed = _rng()
     # TMA-describable pitches, partial tiles; 144 1-byte rows: a pitch of 16 mod 32 (shifted odd rows)
     for shape in [(144, 80), (4112, 1040), (1024, 2048), (16 * 8 + 16 // np.dtype(dtype).itemsize, 272)]:
         host = _random_array(rng, shape, dtype)
         with _device(host) as src, _poisoned(shape[::-1], dtype) as dst:
-            assert ops.transpose(dst, src, backend=backend, tile_plan=tiles).tile_plan == tiles
+            assert ops.transpose(dst, src, backend=backend, tile_plan=tiles, max_blocks=blocks).tile_plan == tiles
             _sync()
             got = dst.to_host()
         assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} {backend} differs"
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("ring", [False, True], ids=["block_per_tile", "persistent_ring"])
-def test_transpose_split_turn_is_exact(ring):
+@pytest.mark.parametrize("blocks", [None, 2], ids=["block_per_tile", "two_blocks"])
+def test_transpose_split_turn_is_exact(blocks):
     """1-byte rows with both pitches odd (16 source row classes, row-sector runs): the tile is turned in two
     halves, the upper half's images in the stage rows the lower half read, which fits three blocks per SM. One
-    block per tile, and a persistent ring of two stages and two image buffers (a stage reused after its
-    images were stored): the same bytes as numpy, at interior and edge tiles."""
-    from tmakit.ops.transpose import TilePlan
-
-    tiles = TilePlan.of(256, 2, 4096, image_buffers=2, persistent=True) if ring else None
+    block per tile, and two blocks walking all the tiles (a stage reused after its images were stored): the same
+    bytes as numpy, at interior and edge tiles."""
     rng, seed = _rng()
     for shape in [(1031, 523), (515, 263), (2049, 1025)]:
         host = _random_array(rng, shape, np.uint8)
         with _device(host) as src, _poisoned(shape[::-1], np.uint8) as dst:
-            plan = ops.plan_transpose(dst, src, backend="tma", tile_plan=tiles)
+            plan = ops.plan_transpose(dst, src, backend="tma", max_blocks=blocks)
             chosen = plan.result.tile_plan
             assert chosen.split_turn(True, 16) and plan.result.sectors.row_sectors, plan.result
             # a 42 KiB stage, 22 KiB of extended rows (half the images, their prefix chunks and one chunk twice), 1 KiB
             # of slack: three blocks in 228 KiB
-            assert ring or chosen.shared_mem_for(False, True, 1, 16) == 65 * 1024
+            assert chosen.shared_mem_for(False, True, 1, 16) == 65 * 1024
             plan()
             _sync()
             got = dst.to_host()
-        assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} ring={ring} differs"
+        assert got.tobytes() == np.ascontiguousarray(host.T).tobytes(), f"seed {seed}: {shape} blocks={blocks} differs"
 
 
 @pytest.mark.requires_gpu

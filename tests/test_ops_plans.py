@@ -96,24 +96,28 @@ def test_transpose_plan_refuses_buffers_that_change_a_decision(fake_launch):
 
 def test_transpose_tuning_choices_are_plan_arguments(fake_launch):
     dst, src = device_view(0x100000, (512, 512), "float32"), device_view(0x200000, (512, 512), "float32")
-    ring = ops.TilePlan.of(128, 4, 4096, image_buffers=2, persistent=True)
-    plan = ops.plan_transpose(dst, src, backend="cp.async", tile_plan=ring, source_eviction="normal",
-                              align_sectors=False)
+    tiles = ops.TilePlan.of(128, 4096)
+    plan = ops.plan_transpose(dst, src, backend="cp.async", tile_plan=tiles, source_eviction="normal",
+                              align_sectors=False, max_blocks=5)
     defines = fake_launch[0].defines
-    assert (defines["TMAKIT_TRANSPOSE_TILE_ROWS"], defines["TMAKIT_TRANSPOSE_STAGES"]) == (128, 4)
-    assert defines["TMAKIT_TRANSPOSE_SOURCE_EVICTION"] == 0 and plan.result.tile_plan == ring
-    assert fake_launch[0].bound[0].options["grid"][0] <= 132 * 4  # persistent: the resident blocks
+    assert (defines["TMAKIT_TRANSPOSE_TILE_ROWS"], defines["TMAKIT_TRANSPOSE_RUN_BYTES"]) == (128, 4096)
+    assert (defines["TMAKIT_TRANSPOSE_ELEMENT_BYTES"], defines["TMAKIT_TRANSPOSE_ROW_CLASSES"]) == (4, 1)
+    assert defines["TMAKIT_TRANSPOSE_SOURCE_EVICTION"] == 0 and plan.result.tile_plan == tiles
+    assert fake_launch[0].bound[0].options["grid"][0] == 5  # max_blocks: each block walks several of the 64 tiles
     default = ops.plan_transpose(dst, src, backend="cp.async")
     assert default.result.tile_plan.rows == 256 and fake_launch[-1].defines["TMAKIT_TRANSPOSE_SOURCE_EVICTION"] == 2
     with pytest.raises(InvalidArgumentError, match="source_eviction=.*'keep'"):
         ops.plan_transpose(dst, src, source_eviction="keep")
     with pytest.raises(InvalidArgumentError, match="tile_plan=.*the transpose needs at least"):
-        ops.plan_transpose(dst, src, tile_plan=ops.TilePlan.of(512, 4))
+        ops.plan_transpose(dst, src, tile_plan=ops.TilePlan.of(1024))
     with pytest.raises(InvalidArgumentError, match="tile_plan=256: must be a tmakit.ops.transpose.TilePlan"):
         ops.plan_transpose(dst, src, tile_plan=256)
     for bad in (0, 4, 2.0, True, "3"):
         with pytest.raises(InvalidArgumentError, match=r"min_blocks=.*must be an int from 1 to 3 or None"):
             ops.plan_transpose(dst, src, min_blocks=bad)
+    for bad in (0, -1, 2.0, True, "3"):
+        with pytest.raises(InvalidArgumentError, match=r"max_blocks=.*must be a positive int or None"):
+            ops.plan_transpose(dst, src, max_blocks=bad)
     for bad in ("512B", 7, None):
         with pytest.raises(InvalidArgumentError, match=r"l2_promotion=.*must be 'auto' or an L2Promotion.*'256B'"):
             ops.plan_transpose(dst, src, l2_promotion=bad)

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tmakit import describe_tensor, tma_load_image
+from tmakit.errors import InvalidArgumentError
 from tmakit.layout.wgmma import (WgmmaDescriptor, check_wgmma_descriptor, operand_offsets, read_operand,
                                  wgmma_descriptors)
 
@@ -120,35 +121,199 @@ def test_operand_offsets_cover_distinct_bytes() -> None:
             assert len(np.unique(off)) == MN * 16 and (off % 2 == 0).all()
 
 
+def test_every_type_reads_32_bytes_of_k_per_slice() -> None:
+    """tf32 k8, fp8/int8 k32: the k-slices of a 128B-swizzled K-major stage start 32 bytes apart for every element
+    size (a u8 map gave [0, 16, 32, 48] and an f32 map [0, 64, 8192, 8256] before)."""
+    for dtype, elem in (("u8", 1), ("bf16", 2), ("f32", 4)):
+        tm = describe_tensor(shape=(64, 512), dtype=dtype, box=(64, 128 // elem), swizzle="128B", encode=False)
+        descs = wgmma_descriptors(tm, "A", "K", stage_address=0x4000, k=256 // elem)
+        assert [d.start_address - 0x4000 for d in descs] == [0, 32, 64, 96, 8192, 8224, 8256, 8288], dtype
+        assert operand_offsets(descs[0].value, "K", 64, elem=elem).shape == (64, 32 // elem)
+
+
+def test_mn_major_is_for_16_bit_types_only() -> None:
+    tm = describe_tensor(shape=(64, 64), dtype="u8", box=(64, 128), swizzle="128B", encode=False)
+    with pytest.raises(InvalidArgumentError, match=r"major='MN'.*K-major only.*PTX ISA 9\.7\.15\.5\.2"):
+        wgmma_descriptors(tm, "B", "MN")
+    with pytest.raises(InvalidArgumentError, match=r"k=24: must be a positive multiple of 32"):
+        wgmma_descriptors(tm, "A", "K", k=24)
+    with pytest.raises(InvalidArgumentError, match=r"stage_address='0x4040': must be 128-byte aligned"):
+        wgmma_descriptors(tm, "A", "K", stage_address=0x4040, k=128)
+    with pytest.raises(InvalidArgumentError, match=r"mn_offset=4: must be a multiple of 8"):
+        wgmma_descriptors(tm, "A", "K", mn_offset=4, k=128)
+
+
+# --- The probe's cases: every type, major, swizzle and stage placement ---------------------------------------
+
+# (A type, B type, A MN-major, B MN-major), by the combo number cuda_src/wgmma_probe.cu gives them
+COMBOS = ([("bf16", "bf16", ta, tb) for ta in (False, True) for tb in (False, True)]
+          + [("f16", "f16", ta, tb) for ta in (False, True) for tb in (False, True)]
+          + [("tf32", "tf32", False, False)]
+          + [(a, b, False, False) for a in ("e4m3", "e5m2") for b in ("e4m3", "e5m2")]
+          + [(a, b, False, False) for a in ("s8", "u8") for b in ("s8", "u8")])
+ELEM = {"bf16": 2, "f16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1, "s8": 1, "u8": 1}
+MAP_DTYPE = {1: "uint8", 2: "uint16", 4: "uint32"}  # the maps move bits
+_FP8 = {"e4m3": {0: 0x00, 1: 0x38, 2: 0x40, 3: 0x44, 4: 0x48}, "e5m2": {0: 0x00, 1: 0x3C, 2: 0x40, 3: 0x42, 4: 0x44}}
+ALIGN = {16: 128, 32: 256, 64: 512, 128: 1024}
+
+
+def _bits(values: np.ndarray, kind: str) -> np.ndarray:
+    """Small integers as the element bit patterns of `kind` (exact in every type)."""
+    if kind == "bf16":
+        return (values.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if kind == "f16":
+        return values.astype(np.float16).view(np.uint16)
+    if kind == "tf32":
+        return values.astype(np.float32).view(np.uint32)
+    if kind in _FP8:
+        mag = np.vectorize(_FP8[kind].__getitem__)(np.abs(values)).astype(np.uint8)
+        return mag | np.where(values < 0, 0x80, 0).astype(np.uint8)
+    return values.astype(np.int8 if kind == "s8" else np.uint8).view(np.uint8)
+
+
+def _values(rng, shape, kind: str) -> np.ndarray:
+    if kind == "u8":
+        return rng.integers(0, 16, size=shape)
+    if kind == "s8":
+        return rng.integers(-8, 9, size=shape)
+    return rng.integers(-4, 5, size=shape)
+
+
+def _operand(rng, kind: str, role: str, mn_major: bool, swizzle: str, kbytes: int, at: int) -> dict:
+    """One operand's stage: its matrix ((MN, K) values), the map of the array it is stored in, the stage image
+    (the map's boxes, tma_load_image), where it sits and its descriptors."""
+    elem = ELEM[kind]
+    mn, k = (64 if role == "A" else 128), kbytes // elem
+    span = SPAN[swizzle]
+    chunk = span // elem
+    matrix = _values(rng, (mn, k), kind)
+    stored = matrix.T if mn_major else matrix  # MN-major: K rows of MN contiguous
+    bits = np.ascontiguousarray(_bits(stored, kind))
+    tm = describe_tensor(shape=bits.shape, dtype=MAP_DTYPE[elem], box=(bits.shape[0], chunk), swizzle=swizzle,
+                         encode=False)
+    boxes = bits.shape[1] // chunk
+    image = np.concatenate([tma_load_image(tm, bits.view(np.uint8), (j * chunk, 0)) for j in range(boxes)])
+    major = "MN" if mn_major else "K"
+    descs = wgmma_descriptors(tm, role, major, stage_address=at, k=k, mn=mn)
+    return dict(kind=kind, matrix=matrix, bits=bits, map=tm, image=image, boxes=boxes, chunk=chunk, at=at,
+                major=major, descs=descs, mn=mn, elem=elem)
+
+
+def _case(rng) -> dict:
+    """A random probe case: a combo, per operand a swizzle and a stage address (on the swizzle's repeat, or, one
+    stage in three, on another 128-byte boundary: a non-zero base offset), a K of 32..256 bytes."""
+    combo = int(rng.integers(0, len(COMBOS)))
+    ka, kb, ta, tb = COMBOS[combo]
+    swizzles = [str(rng.choice(SWIZZLES)), str(rng.choice(SWIZZLES))]
+    kbytes = int(rng.choice([x for x in (32, 64, 128, 256) if all(x >= SPAN[sw] or mn for sw, mn in zip(swizzles, (ta, tb)))]))
+    ops = []
+    for kind, role, mn_major, sw, region in ((ka, "A", ta, swizzles[0], 0), (kb, "B", tb, swizzles[1], 20480)):
+        align = ALIGN[SPAN[sw]]
+        at = region + int(rng.integers(0, 4096 // align)) * align
+        if SPAN[sw] > 16 and rng.random() < 1 / 3:
+            at = region + 128 * int(rng.integers(1, 32))
+            if at % align == 0:
+                at += 128
+        ops.append(_operand(rng, kind, role, mn_major, sw, kbytes, at))
+    return dict(combo=combo, a=ops[0], b=ops[1], slices=len(ops[0]["descs"]))
+
+
+def _expected(case: dict) -> np.ndarray:
+    """D = A B^T of the matrices (64 x 128), exact in float64 (small integers), as the kernel's 32-bit words."""
+    d = case["a"]["matrix"].astype(np.float64) @ case["b"]["matrix"].astype(np.float64).T
+    return d.astype(np.int32) if COMBOS[case["combo"]][0] in ("s8", "u8") else d.astype(np.float32)
+
+
+def test_model_reads_back_every_probe_stage() -> None:
+    """On the CPU, for 400 random probe cases: the descriptors read back, through the canonical layouts and the
+    swizzle with its base offset, exactly the matrix the stage image holds."""
+    rng = np.random.default_rng(11)
+    based = 0
+    for _ in range(400):
+        case = _case(rng)
+        for op in (case["a"], case["b"]):
+            dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[op["elem"]]
+            got = read_operand(op["image"], op["at"], op["descs"], op["major"], op["mn"], dtype=dt)
+            want = op["bits"].T if op["major"] == "MN" else op["bits"]
+            np.testing.assert_array_equal(got, want)
+            based += op["descs"][0].base_offset != 0
+    assert based > 50  # stages off their swizzle's repeat boundary were among them
+
+
+def test_desc_rebase_on_the_host_twin_matches_the_derivation(tmp_path) -> None:
+    """wgmma.cuh's wgmma_desc_rebase and types.cuh's list_item, compiled for the host: a kernel that takes a
+    descriptor list derived at shared address 0 (descriptor_define) reads the descriptors wgmma_descriptors gives
+    for its stage's real address."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from tmakit.layout.wgmma import descriptor_define
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc (host compiler driver) is not on the PATH")
+    tm = describe_tensor(shape=(256, 256), dtype="bf16", box=(64, 64), swizzle="128B", encode=False)
+    listed = descriptor_define(wgmma_descriptors(tm, "B", "MN", k=64, mn=256))
+    src = tmp_path / "rebase.cu"
+    src.write_text('#include <cstdio>\n#include "tmakit/types.cuh"\n#include "tmakit/wgmma.cuh"\n'
+                   f"#define DESCS {listed}\n"
+                   "int main() { for (unsigned at = 0; at < 200000; at += 9216)\n"
+                   "  for (int i = 0; i < 4; ++i) printf(\"%u %d %llu\\n\", at, i,\n"
+                   "    (unsigned long long)tmakit::wgmma_desc_rebase(tmakit::list_item(i, DESCS), at)); }\n")
+    root = Path(__file__).resolve().parents[1]
+    exe = tmp_path / "rebase"
+    subprocess.run(["nvcc", "-std=c++17", f"-I{root / 'cuda_src'}", str(src), "-o", str(exe)], check=True,
+                   capture_output=True, timeout=300)
+    lines = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split("\n")
+    rows = [tuple(int(x) for x in line.split()) for line in lines if line]
+    assert len(rows) == 4 * 22
+    for at, i, value in rows:
+        assert value == wgmma_descriptors(tm, "B", "MN", k=64, mn=256, stage_address=at)[i].value, (at, i)
+
+
 # ----------------------------------------------------------------------------------------------------------
 # GPU: the hardware reads what the model says
 # ----------------------------------------------------------------------------------------------------------
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("swizzle", SWIZZLES)
-@pytest.mark.parametrize("a_major, b_major", [("K", "K"), ("K", "MN"), ("MN", "K"), ("MN", "MN")])
-def test_tma_fed_wgmma_matches_the_model(a_major: str, b_major: str, swizzle: str) -> None:
+def test_wgmma_reads_what_the_model_says_on_1000_random_stages() -> None:
+    """cuda_src/wgmma_probe.cu multiplies the stages of 1,000 random cases (every type wgmma takes, both majors for
+    16-bit types, every swizzle, TMA-filled stages and thread-copied ones, base offsets) with the host's descriptors;
+    D equals the exact product of the matrices the stages hold, bit for bit."""
     torch = pytest.importorskip("torch")
     import tmakit
 
-    mod = tmakit.load_module("wgmma_probe.cu", arch="sm_90a")
-    probe = mod.kernel("tmakit_wgmma_probe")
-    a = torch.randn(MN, K, device="cuda").to(torch.bfloat16)  # A (M, K)
-    b = torch.randn(MN, K, device="cuda").to(torch.bfloat16)  # B^T (N, K)
-    a_st = a if a_major == "K" else a.T.contiguous()
-    b_st = b if b_major == "K" else b.T.contiguous()
-    chunk = SPAN[swizzle] // 2
-    maps, descs, boxes = [], [], []
-    for st, major, role, off in ((a_st, a_major, "A", 0), (b_st, b_major, "B", 8192)):
-        tm = describe_tensor(st, box=(st.shape[0], chunk), swizzle=swizzle)
-        maps.append(tm)
-        descs += [d.value for d in wgmma_descriptors(tm, role, major, stage_address=off, k=K, mn=MN)]
-        boxes.append(st.shape[1] // chunk)
-    # the probe adds the shared address of its (1024-aligned) buffer to each start address
-    d = torch.tensor(np.array(descs, dtype=np.uint64).view(np.int64), device="cuda")
-    out = torch.full((MN, MN), float("nan"), device="cuda")
-    probe(maps[0], maps[1], d, out, chunk, boxes[0], boxes[1], int(a_major == "MN"), int(b_major == "MN"),
-          grid=(1, 1, 1), block=(128, 1, 1), shared_mem=16384 + 1024 + 64)
-    torch.cuda.synchronize()
-    ref = a.float() @ b.float().T
-    assert torch.allclose(out, ref, atol=1e-2, rtol=1e-3), f"max diff {(out - ref).abs().max().item()}"
+    probe = tmakit.load_module("wgmma_probe.cu", arch="sm_90a").kernel("tmakit_wgmma_probe")
+    rng = np.random.default_rng(int(__import__("os").environ.get("TMAKIT_TEST_SEED", "20261126")))
+    seen, tma_filled = set(), 0
+    for n in range(1000):
+        case = _case(rng)
+        a, b = case["a"], case["b"]
+        args = []
+        for op in (a, b):
+            # TMA fills the stages it can (its swizzled boxes need the repeat-aligned address: base offset 0)
+            use_tma = op["descs"][0].base_offset == 0 and rng.random() < 0.5
+            bits = torch.from_numpy(op["bits"].view(np.uint8).copy()).cuda()
+            tm = tmakit.describe_tensor(bits.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[op["elem"]]),
+                                        box=op["map"].box_shape, swizzle=op["map"].swizzle)
+            image = torch.from_numpy(op["image"]).cuda()
+            args.append((tm, image, bits, op["boxes"] if use_tma else 0))
+            tma_filled += use_tma
+        descs = torch.tensor(np.array([d.value for d in a["descs"] + b["descs"]], dtype=np.uint64).view(np.int64),
+                             device="cuda")
+        out = torch.full((64, 128), -1, dtype=torch.int32, device="cuda")
+        (tm_a, img_a, _, boxes_a), (tm_b, img_b, _, boxes_b) = args
+        probe(tm_a, tm_b, img_a, img_b, np.uint32(a["at"]), np.uint32(b["at"]), np.uint32(a["image"].size),
+              np.uint32(b["image"].size), np.int32(boxes_a), np.int32(boxes_b), np.int32(a["chunk"]), np.int32(b["chunk"]),
+              descs, np.int32(case["slices"]), np.int32(case["combo"]), out,
+              grid=(1, 1, 1), block=(128, 1, 1), shared_mem=20480 + 4096 + 32768 + 2048)
+        torch.cuda.synchronize()
+        want = _expected(case)
+        got = out.cpu().numpy().view(want.dtype)
+        bad = np.flatnonzero(got != want)
+        what = (f"case {n}: combo {COMBOS[case['combo']]}, A {a['major']}-major {a['map'].swizzle.name} at {a['at']:#x} "
+                f"(base offset {a['descs'][0].base_offset}), B {b['major']}-major {b['map'].swizzle.name} at {b['at']:#x} "
+                f"(base offset {b['descs'][0].base_offset}), {case['slices']} slices")
+        assert bad.size == 0, f"{what}: {bad.size} of 8192 wrong, first {got.flat[bad[0]]} != {want.flat[bad[0]]}"
+        seen.add((case["combo"], a["map"].swizzle.name, b["map"].swizzle.name, a["descs"][0].base_offset > 0))
+    assert tma_filled > 500 and len(seen) > 150

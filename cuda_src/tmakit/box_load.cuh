@@ -1,14 +1,13 @@
-// The one-source box load: a kernel calls box_load() once per box (or box_load_expect / box_load_part per
-// box / box_load_commit for a stage of several boxes on one barrier) and box_wait() before reading it.
+// The one-source box load: the stages of a box ring (box_pipeline.cuh, a tmakit::Pipeline) are filled with
+// box_load() once per box, or box_load_expect + box_load_part per box for a stage of several boxes.
 //
 //   TMAKIT_USE_TMA == 1 (sm_90, not forced): the parameter is the 128-byte TensorMapDesc; thread 0 arms the
-//     mbarrier with the box's byte count and issues one cp.async.bulk.tensor load.
+//     stage's FULL barrier with the box's byte count and issues one cp.async.bulk.tensor load (TmaProducer).
 //   TMAKIT_USE_TMA == 0 (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the parameter is BoxParams; the whole block
 //     loads the box with cp.async (16-byte chunks where aligned and in bounds, cp.async zero-fill or a
-//     16-byte fill store for whole out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would write: same traversal,
-//     element strides, OOB zero/NaN fill and swizzle permutation. In box_wait() each thread waits for its
-//     own cp.async group, then arrives on the mbarrier once and waits for the phase.
-// Either way completion is the same mbarrier phase, so box_wait() is one call for both.
+//     16-byte fill store for whole out-of-bounds chunks, element copies elsewhere) into the SAME bytes TMA would
+//     write: same traversal, element strides, OOB zero/NaN fill and swizzle permutation (CpAsyncBlockProducer:
+//     the ring's wait is cp.async.wait_group and a block barrier).
 //
 // Declare the parameter with TMAKIT_BOX_SOURCE; TensorMap.__kernel_param__ hands over 128 or 160 bytes by
 // the parameter's declared size. Blocks are 1-D (threadIdx.x) for the cooperative path.
@@ -17,6 +16,7 @@
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
 #include "tmakit/mbarrier.cuh"
+#include "tmakit/pipeline.cuh"
 #include "tmakit/swizzle.cuh"
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
@@ -24,25 +24,16 @@
 namespace tmakit {
 #if TMAKIT_USE_TMA
 typedef TensorMapDesc BoxSource;
+typedef TmaProducer BoxProducer;
 #else
 typedef BoxParams BoxSource;
+typedef CpAsyncBlockProducer BoxProducer;
 #endif
 }  // namespace tmakit
 
 #define TMAKIT_BOX_SOURCE const __grid_constant__ tmakit::BoxSource
 
 namespace tmakit {
-
-// Initialise the block's box barrier. ALL threads call it (it synchronises the block); one barrier can
-// complete any number of box loads, one phase each.
-__device__ __forceinline__ MbarrierPhase box_barrier_init(uint64_t* bar) {
-  if (threadIdx.x == 0) {
-    mbarrier_init(bar, TMAKIT_USE_TMA ? 1u : blockDim.x);
-    fence_mbarrier_init();
-  }
-  __syncthreads();
-  return MbarrierPhase{bar, 0};
-}
 
 // Write one element's `size` bytes (1/2/4/8) from a 64-bit value to a naturally aligned address.
 __device__ __forceinline__ void store_bits(void* dst, uint64_t bits, uint32_t size) {
@@ -96,17 +87,21 @@ __device__ __forceinline__ void box_load_chunk(const BoxParams& p, const BoxChun
 }
 
 // A stage of several boxes that complete together on one barrier phase (a box and a few rows beside it):
-//   box_load_expect(bar, total bytes);  box_load_part(...) per box;  box_load_commit();
-// box_load() below is that with one box. ALL threads call each step with the same arguments, after every
-// thread has finished reading the previous contents of the boxes' shared memory.
+//   box_load_expect(full, total bytes);  box_load_part(...) per box
+// box_load() below is that with one box. ALL threads call each step with the same arguments, inside a ring's
+// load_stage (box_pipeline.cuh), which acquired the stage and commits it.
 //
-// TMA: thread 0 arms the barrier with every box's bytes before it issues the copies. cp.async: nothing to arm.
-__device__ __forceinline__ void box_load_expect(uint64_t* bar, uint32_t bytes) {
+// TMA: thread 0 arms the stage's FULL barrier with every box's bytes before it issues the copies. cp.async:
+// nothing to arm.
+__device__ __forceinline__ void box_load_expect(Mbarrier* full, uint32_t bytes) {
 #if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) mbarrier_arrive_expect_tx(bar, bytes);
+  if (threadIdx.x == 0) full->arrive_expect_tx(bytes);
+#else
+  (void)full, (void)bytes;
 #endif
 }
 
+// `full`: the stage's FULL barrier (BoxPipeline::full_barrier; none on the cp.async path).
 // One box of the stage into `smem` (aligned to the swizzle's alignment). `rank` and `bytes`
 // (TensorMap.rank / .box_bytes) drive the TMA path; the cp.async path reads them from BoxParams and traps if
 // the host passed numbers that disagree (a host bug, better loud than wrong). Eviction: the L2 priority of
@@ -115,11 +110,11 @@ __device__ __forceinline__ void box_load_expect(uint64_t* bar, uint32_t bytes) {
 // instruction (NVRTC 13.0, sm_90a, the per-chunk walk of a 1333-byte pitch).
 template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, const Coords& at, int rank,
-                                              uint32_t bytes, uint64_t* bar) {
+                                              uint32_t bytes, Mbarrier* full) {
 #if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) cp_async_bulk_tensor_g2s<Eviction>(rank, smem, &src, at, bar);
+  if (threadIdx.x == 0) cp_async_bulk_tensor_g2s<Eviction>(rank, smem, &src, at, *full);
 #else
-  (void)bar;
+  (void)full;
   if ((int)src.rank != rank || box_image_bytes(src) != bytes) asm volatile("trap;");
   uint8_t* base = static_cast<uint8_t*>(smem);
   const Plain2dBox box(src, at);
@@ -148,58 +143,11 @@ __device__ __forceinline__ void box_load_part(const BoxSource& src, void* smem, 
 #endif
 }
 
-// cp.async: closes the stage as one cp.async group. No arrival here: box_wait() waits for this thread's
-// cp.async, then arrives once and waits. One arrival per thread per phase, always followed by a wait, is the
-// pattern compute-sanitizer synccheck accepts (arriving twice - cp.async.mbarrier.arrive plus mbarrier.arrive
-// - was reported as "missing wait").
-__device__ __forceinline__ void box_load_commit() {
-#if !TMAKIT_USE_TMA
-  cp_async_commit_group();
-#endif
-}
-
 // Load the box at `at` into `smem`: the one-box stage.
 __device__ __forceinline__ void box_load(const BoxSource& src, void* smem, const Coords& at, int rank,
-                                         uint32_t bytes, uint64_t* bar) {
-  box_load_expect(bar, bytes);
-  box_load_part(src, smem, at, rank, bytes, bar);
-  box_load_commit();
-}
-
-// A box load that loads nothing. A ring calls it where it has no box left to load, so that on the cp.async
-// path every slot still commits one (empty) cp.async group and box_wait<LaterLoads> counts the same groups
-// on every iteration. ALL threads call it; on the TMA path it does nothing.
-__device__ __forceinline__ void box_load_none() {
-#if !TMAKIT_USE_TMA
-  cp_async_commit_group();
-#endif
-}
-
-// Wait for the box load tracked by `phase` (all threads that read the box). LaterLoads: how many box loads
-// (box_load or box_load_none) this thread issued after the awaited one; they stay in flight on the cp.async
-// path (cp.async.wait_group LaterLoads), which is what lets a ring overlap loads with work. TMA completes
-// each box on its own barrier phase, so there it changes nothing.
-template <int LaterLoads = 0>
-__device__ __forceinline__ void box_wait(MbarrierPhase& phase) {
-#if !TMAKIT_USE_TMA
-  cp_async_wait_group<LaterLoads>();  // this thread's copies of the awaited box have landed
-  mbarrier_arrive(phase.bar);         // release this thread's cp.async results and plain stores to the block
-#endif
-  phase.wait();
-}
-
-// box_wait when EVERY thread of the block waits (a ring's stage): the same completion, but on the cp.async
-// path through the block barrier instead of the mbarrier, whose wait spins (test_wait on sm_80) while the
-// slowest warp arrives. The phase still advances, so both calls track the same stages.
-template <int LaterLoads = 0>
-__device__ __forceinline__ void box_wait_block(MbarrierPhase& phase) {
-#if TMAKIT_USE_TMA
-  phase.wait();
-#else
-  cp_async_wait_group<LaterLoads>();  // this thread's copies of the awaited box have landed
-  __syncthreads();                    // ... and every other thread's: the box is complete for the block
-  phase.parity ^= 1u;
-#endif
+                                         uint32_t bytes, Mbarrier* full) {
+  box_load_expect(full, bytes);
+  box_load_part(src, smem, at, rank, bytes, full);
 }
 
 }  // namespace tmakit

@@ -1,50 +1,52 @@
-// A ring of box buffers: load box k+Stages-1 while the block works on box k (the async-copy pattern done
-// right: one barrier per stage, phases tracked per stage, a buffer refilled only after every thread is done
-// with it). Works on both box_load paths: every iteration issues exactly one stage load, one cp.async group
-// (box_load_none past the end), so on the cp.async path the wait for stage k leaves the Stages-1 later
-// loads in flight. A stage may hold several boxes on its one barrier (for_each_stage_pipelined).
+// The box ring: a tmakit::Pipeline whose stages hold boxes of the one-source box load, so that a block loads stage
+// k + Stages - 1 while it works on stage k, on either engine (TMA: TmaProducer, thread 0 acquires, arms and issues;
+// cp.async: CpAsyncBlockProducer, the whole block copies). Every warp of the block consumes; each releases its
+// reads (ReleaseThreads 32) and the producer refills a stage only once every warp did.
 #pragma once
 #include "tmakit/box_load.cuh"
+#include "tmakit/pipeline.cuh"
 
 namespace tmakit {
 
+template <int Stages>
+using BoxPipeline = Pipeline<Stages, BoxProducer, 32>;
+
 // for_each_stage_pipelined<Stages>(...) walks this block's stages first, first+step, ... < count.
 //   smem:        Stages * stage_bytes of shared memory, aligned for the swizzle; stage_bytes a multiple of it
-//   bars:        Stages mbarriers in shared memory
-//   load_stage:  (uint64_t stage, uint8_t* buffer, uint64_t* bar) -> void, run by ALL threads: exactly one
-//                box_load, or box_load_expect + box_load_part per box + box_load_commit
+//   pipe:        the ring's barriers, in shared memory (initialised here)
+//   load_stage:  (uint64_t stage, uint8_t* buffer, Mbarrier* full) -> void, run by ALL threads: one box_load, or
+//                box_load_expect + box_load_part per box, completing on `full`
 //   consume:     (uint64_t stage, const uint8_t* buffer) -> void, run by ALL threads
-// ALL threads of the block call it.
+// ALL threads of the block call it. One stage is the ring without overlap (load, wait, consume): for grids of one
+// block per stage, where the other resident blocks do the overlapping.
 template <int Stages, class LoadStage, class Consume>
-__device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
+__device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t stage_bytes, BoxPipeline<Stages>& pipe,
                                                          uint64_t first, uint64_t step, uint64_t count,
                                                          LoadStage load_stage, Consume consume) {
-  // One stage is the ring without overlap (load, wait, consume): for grids of one block per stage, where the
-  // other resident blocks do the overlapping.
   static_assert(Stages >= 1 && Stages <= 8, "a ring has 1..8 stages");
-  for (int s = 0; s < Stages; ++s) box_barrier_init(&bars[s]);
-  uint32_t parities = 0;  // bit s: the phase parity stage s waits for next (a bit mask, not an array indexed
-                          // at run time, which would live in local memory)
-  // Prologue: fill all but one stage.
-  for (int s = 0; s < Stages - 1; ++s) {
-    const uint64_t stage = first + (uint64_t)s * step;
-    if (stage < count) load_stage(stage, smem + s * stage_bytes, &bars[s]);
-    else box_load_none();
-  }
+  if (threadIdx.x == 0) pipe.init(1, blockDim.x / 32u);
+  __syncthreads();
+  PipelineState<Stages> produced = make_producer_start_state<Stages>();
+  PipelineState<Stages> consumed = make_consumer_start_state<Stages>();
+  // One stage load; past the end a load of nothing, so that on the cp.async path every slot still commits one
+  // (empty) group and the wait below counts the same groups on every iteration.
+  auto produce = [&](uint64_t stage) {
+    if (stage < count) {
+      if (threadIdx.x == 0) pipe.producer_acquire(produced);
+      load_stage(stage, smem + produced.index * stage_bytes, pipe.full_barrier(produced));
+    }
+    pipe.producer_commit(produced);
+    produced.advance();
+  };
+  for (int s = 0; s < Stages - 1; ++s) produce(first + (uint64_t)s * step);
   for (uint64_t k = 0;; ++k) {
     const uint64_t stage = first + k * step;
     if (stage >= count) break;
-    // Refill the stage consumed in iteration k-1; the __syncthreads() that ended it freed the buffer.
-    const uint64_t ahead = stage + (uint64_t)(Stages - 1) * step;
-    const int refill = (int)((k + Stages - 1) % Stages);
-    if (ahead < count) load_stage(ahead, smem + refill * stage_bytes, &bars[refill]);
-    else box_load_none();
-    const int s = (int)(k % Stages);
-    MbarrierPhase phase{&bars[s], (parities >> s) & 1u};
-    box_wait_block<Stages - 1>(phase);  // stages k+1 .. k+Stages-1 stay in flight
-    parities ^= 1u << s;
-    consume(stage, smem + s * stage_bytes);
-    __syncthreads();
+    produce(stage + (uint64_t)(Stages - 1) * step);  // refills the stage released at the end of iteration k - 1
+    pipe.template consumer_wait<Stages - 1>(consumed);  // stages k+1 .. k+Stages-1 stay in flight
+    consume(stage, smem + consumed.index * stage_bytes);
+    pipe.consumer_release(consumed);
+    consumed.advance();
   }
 }
 
@@ -54,12 +56,12 @@ __device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t
 // ALL threads of the block call it.
 template <int Stages, class CoordsOf, class Consume>
 __device__ __forceinline__ void for_each_box_pipelined(const BoxSource& src, int rank, uint32_t box_bytes,
-                                                       uint8_t* smem, uint32_t stage_bytes, uint64_t* bars,
+                                                       uint8_t* smem, uint32_t stage_bytes, BoxPipeline<Stages>& pipe,
                                                        uint64_t first, uint64_t step, uint64_t count,
                                                        CoordsOf coords_of, Consume consume) {
   for_each_stage_pipelined<Stages>(
-      smem, stage_bytes, bars, first, step, count,
-      [&](uint64_t box, uint8_t* buffer, uint64_t* bar) { box_load(src, buffer, coords_of(box), rank, box_bytes, bar); },
+      smem, stage_bytes, pipe, first, step, count,
+      [&](uint64_t box, uint8_t* buffer, Mbarrier* full) { box_load(src, buffer, coords_of(box), rank, box_bytes, full); },
       consume);
 }
 

@@ -3,28 +3,18 @@
 // TMA path: cp.async.bulk.tensor store from one thread. cp.async path (there is no Ampere async store):
 // plain global stores by the block that read the image through the same swizzle map.
 //
-// Two ways to use it:
-//   box_store(...)                  one box, synchronous: returns when smem may be reused and the writes are done.
-//   box_store_begin();              streaming (several boxes, buffers reused while earlier stores drain):
-//   box_store_issue(...) per box;     ALL threads call each step; the TMA path keeps up to N committed groups
-//   box_store_commit_wait_read<N>();  in flight, so a buffer used N+1 groups ago may be rewritten after the
-//   ... box_store_drain() at the end  next __syncthreads().
+// The block's stores go through a tmakit::StorePipeline over the whole block (make_box_stores): acquire a buffer,
+// write the image, publish, box_store_issue per box, commit; drain at the end. ALL threads make each call.
 #pragma once
 #include "tmakit/box_load.cuh"
 #include "tmakit/fence.cuh"
+#include "tmakit/named_barrier.cuh"
+#include "tmakit/pipeline.cuh"
 
 namespace tmakit {
 
-// ALL threads call it after writing the images: orders their generic-proxy writes before the store reads.
-__device__ __forceinline__ void box_store_begin() {
-#if TMAKIT_USE_TMA
-  fence_proxy_async_shared_cta();  // every writer: order its generic stores before the async-proxy read
-#endif
-  __syncthreads();
-}
-
-// ALL threads call it, after box_store_begin(). TMA: thread 0 issues the bulk store (not yet committed).
-// cp.async path: the block writes the box with plain stores, done when it returns.
+// One box of a published image: TMA, thread 0 issues the bulk store (committed by BoxStores::commit); cp.async
+// path, the block writes the box with plain stores, done when it returns. ALL threads call it.
 __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void* smem, const Coords& at, int rank,
                                                 uint32_t bytes) {
 #if TMAKIT_USE_TMA
@@ -68,35 +58,13 @@ __device__ __forceinline__ void box_store_issue(const BoxSource& dst, const void
 #endif
 }
 
-// ALL threads call it after the boxes of one group are issued. TMA: thread 0 commits them as one bulk group
-// and waits until at most N groups still read shared memory. The caller's next __syncthreads() publishes
-// that to the block.
-template <int N>
-__device__ __forceinline__ void box_store_commit_wait_read() {
-#if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) {
-    cp_async_bulk_commit_group();
-    cp_async_bulk_wait_group_read<N>();
-  }
-#endif
-}
+// The block's store pipeline for box stores: every thread writes the images, thread 0 issues (TMA).
+template <int Buffers>
+using BoxStores = StorePipeline<Buffers, TMAKIT_USE_TMA != 0>;
 
-// ALL threads call it last: the TMA path waits for every committed store's global writes, so a following
-// kernel or host copy sees them.
-__device__ __forceinline__ void box_store_drain() {
-#if TMAKIT_USE_TMA
-  if (threadIdx.x == 0) cp_async_bulk_wait_group<0>();
-#endif
-  __syncthreads();
-}
-
-// ALL threads call it after writing `smem`; it returns when `smem` may be reused and the writes are done.
-__device__ __forceinline__ void box_store(const BoxSource& dst, const void* smem, const Coords& at, int rank,
-                                          uint32_t bytes) {
-  box_store_begin();
-  box_store_issue(dst, smem, at, rank, bytes);
-  box_store_commit_wait_read<0>();
-  box_store_drain();
+template <int Buffers>
+__device__ __forceinline__ BoxStores<Buffers> make_box_stores(uint8_t* buffers, uint32_t buffer_bytes) {
+  return BoxStores<Buffers>(buffers, buffer_bytes, NamedBarrier(0, blockDim.x));
 }
 
 }  // namespace tmakit

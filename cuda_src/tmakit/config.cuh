@@ -20,3 +20,6 @@
 
 // Calling an sm_90 wrapper in a build without sm_90 is a bug in the kernel; trap loudly, never no-op.
 #define TMAKIT_REQUIRES_SM90() asm volatile("trap;")
+// A one-source kernel declares every engine's entry point in every build (so that nvcc's host pass and every
+// architecture see the same kernels); the entry the build does not serve traps if launched.
+#define TMAKIT_NOT_THIS_BUILD() asm volatile("trap;")

@@ -10,6 +10,7 @@
 #pragma once
 #include "tmakit/cache_policy.cuh"
 #include "tmakit/config.cuh"
+#include "tmakit/mbarrier.cuh"
 #include "tmakit/types.cuh"
 
 #define TMAKIT_TMA_COORDS_1 "{%2}"
@@ -52,9 +53,9 @@ namespace tmakit {
 // it brings in (cache_policy.cuh; kNormal: no hint).
 template <int Rank, L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s(void* smem, const TensorMapDesc* desc, const Coords& at,
-                                                         uint64_t* bar) {
+                                                         MbarrierRef bar) {
 #if TMAKIT_HAS_SM90
-  const uint32_t dst = shared_addr(smem), mbar = shared_addr(bar);
+  const uint32_t dst = shared_addr(smem), mbar = bar.address;
   if constexpr (Eviction == L2Eviction::kNormal) {
 #define TMAKIT_BODY(N)                                                                                      \
   asm volatile("cp.async.bulk.tensor." #N "d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"     \
@@ -78,10 +79,10 @@ __device__ __forceinline__ void cp_async_bulk_tensor_g2s(void* smem, const Tenso
 // ONE thread of ONE CTA issues it; every receiving CTA arms its own barrier with expect_tx.
 template <int Rank>
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s_multicast(void* smem, const TensorMapDesc* desc,
-                                                                   const Coords& at, uint64_t* bar,
+                                                                   const Coords& at, MbarrierRef bar,
                                                                    uint16_t cta_mask) {
 #if TMAKIT_HAS_SM90
-  const uint32_t dst = shared_addr(smem), mbar = shared_addr(bar);
+  const uint32_t dst = shared_addr(smem), mbar = bar.address;
 #define TMAKIT_BODY(N) TMAKIT_TMA_LOAD_WITH_OPERAND(N, ".multicast::cluster", "h"(cta_mask))
   TMAKIT_TMA_BY_RANK(Rank, TMAKIT_BODY)
 #undef TMAKIT_BODY
@@ -149,7 +150,7 @@ __device__ __forceinline__ void cp_async_bulk_prefetch_tensor(const TensorMapDes
 // instead of one in every kernel.
 template <L2Eviction Eviction = L2Eviction::kNormal>
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s(int rank, void* smem, const TensorMapDesc* desc,
-                                                         const Coords& at, uint64_t* bar) {
+                                                         const Coords& at, MbarrierRef bar) {
   switch (rank) {
     case 1: cp_async_bulk_tensor_g2s<1, Eviction>(smem, desc, at, bar); break;
     case 2: cp_async_bulk_tensor_g2s<2, Eviction>(smem, desc, at, bar); break;

@@ -1,6 +1,5 @@
-// im2col-mode TMA loads and cluster helpers (sm_90), named after the PTX they emit. PTX ISA sections:
-// "cp.async.bulk.tensor" (load_mode .im2col, the im2colInfo operand) and "Tensors / im2col mode",
-// "barrier.cluster", special registers %cluster_ctarank and %clusterid.
+// im2col-mode TMA loads (sm_90), named after the PTX they emit. PTX ISA sections: "cp.async.bulk.tensor" (load_mode
+// .im2col, the im2colInfo operand) and "Tensors / im2col mode".
 //
 // An im2col load takes rank coordinates {c, w, (h), (d), n} (innermost first, like the tile load) and
 // rank-2 16-bit offsets {w, (h), (d)} that are added to the spatial coordinates of every pixel; the
@@ -8,6 +7,7 @@
 // channels_per_pixel elements (tmakit.layout.im2col_load_image says exactly which bytes).
 #pragma once
 #include "tmakit/config.cuh"
+#include "tmakit/mbarrier.cuh"
 #include "tmakit/types.cuh"
 
 namespace tmakit {
@@ -22,9 +22,9 @@ struct Im2colOffsets {
 // arming `bar` with mbarrier_arrive_expect_tx(bar, pixels_per_column * channels_per_pixel * elem size).
 __device__ __forceinline__ void cp_async_bulk_tensor_g2s_im2col(int rank, void* smem, const TensorMapDesc* desc,
                                                                 const Coords& at, const Im2colOffsets& off,
-                                                                uint64_t* bar) {
+                                                                MbarrierRef bar) {
 #if TMAKIT_HAS_SM90
-  const uint32_t dst = shared_addr(smem), mbar = shared_addr(bar);
+  const uint32_t dst = shared_addr(smem), mbar = bar.address;
   if (rank == 3) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4}], [%5], {%6};"
@@ -45,34 +45,6 @@ __device__ __forceinline__ void cp_async_bulk_tensor_g2s_im2col(int rank, void* 
   }
 #else
   TMAKIT_REQUIRES_SM90();
-#endif
-}
-
-// %cluster_ctarank: this CTA's rank in its cluster (0 without a cluster launch).
-__device__ __forceinline__ uint32_t cluster_ctarank() {
-  uint32_t r = 0;
-#if TMAKIT_HAS_SM90
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-
-// %clusterid.x: this cluster's index along x in the grid of clusters.
-__device__ __forceinline__ uint32_t cluster_id_x() {
-  uint32_t r = 0;
-#if TMAKIT_HAS_SM90
-  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-#endif
-  return r;
-}
-
-// barrier.cluster.arrive.release + barrier.cluster.wait.acquire: every thread of every CTA of the cluster
-// calls it; afterwards the cluster's earlier shared-memory writes (barrier inits) are visible to all.
-__device__ __forceinline__ void cluster_sync() {
-#if TMAKIT_HAS_SM90
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#else
-  __syncthreads();
 #endif
 }
 

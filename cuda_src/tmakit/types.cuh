@@ -1,20 +1,43 @@
 // tmakit device types: fixed-width integers, the TMA descriptor and the cp.async-path BoxParams.
-// NVRTC compiles these with no CUDA runtime headers, so nothing here includes <cstdint>.
+//
+// The fixed-width integers are the standard ones wherever a standard library is there (nvcc, or NVRTC given
+// <cstdint>): tmakit::uint64_t *is* std::uint64_t, so a user's `std::uint64_t` barrier passes to every wrapper
+// and `using namespace tmakit;` next to <cstdint> is not ambiguous. NVRTC without system headers (the pip
+// wheel's NVRTC, no CUDA toolkit) gets them defined here, inside namespace tmakit only.
 #pragma once
 
-// Pure integer helpers (swizzle, box geometry) are also host functions, so a CPU harness can run the
-// cp.async path's address arithmetic against the Python layout model (tests/test_device_headers.py,
-// test_cp_async_plan_matches_layout_model).
+#if defined(__CUDACC_RTC__) && !defined(TMAKIT_HAVE_CSTDINT)
+namespace tmakit {
+typedef unsigned char uint8_t;
+typedef unsigned short uint16_t;
+typedef unsigned int uint32_t;
+typedef unsigned long long uint64_t;
+typedef signed char int8_t;
+typedef short int16_t;
+typedef int int32_t;
+typedef long long int64_t;
+}  // namespace tmakit
+#else
+#include <cstdint>
+namespace tmakit {
+using std::int16_t;
+using std::int32_t;
+using std::int64_t;
+using std::int8_t;
+using std::uint16_t;
+using std::uint32_t;
+using std::uint64_t;
+using std::uint8_t;
+}  // namespace tmakit
+#endif
+
+// Pure integer helpers (swizzle, box geometry, wgmma descriptors) are also host functions, so a CPU harness
+// can run the device's address arithmetic against the Python layout model (tests/test_device_headers.py).
 #define TMAKIT_HD __host__ __device__ __forceinline__
 
 namespace tmakit {
 
-typedef unsigned char uint8_t;
-typedef unsigned short uint16_t;
-typedef unsigned int uint32_t;
-typedef int int32_t;
-typedef unsigned long long uint64_t;
-typedef long long int64_t;
+static_assert(sizeof(uint64_t) == 8 && sizeof(int64_t) == 8 && sizeof(uint32_t) == 4, "fixed-width integers");
 
 // The 128-byte CUtensorMap as the driver encodes it. Kernels take it as `const __grid_constant__` so
 // its address is in parameter space, which is what cp.async.bulk.tensor and prefetch.tensormap read.
@@ -47,6 +70,24 @@ static_assert(alignof(BoxParams) == 8, "BoxParams alignment is 8");
 struct Coords {
   int32_t c[5];
 };
+
+// Whether two types are the same (no <type_traits> under NVRTC).
+template <class A, class B>
+struct IsSame {
+  static constexpr bool value = false;
+};
+template <class A>
+struct IsSame<A, A> {
+  static constexpr bool value = true;
+};
+
+// Item i of a compile-time list (a define such as TMAKIT_GEMM_DESC_A: "v0, v1, ..."), folded to a constant for a
+// constant i. A function rather than a constexpr array: nvcc does not let device code read host arrays.
+TMAKIT_HD constexpr uint64_t list_item(int) { return 0; }
+template <class... Rest>
+TMAKIT_HD constexpr uint64_t list_item(int i, uint64_t first, Rest... rest) {
+  return i == 0 ? first : list_item(i - 1, static_cast<uint64_t>(rest)...);
+}
 
 // 32-bit shared-window address of a generic pointer to shared memory: the form every
 // .shared operand below takes.

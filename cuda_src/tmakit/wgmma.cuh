@@ -1,22 +1,24 @@
 // Warpgroup matrix multiply-accumulate (sm_90a), named after the PTX it emits. PTX ISA sections:
 // "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions" (9.7.15): wgmma.mma_async (9.7.15.5.2),
 // wgmma.fence (9.7.15.6.1), wgmma.commit_group (9.7.15.6.2), wgmma.wait_group (9.7.15.6.3), "Matrix Descriptor
-// Format" (9.7.15.5.1); "setmaxnreg" (9.7.19.x); "elect.sync".
+// Format" (9.7.15.5.1.2.2); "setmaxnreg" (9.7.19.x).
 //
 // Who calls what:
 //   - wgmma.* are .sync.aligned over a WARPGROUP: all 128 threads of 4 consecutive warps whose first warp index
 //     is a multiple of 4 call them together, with the same descriptors and immediates.
 //   - setmaxnreg: every thread of the warpgroup; the kernel needs a register cap at entry
 //     (__launch_bounds__(threads, 1)) and each warpgroup role in one branch of a single if/else.
-//   - elect_one_sync: every thread of a warp; exactly one lane gets true.
 //
-// Accumulator fragment of m64nNk16 (fp32, N/2 registers per thread): thread t of the warpgroup (warp w = t/32,
-// lane l) holds rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): d[4j + 0/1] = (row, col 0/1), d[4j + 2/3] =
-// (row + 8, col 0/1), j = 0 .. N/8 - 1 (wgmma_d_row / wgmma_d_col below).
+// Operand types (WgmmaType) and the K of one instruction, always 32 bytes of K: bf16 / f16 k16, tf32 k8, e4m3 /
+// e5m2 / s8 / u8 k32. Accumulators are f32, or s32 for s8/u8. Only 16-bit operands may be MN-major (imm-trans-a/b);
+// the others are K-major.
 //
-// The wgmma operand lists (N/2 "+f" registers, up to 128) are written by the TMAKIT_WG_* macros below, one
-// macro per register count, and each instruction string by one macro over (N, type, operand source): no
-// hand-copied lists.
+// Accumulator fragment of m64nNkK (N/2 32-bit registers per thread, whatever the type): thread t of the warpgroup
+// (warp w = t/32, lane l) holds rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): d[4j + 0/1] = (row, col 0/1),
+// d[4j + 2/3] = (row + 8, col 0/1), j = 0 .. N/8 - 1 (wgmma_d_row / wgmma_d_col below).
+//
+// The operand lists (N/2 "+f" or "+r" registers, up to 128) are written by the TMAKIT_WG_* macros below, one macro
+// per register count, and each instruction string by one macro over (N, K, types, form): no hand-copied lists.
 #pragma once
 #include "tmakit/config.cuh"
 #include "tmakit/types.cuh"
@@ -42,26 +44,36 @@
   TMAKIT_WG_P(120) TMAKIT_WG_P(121) TMAKIT_WG_P(122) TMAKIT_WG_P(123) TMAKIT_WG_P(124) TMAKIT_WG_P(125)      \
   TMAKIT_WG_P(126) TMAKIT_WG_P(127) "}"
 
-// "+f"(d[i]) ... operand lists.
-#define TMAKIT_WG_F4(i) "+f"(d[(i)]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3])
-#define TMAKIT_WG_F16(i) TMAKIT_WG_F4(i), TMAKIT_WG_F4((i) + 4), TMAKIT_WG_F4((i) + 8), TMAKIT_WG_F4((i) + 12)
-#define TMAKIT_WG_F32(i) TMAKIT_WG_F16(i), TMAKIT_WG_F16((i) + 16)
-#define TMAKIT_WG_F64(i) TMAKIT_WG_F32(i), TMAKIT_WG_F32((i) + 32)
-#define TMAKIT_WG_F_32 TMAKIT_WG_F32(0)
-#define TMAKIT_WG_F_64 TMAKIT_WG_F64(0)
-#define TMAKIT_WG_F_96 TMAKIT_WG_F64(0), TMAKIT_WG_F32(64)
-#define TMAKIT_WG_F_128 TMAKIT_WG_F64(0), TMAKIT_WG_F64(64)
+// "+f"(d[i]) / "+r"(d[i]) ... operand lists (C is the constraint letter's string).
+#define TMAKIT_WG_C4(C, i) C(d[(i)]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3])
+#define TMAKIT_WG_C16(C, i) TMAKIT_WG_C4(C, i), TMAKIT_WG_C4(C, (i) + 4), TMAKIT_WG_C4(C, (i) + 8), TMAKIT_WG_C4(C, (i) + 12)
+#define TMAKIT_WG_C32(C, i) TMAKIT_WG_C16(C, i), TMAKIT_WG_C16(C, (i) + 16)
+#define TMAKIT_WG_C64(C, i) TMAKIT_WG_C32(C, i), TMAKIT_WG_C32(C, (i) + 32)
+#define TMAKIT_WG_ACC_32(C) TMAKIT_WG_C32(C, 0)
+#define TMAKIT_WG_ACC_64(C) TMAKIT_WG_C64(C, 0)
+#define TMAKIT_WG_ACC_96(C) TMAKIT_WG_C64(C, 0), TMAKIT_WG_C32(C, 64)
+#define TMAKIT_WG_ACC_128(C) TMAKIT_WG_C64(C, 0), TMAKIT_WG_C64(C, 64)
+#define TMAKIT_WG_F "+f"
+#define TMAKIT_WG_I "+r"
 
-// Operand numbers after the R = N/2 accumulators: SS takes desc-a %R, desc-b %R+1, scale-d %R+2, then the
-// immediates trans-a %R+3, trans-b %R+4. RS takes a0..a3 %R..%R+3, desc-b %R+4, scale-d %R+5, trans-b %R+6.
-#define TMAKIT_WG_SS_TAIL_32 ", %32, %33, p, 1, 1, %35, %36;"
-#define TMAKIT_WG_SS_TAIL_64 ", %64, %65, p, 1, 1, %67, %68;"
-#define TMAKIT_WG_SS_TAIL_96 ", %96, %97, p, 1, 1, %99, %100;"
-#define TMAKIT_WG_SS_TAIL_128 ", %128, %129, p, 1, 1, %131, %132;"
+// Operand numbers after the R = N/2 accumulators. SS: desc-a %R, desc-b %R+1, scale-d %R+2 (a predicate), then for
+// 16-bit types imm-trans-a %R+3, imm-trans-b %R+4. RS: a0..a3 %R..%R+3, desc-b %R+4, scale-d %R+5, imm-trans-b %R+6.
 #define TMAKIT_WG_SS_PRED_32 "setp.ne.b32 p, %34, 0;\n"
 #define TMAKIT_WG_SS_PRED_64 "setp.ne.b32 p, %66, 0;\n"
 #define TMAKIT_WG_SS_PRED_96 "setp.ne.b32 p, %98, 0;\n"
 #define TMAKIT_WG_SS_PRED_128 "setp.ne.b32 p, %130, 0;\n"
+#define TMAKIT_WG_SS_TRANS_32 ", %32, %33, p, 1, 1, %35, %36;"  // 16-bit: imm-scale-a/b 1, imm-trans-a/b
+#define TMAKIT_WG_SS_TRANS_64 ", %64, %65, p, 1, 1, %67, %68;"
+#define TMAKIT_WG_SS_TRANS_96 ", %96, %97, p, 1, 1, %99, %100;"
+#define TMAKIT_WG_SS_TRANS_128 ", %128, %129, p, 1, 1, %131, %132;"
+#define TMAKIT_WG_SS_SCALE_32 ", %32, %33, p, 1, 1;"  // tf32 / fp8: imm-scale-a/b 1, no transpose
+#define TMAKIT_WG_SS_SCALE_64 ", %64, %65, p, 1, 1;"
+#define TMAKIT_WG_SS_SCALE_96 ", %96, %97, p, 1, 1;"
+#define TMAKIT_WG_SS_SCALE_128 ", %128, %129, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_32 ", %32, %33, p;"  // s8 / u8: scale-d only
+#define TMAKIT_WG_SS_INT_64 ", %64, %65, p;"
+#define TMAKIT_WG_SS_INT_96 ", %96, %97, p;"
+#define TMAKIT_WG_SS_INT_128 ", %128, %129, p;"
 #define TMAKIT_WG_RS_TAIL_32 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;"
 #define TMAKIT_WG_RS_TAIL_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;"
 #define TMAKIT_WG_RS_TAIL_96 ", {%96, %97, %98, %99}, %100, p, 1, 1, %102;"
@@ -71,35 +83,60 @@
 #define TMAKIT_WG_RS_PRED_96 "setp.ne.b32 p, %101, 0;\n"
 #define TMAKIT_WG_RS_PRED_128 "setp.ne.b32 p, %133, 0;\n"
 
-// One wgmma with A and B from shared memory; R = N/2, TYPE = bf16 | f16.
-#define TMAKIT_WGMMA_SS(N, R, TYPE)                                                                            \
-  asm volatile("{\n.reg .pred p;\n" TMAKIT_WG_SS_PRED_##R                                                     \
-               "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TYPE "." #TYPE " " TMAKIT_WG_REGS_##R        \
-               TMAKIT_WG_SS_TAIL_##R "\n}"                                                                     \
-               : TMAKIT_WG_F_##R                                                                               \
-               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(scale_d)), "n"(int(TransA)), "n"(int(TransB)) \
+// wgmma.mma_async with A and B from shared memory. FORM: TRANS (16-bit, with imm-trans), SCALE (tf32/fp8), INT.
+#define TMAKIT_WGMMA_SS(N, R, K, D, TA, TB, FORM, C, ...)                                                          \
+  asm volatile("{\n.reg .pred p;\n" TMAKIT_WG_SS_PRED_##R "wgmma.mma_async.sync.aligned.m64n" #N "k" #K "." #D    \
+               "." #TA "." #TB " " TMAKIT_WG_REGS_##R TMAKIT_WG_SS_##FORM##_##R "\n}"                             \
+               : TMAKIT_WG_ACC_##R(C)                                                                             \
+               : "l"(desc_a), "l"(desc_b), "r"(static_cast<int>(scale_d)) __VA_ARGS__                            \
                : "memory")
-// One wgmma with A (64 x 16) from registers and B from shared memory.
+#define TMAKIT_WG_TRANS_OPERANDS , "n"(int(TransA)), "n"(int(TransB))
+// wgmma.mma_async with A (64 x K) from registers and B from shared memory (16-bit types).
 #define TMAKIT_WGMMA_RS(N, R, TYPE)                                                                          \
   asm volatile("{\n.reg .pred p;\n" TMAKIT_WG_RS_PRED_##R                                                   \
                "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." #TYPE "." #TYPE " " TMAKIT_WG_REGS_##R      \
                TMAKIT_WG_RS_TAIL_##R "\n}"                                                                   \
-               : TMAKIT_WG_F_##R                                                                             \
+               : TMAKIT_WG_ACC_##R(TMAKIT_WG_F)                                                              \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int>(scale_d)),   \
                  "n"(int(TransB))                                                                            \
                : "memory")
 
+// Expand BODY(N, R) for the compile-time N (64, 128, 192, 256).
+#define TMAKIT_WG_BY_N(N, BODY)                                                                        \
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64nNkK with N in {64, 128, 192, 256}"); \
+  if constexpr (N == 64) {                                                                             \
+    BODY(64, 32);                                                                                      \
+  } else if constexpr (N == 128) {                                                                     \
+    BODY(128, 64);                                                                                     \
+  } else if constexpr (N == 192) {                                                                     \
+    BODY(192, 96);                                                                                     \
+  } else {                                                                                             \
+    BODY(256, 128);                                                                                    \
+  }
+
 namespace tmakit {
 
+// The operand types wgmma takes (PTX ISA 9.7.15.5.2, .atype / .btype).
+enum class WgmmaType : uint32_t { kBf16 = 0, kF16 = 1, kTf32 = 2, kE4m3 = 3, kE5m2 = 4, kS8 = 5, kU8 = 6 };
+
+// Bytes of one element and elements of K in one instruction (always 32 bytes of K).
+TMAKIT_HD constexpr uint32_t wgmma_type_bytes(WgmmaType t) {
+  return t == WgmmaType::kTf32 ? 4u : (t == WgmmaType::kBf16 || t == WgmmaType::kF16) ? 2u : 1u;
+}
+TMAKIT_HD constexpr uint32_t wgmma_k(WgmmaType t) { return 32u / wgmma_type_bytes(t); }
+TMAKIT_HD constexpr bool wgmma_is_integer(WgmmaType t) { return t == WgmmaType::kS8 || t == WgmmaType::kU8; }
+
 // ---------------------------------------------------------------------------------------------------------
-// The shared-memory matrix descriptor (PTX ISA 9.7.15.5.1 "Matrix Descriptor Format"), 64 bits:
+// The shared-memory matrix descriptor (PTX ISA 9.7.15.5.1.2.2 "Matrix Descriptor Format"), 64 bits:
 //   bits  0-13  matrix start address >> 4 (18-bit shared address, 16-byte units)
 //   bits 16-29  leading dimension byte offset >> 4 (LBO)
 //   bits 32-45  stride dimension byte offset >> 4 (SBO)
-//   bits 49-51  matrix base offset (the start's position within the swizzle pattern when the pattern does not
-//               start on its repeat boundary; 0 for stages aligned to 1024/512/256 bytes)
+//   bits 49-51  matrix base offset: where the swizzle pattern's repeat starts, (pattern start >> 7) & 7, when that
+//               is not on the pattern's 1024/512/256-byte boundary (0 for stages aligned to it)
 //   bits 62-63  swizzle mode: 0 none (interleave), 1 = 128B, 2 = 64B, 3 = 32B
-// Host twin with the meaning of LBO and SBO per layout: tmakit/layout/wgmma.py (wgmma_descriptors).
+// The host derives every field from the TensorMap that fills the stage (tmakit/layout/wgmma.py,
+// wgmma_descriptors) and hands kernels the descriptors of a stage at shared address 0; wgmma_desc_rebase moves one
+// to the stage's address.
 enum WgmmaSwizzle : uint32_t { kWgmmaSwizzleNone = 0, kWgmmaSwizzle128B = 1, kWgmmaSwizzle64B = 2, kWgmmaSwizzle32B = 3 };
 
 TMAKIT_HD uint64_t wgmma_make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint32_t sbo_bytes, uint32_t swizzle,
@@ -110,8 +147,11 @@ TMAKIT_HD uint64_t wgmma_make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint3
          (static_cast<uint64_t>(base_offset & 7u) << 49) | (static_cast<uint64_t>(swizzle & 3u) << 62);
 }
 
-// The descriptor of the same layout `bytes` further on (a k-slice advance): only the start address moves.
-TMAKIT_HD uint64_t wgmma_desc_advance(uint64_t desc, uint32_t bytes) { return desc + ((bytes & 0x3FFFFu) >> 4); }
+// The descriptor `desc_at_zero` (derived for a stage at shared address 0) for the same stage at `smem_addr`: only
+// the start address moves (a start below 256 KiB never carries out of its 14 bits).
+TMAKIT_HD uint64_t wgmma_desc_rebase(uint64_t desc_at_zero, uint32_t smem_addr) {
+  return desc_at_zero + ((smem_addr & 0x3FFFFu) >> 4);
+}
 
 // TMA swizzle mode (swizzle.cuh: 0 none, 1 32B, 2 64B, 3 128B) -> the descriptor's swizzle field.
 TMAKIT_HD uint32_t wgmma_swizzle_from_tma(uint32_t tma_mode) {
@@ -123,60 +163,116 @@ TMAKIT_HD uint32_t wgmma_swizzle_from_tma(uint32_t tma_mode) {
 TMAKIT_HD int wgmma_d_row(int t, int i) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((i >> 1) & 1); }
 TMAKIT_HD int wgmma_d_col(int t, int i) { return 8 * (i >> 2) + 2 * (t & 3) + (i & 1); }
 
-#if TMAKIT_HAS_SM90
 // wgmma.fence.sync.aligned: earlier register writes (accumulators, A fragments) are ordered before the next
 // wgmma reads them. The warpgroup, before the first wgmma of a batch and after touching the accumulators.
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-
-// wgmma.commit_group.sync.aligned: close the batch of wgmma issued since the last commit. The warpgroup.
-__device__ __forceinline__ void wgmma_commit_group() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-
-// wgmma.wait_group.sync.aligned N: wait until at most N committed batches are pending; then their
-// accumulators may be read and their shared-memory operands overwritten. The warpgroup.
-template <int N>
-__device__ __forceinline__ void wgmma_wait_group() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+__device__ __forceinline__ void wgmma_fence() {
+#if TMAKIT_HAS_SM90
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
 }
 
-// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma region.
+// wgmma.commit_group.sync.aligned: close the batch of wgmma issued since the last commit. The warpgroup.
+__device__ __forceinline__ void wgmma_commit_group() {
+#if TMAKIT_HAS_SM90
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// wgmma.wait_group.sync.aligned N: wait until at most N committed batches are pending; then their accumulators
+// may be read and their shared-memory operands overwritten. The warpgroup. Follow it with wgmma_fence_operands on
+// the accumulators it completes, before any code reads them.
+template <int N>
+__device__ __forceinline__ void wgmma_wait_group() {
+#if TMAKIT_HAS_SM90
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// Keeps the compiler from moving accumulator reads/writes across an asynchronous wgmma region: after a
+// wgmma_wait_group (before reading the results) and before the next batch's wgmma_fence (after writing them).
 template <int R>
 __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16}.{bf16,f16}, A and B from shared memory:
-// d (64 x N fp32) = A (64 x 16) * B (16 x N) + (scale_d ? d : 0). TransA / TransB: 0 = K-major operand,
-// 1 = MN-major (imm-trans-a / imm-trans-b). N in {64, 128, 192, 256}. The warpgroup.
-template <int N, bool IsBf16, bool TransA = false, bool TransB = false>
-__device__ __forceinline__ void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64nNk16 with N in {64, 128, 192, 256}");
-  if constexpr (N == 64) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_SS(64, 32, bf16); else TMAKIT_WGMMA_SS(64, 32, f16);
-  } else if constexpr (N == 128) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_SS(128, 64, bf16); else TMAKIT_WGMMA_SS(128, 64, f16);
-  } else if constexpr (N == 192) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_SS(192, 96, bf16); else TMAKIT_WGMMA_SS(192, 96, f16);
-  } else {
-    if constexpr (IsBf16) TMAKIT_WGMMA_SS(256, 128, bf16); else TMAKIT_WGMMA_SS(256, 128, f16);
-  }
+template <int R>
+__device__ __forceinline__ void wgmma_fence_operands(int32_t (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+// Accumulators kept as n8 tiles x 4 registers (attention's S and O).
+template <int R, int C>
+__device__ __forceinline__ void wgmma_fence_operands(float (&d)[R][C]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) wgmma_fence_operands(d[i]);
 }
 
-// The same with A from registers: a[0..3] is the warp's 16 x 16 slice of A (rows 16w..16w+15) in the
-// m16n8k16 A-fragment order (mma_sync.cuh's MmaFragments). A is always K-major here; TransB as above.
-template <int N, bool IsBf16, bool TransB = false>
-__device__ __forceinline__ void wgmma_m64nNk16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
-                                                  bool scale_d = true) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64nNk16 with N in {64, 128, 192, 256}");
-  if constexpr (N == 64) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_RS(64, 32, bf16); else TMAKIT_WGMMA_RS(64, 32, f16);
-  } else if constexpr (N == 128) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_RS(128, 64, bf16); else TMAKIT_WGMMA_RS(128, 64, f16);
-  } else if constexpr (N == 192) {
-    if constexpr (IsBf16) TMAKIT_WGMMA_RS(192, 96, bf16); else TMAKIT_WGMMA_RS(192, 96, f16);
-  } else {
-    if constexpr (IsBf16) TMAKIT_WGMMA_RS(256, 128, bf16); else TMAKIT_WGMMA_RS(256, 128, f16);
-  }
+// wgmma.mma_async.sync.aligned.m64nNkK.f32.A.B, A and B from shared memory: d (64 x N fp32) = A (64 x K) * B (K x N)
+// + (scale_d ? d : 0), K = wgmma_k(A). TransA / TransB: 0 = K-major, 1 = MN-major (imm-trans; 16-bit types only).
+// N in {64, 128, 192, 256}. The warpgroup.
+template <int N, WgmmaType A, WgmmaType B, bool TransA = false, bool TransB = false>
+__device__ __forceinline__ void wgmma_mma_async_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
+  static_assert(!wgmma_is_integer(A) && !wgmma_is_integer(B), "s8/u8 operands accumulate into int32_t registers");
+  static_assert(wgmma_type_bytes(A) == wgmma_type_bytes(B) && (A == B || wgmma_type_bytes(A) == 1),
+                "A and B: both bf16, both f16, both tf32, or e4m3/e5m2 in any mix");
+  static_assert(wgmma_type_bytes(A) == 2 || (!TransA && !TransB), "only 16-bit operands may be MN-major");
+#if TMAKIT_HAS_SM90
+#define TMAKIT_BODY(NN, R)                                                                                      \
+  if constexpr (A == WgmmaType::kBf16) TMAKIT_WGMMA_SS(NN, R, 16, f32, bf16, bf16, TRANS, TMAKIT_WG_F, TMAKIT_WG_TRANS_OPERANDS); \
+  else if constexpr (A == WgmmaType::kF16) TMAKIT_WGMMA_SS(NN, R, 16, f32, f16, f16, TRANS, TMAKIT_WG_F, TMAKIT_WG_TRANS_OPERANDS); \
+  else if constexpr (A == WgmmaType::kTf32) TMAKIT_WGMMA_SS(NN, R, 8, f32, tf32, tf32, SCALE, TMAKIT_WG_F); \
+  else if constexpr (A == WgmmaType::kE4m3 && B == WgmmaType::kE4m3) TMAKIT_WGMMA_SS(NN, R, 32, f32, e4m3, e4m3, SCALE, TMAKIT_WG_F); \
+  else if constexpr (A == WgmmaType::kE4m3) TMAKIT_WGMMA_SS(NN, R, 32, f32, e4m3, e5m2, SCALE, TMAKIT_WG_F); \
+  else if constexpr (B == WgmmaType::kE4m3) TMAKIT_WGMMA_SS(NN, R, 32, f32, e5m2, e4m3, SCALE, TMAKIT_WG_F); \
+  else TMAKIT_WGMMA_SS(NN, R, 32, f32, e5m2, e5m2, SCALE, TMAKIT_WG_F)
+  TMAKIT_WG_BY_N(N, TMAKIT_BODY)
+#undef TMAKIT_BODY
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk32.s32.A.B (A, B in {s8, u8}), from shared memory: d (64 x N int32) = A B
+// (+ d). K-major operands. The warpgroup.
+template <int N, WgmmaType A, WgmmaType B, bool TransA = false, bool TransB = false>
+__device__ __forceinline__ void wgmma_mma_async_ss(int32_t (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
+  static_assert(wgmma_is_integer(A) && wgmma_is_integer(B), "int32 accumulators take s8/u8 operands");
+  static_assert(!TransA && !TransB, "only 16-bit operands may be MN-major");
+#if TMAKIT_HAS_SM90
+#define TMAKIT_BODY(NN, R)                                                                                    \
+  if constexpr (A == WgmmaType::kS8 && B == WgmmaType::kS8) TMAKIT_WGMMA_SS(NN, R, 32, s32, s8, s8, INT, TMAKIT_WG_I); \
+  else if constexpr (A == WgmmaType::kS8) TMAKIT_WGMMA_SS(NN, R, 32, s32, s8, u8, INT, TMAKIT_WG_I);                \
+  else if constexpr (B == WgmmaType::kS8) TMAKIT_WGMMA_SS(NN, R, 32, s32, u8, s8, INT, TMAKIT_WG_I);                \
+  else TMAKIT_WGMMA_SS(NN, R, 32, s32, u8, u8, INT, TMAKIT_WG_I)
+  TMAKIT_WG_BY_N(N, TMAKIT_BODY)
+#undef TMAKIT_BODY
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.T.T with A from registers: a[0..3] is the warp's 16 x 16 slice of A (rows
+// 16w..16w+15) in the m16n8k16 A-fragment order (mma_sync.cuh's MmaM16N8K16Layout). A is K-major; TransB as above.
+// T in {bf16, f16}. The warpgroup.
+template <int N, WgmmaType T, bool TransB = false>
+__device__ __forceinline__ void wgmma_mma_async_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                                   bool scale_d = true) {
+  static_assert(T == WgmmaType::kBf16 || T == WgmmaType::kF16, "register A operands here are bf16 or f16");
+#if TMAKIT_HAS_SM90
+#define TMAKIT_BODY(NN, R)                                         \
+  if constexpr (T == WgmmaType::kBf16) TMAKIT_WGMMA_RS(NN, R, bf16); \
+  else TMAKIT_WGMMA_RS(NN, R, f16)
+  TMAKIT_WG_BY_N(N, TMAKIT_BODY)
+#undef TMAKIT_BODY
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
 }
 
 // setmaxnreg.inc.sync.aligned.u32 / setmaxnreg.dec.sync.aligned.u32: raise / lower the calling warpgroup's
@@ -184,22 +280,20 @@ __device__ __forceinline__ void wgmma_m64nNk16_rs(float (&d)[N / 2], const uint3
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
   static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+#if TMAKIT_HAS_SM90
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
 }
 template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {
   static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256, a multiple of 8");
+#if TMAKIT_HAS_SM90
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+#else
+  TMAKIT_REQUIRES_SM90();
+#endif
 }
-
-// elect.sync _|p, 0xffffffff: true in exactly one lane of the (fully active) warp. Every lane of the warp.
-__device__ __forceinline__ bool elect_one_sync() {
-  uint32_t pred = 0;
-  asm volatile(
-      "{\n .reg .b32 r;\n .reg .pred p;\n elect.sync r|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}"
-      : "=r"(pred));
-  return pred != 0;
-}
-#endif  // TMAKIT_HAS_SM90
 
 }  // namespace tmakit

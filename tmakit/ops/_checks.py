@@ -1,7 +1,7 @@
 """Argument checks shared by the ops: every failure names the parameter, its value, the rule and the fix."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 from ..arrays import ArrayView, device_array_view
 from ..errors import InvalidArgumentError
@@ -30,8 +30,31 @@ def require_same_dtype(dst: ArrayView, src: ArrayView) -> None:
                                    "allocate dst with src's dtype (these ops move bytes, they do not convert)")
 
 
-def require_disjoint(dst: ArrayView, src: ArrayView) -> None:
-    dst_bytes, src_bytes = dst.nbytes, src.nbytes  # each a product over the shape: computed once
-    if dst_bytes and src_bytes and dst.ptr < src.ptr + src_bytes and src.ptr < dst.ptr + dst_bytes:
-        raise InvalidArgumentError("dst", f"0x{dst.ptr:x}..+{dst.nbytes}", f"overlaps src (0x{src.ptr:x}..+{src.nbytes})",
-                                   "use a separate output buffer")
+def byte_span(v: ArrayView) -> tuple[int, int]:
+    """[first, end) of the bytes the view's elements occupy (strides of any sign); empty for an empty array."""
+    if not v.shape:
+        return v.ptr, v.ptr + v.itemsize
+    if 0 in v.shape:
+        return v.ptr, v.ptr
+    lo = hi = v.ptr
+    for n, stride in zip(v.shape, v.strides):
+        if stride < 0:
+            lo += (n - 1) * stride
+        else:
+            hi += (n - 1) * stride
+    return lo, hi + v.itemsize
+
+
+def refuse_overlap(outputs: Sequence[tuple[str, ArrayView]], inputs: Sequence[tuple[str, ArrayView]]) -> None:
+    """Every output apart from every input and from the other outputs: a kernel that writes an array while its
+    TMA or cp.async loads of another are in flight gives timing-dependent results when the two share bytes.
+    Spans are compared, so two views that interleave in one buffer are refused too."""
+    spans = [(name, v, byte_span(v)) for name, v in outputs]
+    others = spans + [(name, v, byte_span(v)) for name, v in inputs]
+    for i, (name, v, (lo, hi)) in enumerate(spans):
+        for other, w, (olo, ohi) in others[i + 1:]:
+            if lo < hi and olo < ohi and lo < ohi and olo < hi and v.device == w.device:
+                raise InvalidArgumentError(name, f"bytes 0x{lo:x}..0x{hi:x}",
+                                           f"overlaps {other} (bytes 0x{olo:x}..0x{ohi:x}): the kernel would write "
+                                           f"{name} while it reads {other}", f"write {name} into a separate buffer")
+

@@ -50,6 +50,7 @@ from ..backend import Backend, BackendChoice, choose_backend
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
+from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
 from ._kernels import kernel
 
@@ -92,16 +93,18 @@ class AttentionConfig:
     def shared_mem(self) -> int:
         """Dynamic shared memory per block (bytes), as the kernel lays it out."""
         tiles = self.q_bytes + self.stages * self.stage_bytes
-        if self.backend is Backend.TMA:
-            return tiles + _BARRIER_BYTES * (1 + 3 * self.stages) + _ALIGN_SLACK
+        if self.backend is Backend.TMA:  # Q's barrier and the K and V rings' FULL and EMPTY barriers
+            return tiles + _BARRIER_BYTES * (1 + 4 * self.stages) + _ALIGN_SLACK
         return tiles + _ALIGN_SLACK
 
     @property
-    def defines(self) -> dict[str, int]:
-        d = {"TMAKIT_ATTN_HEAD_DIM": self.head_dim, "TMAKIT_ATTN_BF16": int(self.bf16),
-             "TMAKIT_ATTN_BLOCK_N": self.block_n, "TMAKIT_ATTN_STAGES": self.stages}
+    def defines(self) -> dict[str, int | str]:
+        d: dict[str, int | str] = {"TMAKIT_ATTN_HEAD_DIM": self.head_dim, "TMAKIT_ATTN_BF16": int(self.bf16),
+                                   "TMAKIT_ATTN_BLOCK_N": self.block_n, "TMAKIT_ATTN_STAGES": self.stages}
         if self.backend is Backend.CP_ASYNC:
             d["TMAKIT_ATTN_WARPS"] = self.warps
+        else:
+            d.update(descriptor_defines(self))
         return d
 
     @property
@@ -114,6 +117,36 @@ class AttentionConfig:
         return [f"Q tile {self.block_m} x {self.head_dim}: {kib(self.q_bytes)}",
                 f"per stage (K + V tiles of {self.block_n} keys): {kib(self.stage_bytes)} x {self.stages} stages",
                 f"total dynamic shared memory per block: {kib(self.shared_mem)}"]
+
+
+def _tile_map(view: Any, rows: int, **kw: Any) -> Any:
+    """The TMA map of a (B, H, S, D) tensor read in tiles of `rows` rows by one 64-column slab, 128B swizzle."""
+    return describe_tensor(view, box=(1, 1, rows, _SLAB), swizzle="128B", **kw)
+
+
+def stage_descriptors(q_map: Any, k_map: Any, v_map: Any, cfg: AttentionConfig) -> tuple[list, list, list]:
+    """The wgmma descriptors the tma kernel reads its tiles with, derived from the maps that fill them (tiles at
+    shared address 0): Q as A (K-major; D/16 slices for the consumer rows 0-63, then 64-127), K as B (K-major,
+    N = BLOCK_N), V as B (MN-major: stored [keys, D], K = BLOCK_N keys, N = D)."""
+    d = cfg.head_dim
+    q = wgmma_descriptors(q_map, "A", "K", k=d) + wgmma_descriptors(q_map, "A", "K", k=d, mn_offset=64)
+    k = wgmma_descriptors(k_map, "B", "K", k=d, mn=cfg.block_n)
+    v = wgmma_descriptors(v_map, "B", "MN", k=cfg.block_n, mn=d)
+    return q, k, v
+
+
+def descriptor_defines(cfg: AttentionConfig) -> dict[str, str]:
+    """TMAKIT_ATTN_DESC_Q / _K / _V for cuda_src/attention.cu: ``stage_descriptors`` of maps with this plan's boxes
+    (the descriptors depend on the box, element size and swizzle, not on the tensor)."""
+    dtype = "bf16" if cfg.bf16 else "f16"
+    shape = (1, 1, 2 * max(cfg.block_m, cfg.block_n), cfg.head_dim)
+
+    def tile_map(rows: int) -> Any:
+        return _tile_map(None, rows, shape=shape, dtype=dtype, encode=False)
+
+    q, k, v = stage_descriptors(tile_map(cfg.block_m), tile_map(cfg.block_n), tile_map(cfg.block_n), cfg)
+    return {"TMAKIT_ATTN_DESC_Q": descriptor_define(q), "TMAKIT_ATTN_DESC_K": descriptor_define(k),
+            "TMAKIT_ATTN_DESC_V": descriptor_define(v)}
 
 
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
@@ -277,8 +310,7 @@ class AttentionPlan:
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
         if cfg.backend is Backend.TMA:
             def tmap(view: ArrayView, rows: int) -> Any:
-                return describe_tensor(_bhsd_view(view, self.layout), box=(1, 1, rows, _SLAB), swizzle="128B",
-                                       oob_fill="zero")
+                return _tile_map(_bhsd_view(view, self.layout), rows, oob_fill="zero")
 
             self.maps = (tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2))
             args = (*self.maps, lse, *common)
@@ -305,7 +337,9 @@ class AttentionPlan:
                                            "make a new plan with plan_attention for other shapes")
             self.out = out if out is not None else _empty_like(q, qv.shape, False)
             self.lse = lse if lse is not None else _empty_like(q, (self.batch, self.heads, self.sq), True)
-            self._bind(qv, kv, vv, ov or _checks.view(self.out, "out"), self.lse)
+            ov = ov or _checks.view(self.out, "out")
+            _checks.refuse_overlap([("out", ov), ("lse", _checks.view(self.lse, "lse"))], [("q", qv), ("k", kv), ("v", vv)])
+            self._bind(qv, kv, vv, ov, self.lse)
         self._launch()
         return self.out, self.lse
 
@@ -343,8 +377,10 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     if (-(-Sq // cfg.block_m)) > 2**31 - 1 or H > 65535 or B > 65535:
         raise InvalidArgumentError("q", f"shape {qv.shape}", "needs at most 65535 heads and batches",
                                    "split the batch")
+    ov = ov or _checks.view(out, "out")
+    _checks.refuse_overlap([("out", ov), ("lse", lv)], [("q", qv), ("k", kv), ("v", vv)])
     plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D), causal, float(scale), out, lse, qv.device, stream)
-    plan._bind(qv, kv, vv, ov or _checks.view(out, "out"), lse)
+    plan._bind(qv, kv, vv, ov, lse)
     return plan
 
 
@@ -353,5 +389,5 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     return plan_attention(q, k, v, out, **options)()
 
 
-__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "check_config", "default_config", "plan_attention",
-           "shared_mem_limit"]
+__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "check_config", "default_config",
+           "descriptor_defines", "plan_attention", "shared_mem_limit", "stage_descriptors"]

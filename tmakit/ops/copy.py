@@ -41,7 +41,7 @@ class CopyPlan(Plan):
 
     def _retarget(self, views: tuple) -> None:
         d, s = views
-        _checks.require_disjoint(d, s)
+        _checks.refuse_overlap([("dst", d)], [("src", s)])
         if self.result.path in ("bulk", "cp.async") and (d.ptr - s.ptr) % 16:
             self._refuse("src", f"address 0x{s.ptr:x}", f"differs from dst (0x{d.ptr:x}) modulo 16 where the plan's "
                          f"buffers did not, so its {self.result.path} path cannot move 16-byte pieces")
@@ -76,7 +76,7 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
     _checks.require_same_device(d, s)
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
-    _checks.require_disjoint(d, s)
+    _checks.refuse_overlap([("dst", d)], [("src", s)])
     if blocks is not None and (not isinstance(blocks, int) or isinstance(blocks, bool) or not 1 <= blocks < 2**31):
         raise InvalidArgumentError("blocks", blocks, "must be an int in [1, 2**31)", "leave it None for the default")
     chunk_bytes = _tuning_int("chunk_bytes", chunk_bytes, 1024, 1 << 17, " and a multiple of 16")

@@ -26,6 +26,7 @@ from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
+from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
 from ._kernels import kernel, sm_count
 
@@ -67,10 +68,14 @@ class GemmConfig:
         return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 1024
 
     @property
-    def defines(self) -> dict[str, int]:
-        return {"TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
-                "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
-                "TMAKIT_GEMM_OUT_F32": int(self.out_f32)}
+    def defines(self) -> dict[str, int | str]:
+        d: dict[str, int | str] = {
+            "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
+            "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
+            "TMAKIT_GEMM_OUT_F32": int(self.out_f32)}
+        if self.backend is Backend.TMA:
+            d.update(descriptor_defines(self))
+        return d
 
     @property
     def entry(self) -> str:
@@ -179,6 +184,7 @@ def _check_inputs(a: Any, b: Any, c: Any, b_kmajor: bool, out_dtype: str | None)
             raise InvalidArgumentError("c", f"array on device {cv.device}", f"must be on a's device ({av.device})",
                                        "move it to a's device")
         _rows(cv, "c")
+        _checks.refuse_overlap([("c", cv)], [("a", av), ("b", bv)])  # c may be read (beta), never a or b
     return av, bv, cv, (M, N, K)
 
 
@@ -265,16 +271,41 @@ class GemmPlan:
         return self.out
 
 
+def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The boxes of A's and B's maps: A (128, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
+    share and multicasts it) or (64, 64) N-major slabs."""
+    return (BLOCK_M, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
+
+
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True) -> tuple:
-    """The three TMA maps of the tma kernel: A boxes (128, 64), B boxes (BN / cluster, 64) K-major or (64, 64)
-    N-major, C boxes (64, 128 bytes of columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
+    """The three TMA maps of the tma kernel: A and B boxes by ``_operand_boxes``, C boxes (64, 128 bytes of
+    columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
     GPU (for showing them)."""
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode)
-    ta = describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="256B", **kw)
-    tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64),
-                         l2_promotion="256B", **kw)
+    box_a, box_b = _operand_boxes(cfg)
+    ta = describe_tensor(a, box=box_a, l2_promotion="256B", **kw)
+    tb = describe_tensor(b, box=box_b, l2_promotion="256B", **kw)
     tc = describe_tensor(c, box=(64, 128 // c.itemsize), **kw)
     return ta, tb, tc
+
+
+def stage_descriptors(a_map: Any, b_map: Any, cfg: GemmConfig) -> tuple[list, list]:
+    """The wgmma descriptors the tma kernel reads its stages with, derived from the maps that fill them (stages at
+    shared address 0): A's four k16 slices for the consumer rows 0-63, then for 64-127; B's four, N = BN."""
+    a = wgmma_descriptors(a_map, "A", "K", k=BLOCK_K) + wgmma_descriptors(a_map, "A", "K", k=BLOCK_K, mn_offset=64)
+    b = wgmma_descriptors(b_map, "B", "K" if cfg.b_kmajor else "MN", k=BLOCK_K, mn=cfg.block_n)
+    return a, b
+
+
+def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
+    """TMAKIT_GEMM_DESC_A / _B for cuda_src/gemm.cu: ``stage_descriptors`` of maps with this plan's boxes (the
+    descriptors depend on the box, element size and swizzle, not on the tensor)."""
+    dtype = "bf16" if cfg.bf16 else "f16"
+    box_a, box_b = _operand_boxes(cfg)
+    a_map = describe_tensor(shape=(2 * BLOCK_M, 2 * BLOCK_K), dtype=dtype, box=box_a, swizzle="128B", encode=False)
+    b_map = describe_tensor(shape=(2 * max(box_b), 2 * max(box_b)), dtype=dtype, box=box_b, swizzle="128B", encode=False)
+    a, b = stage_descriptors(a_map, b_map, cfg)
+    return {"TMAKIT_GEMM_DESC_A": descriptor_define(a), "TMAKIT_GEMM_DESC_B": descriptor_define(b)}
 
 
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
@@ -309,5 +340,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     return plan_gemm(a, b, out, **options)()
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "default_config", "gemm", "gemm_tensor_maps", "plan_gemm",
-           "shared_mem_limit"]
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
+           "plan_gemm", "shared_mem_limit", "stage_descriptors"]

@@ -44,7 +44,7 @@ def ptx_tile_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = No
     _checks.require_same_device(d, s)
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
-    _checks.require_disjoint(d, s)
+    _checks.refuse_overlap([("dst", d)], [("src", s)])
     rows, cols = s.shape
     pitch = cols * s.itemsize
     for name, v in (("src", s), ("dst", d)):

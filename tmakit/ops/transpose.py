@@ -55,19 +55,16 @@ _PREFIX_BYTES = 16 * _SPAN  # per stage, when some dst rows are shifted (kPrefix
 
 @dataclass(frozen=True)
 class TilePlan:
+    """A block's tile: one source tile (the kernel's one-stage box ring) and one image buffer, one block per tile."""
+
     rows: int  # source rows per tile (TMAKIT_TRANSPOSE_TILE_ROWS)
-    stages: int  # source tiles in the ring (TMAKIT_TRANSPOSE_STAGES)
     shared_mem: int  # dynamic shared memory per block, bytes
     run_bytes: int  # dst bytes per row written by a group of tiles (TMAKIT_TRANSPOSE_RUN_BYTES)
     threads: int  # per block (the kernel walks every loop by blockDim)
-    image_buffers: int  # destination image buffers (TMAKIT_TRANSPOSE_IMAGE_BUFFERS)
-    persistent: bool  # a grid of resident blocks walking the tiles through the ring, or one block per tile
 
     @classmethod
-    def of(cls, rows: int, stages: int = 1, run_bytes: int = 65536, threads: int = 256, image_buffers: int = 1,
-           persistent: bool = False) -> "TilePlan":
-        return cls(rows, stages, (stages + image_buffers) * rows * _SPAN + 1024, run_bytes, threads, image_buffers,
-                   persistent)
+    def of(cls, rows: int, run_bytes: int = 65536, threads: int = 256) -> "TilePlan":
+        return cls(rows, 2 * rows * _SPAN + 1024, run_bytes, threads)
 
     def shared_mem_for(self, prefix: bool, row_sectors: bool = False, esize: int = 1, classes: int = 0) -> int:
         """Dynamic shared memory with room for a prefix in every stage (shifted rows) or without; row-sector
@@ -84,7 +81,7 @@ class TilePlan:
         images = self.rows * _SPAN
         if self.split_turn(row_sectors, classes):  # the lower half, and its last chunk of each row again
             images = images // 2 + (_SPAN // esize) * 16
-        return self.stages * stage + self.image_buffers * (images + side) + 1024
+        return stage + images + side + 1024
 
     def split_turn(self, row_sectors: bool, classes: int) -> bool:
         """Whether the kernel turns the tile in two halves, the upper half's images in the stage rows the lower
@@ -95,13 +92,10 @@ class TilePlan:
 
 # The default candidates, preferred first; the same for both paths. One block per tile, each with one stage
 # and one image buffer (65 KiB with 256-row tiles: three blocks per SM on sm_90, two on sm_80, one on
-# sm_86/89), the resident blocks overlapping each other's loads, turns and stores, in place of a persistent grid
-# (one block per SM with TMA) walking the tiles through a ring of stages. Measured on the H100 against torch's
-# copy in the same rounds: at 16336x32848 the ring made 1-byte TMA 0.73x and cp.async 0.64x, one block per
-# tile 0.85x and 0.78x; at 16384x32768 0.82x became 0.86-0.88x. A Triton TMA transpose (one program per tile)
-# had shown the way: 0.91-0.93x for 4/8-byte elements where the ring made 0.86x. The tiles are ordered in
-# whole columns where they fit 64 KiB runs of dst (run_bytes); 256-row tiles write dst in runs of 256*E
-# bytes; the 128-row plan is for smaller limits. ``plan_transpose(tile_plan=...)`` picks another.
+# sm_86/89), the resident blocks overlapping each other's loads, turns and stores (a persistent grid walking the
+# tiles through a ring of stages was slower: docs/PERFORMANCE.md). The tiles are ordered in whole columns where
+# they fit 64 KiB runs of dst (run_bytes); 256-row tiles write dst in runs of 256*E bytes; the 128-row plan is
+# for smaller limits. ``plan_transpose(tile_plan=...)`` picks another.
 DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
 _DEFAULT_MIN_ROWS = min(p.rows for p in DEFAULT_TILE_PLANS)
 
@@ -118,7 +112,7 @@ def choose_tile_plan(shared_mem_limit: int, prefix: bool = False, candidates: tu
     need = smallest.shared_mem_for(prefix, row_sectors, esize, classes)
     raise InvalidArgumentError(parameter, value, f"the transpose needs at least {need} "
                                f"bytes of shared memory per block (the device gives {shared_mem_limit})",
-                               "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows or stages")
+                               "run it on an sm_80+ GPU" if parameter == "device" else "use fewer rows")
 
 
 @dataclass(frozen=True)
@@ -187,7 +181,7 @@ class TransposeResult:
     reason: str  # why this backend ran (e.g. the TMA rule the source broke under "auto")
     sectors: "SectorPlan | None" = None  # how dst rows were aligned to sectors (None: nothing to transpose)
     lead: int = 0  # source columns by which the tile columns after the first started early (source_lead)
-    tile_plan: "TilePlan | None" = None  # the tiles, ring and block that ran (None: nothing to transpose)
+    tile_plan: "TilePlan | None" = None  # the tiles and block that ran (None: nothing to transpose)
     tiles: tuple[int, int] = (0, 0)  # (tile rows, tile columns)
     dst_stores: str = ""  # "tma" (box stores), "plain" (the block's 16-byte stores, any pitch) or "" (nothing ran)
 
@@ -247,7 +241,7 @@ class TransposePlan(Plan):
 
     def _retarget(self, views: tuple) -> None:
         d, s = views
-        _checks.require_disjoint(d, s)
+        _checks.refuse_overlap([("dst", d)], [("src", s)])
         layout = _layout(d, s, self._align_sectors, classes=self._layout.classes != 0)
         if layout != self._layout:
             name = "src" if layout.lead != self._layout.lead else "dst"
@@ -348,13 +342,13 @@ def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
-                   source_row_classes: bool = True) -> TransposePlan:
+                   source_row_classes: bool = True, max_blocks: int | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 
     Tuning (the defaults are the measured best on the H100):
-    - ``tile_plan``: a ``TilePlan`` (tile rows, ring stages, image buffers, persistent grid); default the first
-      of ``DEFAULT_TILE_PLANS`` whose shared memory fits the device.
+    - ``tile_plan``: a ``TilePlan`` (tile rows, dst run bytes, threads); default the first of
+      ``DEFAULT_TILE_PLANS`` whose shared memory fits the device.
     - ``align_sectors``: write dst rows in runs aligned to 32-byte sectors (``sector_plan``).
     - ``l2_promotion``: the source's L2 promotion ("auto", "none", "64B", "128B", "256B"). "auto": "256B" where
       TMA reads the source as row classes (their 144-byte windows straddle lines; measured on the H100 in one
@@ -367,6 +361,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
       allows, at most 3).
     - ``source_row_classes``: on the TMA path, read a source whose pitch is not a multiple of 16 bytes (on an
       aligned base) through TMA as super-rows of k rows (``source_classes``); False: the cp.async path.
+    - ``max_blocks``: launch at most this many blocks, each transposing several tiles in turn (default None: one
+      block per tile, the fastest measured; a cap leaves SMs to kernels running beside it).
     """
     d, s = _checks.view(dst, "dst"), _checks.view(src, "src")
     if len(s.shape) != 2:
@@ -379,7 +375,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                    "coordinates are 32-bit, as TMA's are)", "transpose it in pieces of fewer rows")
     if tile_plan is not None and not isinstance(tile_plan, TilePlan):
         raise InvalidArgumentError("tile_plan", tile_plan, "must be a tmakit.ops.transpose.TilePlan or None",
-                                   "TilePlan.of(rows, stages, ...) or None for the default")
+                                   "TilePlan.of(rows, ...) or None for the default")
     candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
     worst = tile_grid(*s.shape, s.itemsize, _DEFAULT_MIN_ROWS if tile_plan is None else tile_plan.rows, True, _SPAN,
@@ -391,10 +387,13 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     _checks.require_same_device(d, s)
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
-    _checks.require_disjoint(d, s)
+    _checks.refuse_overlap([("dst", d)], [("src", s)])
     esize = s.itemsize
     if esize not in (1, 2, 4, 8):
         raise InvalidArgumentError("src", s.dtype_name, "must have 1, 2, 4 or 8-byte elements", "view it as such an integer type")
+    if max_blocks is not None and (isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1):
+        raise InvalidArgumentError("max_blocks", max_blocks, "must be a positive int or None",
+                                   "pass None (one block per tile) or a block count such as 132")
     if min_blocks is not None and (isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or not 1 <= min_blocks <= 3):
         raise InvalidArgumentError("min_blocks", min_blocks, "must be an int from 1 to 3 or None",
                                    "pass 1, 2 or 3 (blocks per SM), or None for what shared memory allows")
@@ -444,18 +443,19 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                               esize, layout.classes)
     tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
     shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_ELEMENT_BYTES=esize,
+               TMAKIT_TRANSPOSE_ROW_CLASSES=layout.sectors.classes,
                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
+               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction),
                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
                TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
                TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
-    grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
+    grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
     result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
                              "plain" if plain_dst else "tma")
-    tail = (tiles_r, tiles_c, layout.lead, esize, layout.sectors.classes, layout.sectors.shifted)
+    tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
                          block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
 

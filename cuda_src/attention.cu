@@ -225,9 +225,29 @@ TMAKIT_HD constexpr uint64_t desc_q(int kk) { return list_item(kk, TMAKIT_ATTN_D
 TMAKIT_HD constexpr uint64_t desc_k(int kk) { return list_item(kk, TMAKIT_ATTN_DESC_K); }
 TMAKIT_HD constexpr uint64_t desc_v(int kk) { return list_item(kk, TMAKIT_ATTN_DESC_V); }
 constexpr uint32_t kQConsumerBytes = static_cast<uint32_t>(desc_q(kD / 16) - desc_q(0)) * 16u;
-static_assert(desc_q(kD / 16 + 1) - desc_q(1) == desc_q(kD / 16) - desc_q(0) &&
-                  desc_q(2 * (kD / 16) - 1) - desc_q(kD / 16 - 1) == desc_q(kD / 16) - desc_q(0),
-              "the two consumers' Q descriptors differ only in their start");
+// The defines must describe this kernel's tiles (a compile with other tile defines and the built-in descriptor
+// defaults stops here): slabs of 64 columns, Q's BLOCK_M rows and K's and V's BLOCK_N rows of 128 bytes, 128B
+// swizzle; a k16 slice 32 bytes along a K-major row (the next slab every 4) or 16 keys of V; V's slabs LBO apart.
+TMAKIT_HD constexpr bool descriptors_match_tiles() {
+  if (list_size(TMAKIT_ATTN_DESC_Q) != 2 * kD / 16 || list_size(TMAKIT_ATTN_DESC_K) != kD / 16 ||
+      list_size(TMAKIT_ATTN_DESC_V) != kBlockN / 16 || kQConsumerBytes != 64 * kRowBytes)
+    return false;
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const uint64_t q0 = desc_q(kk), q1 = desc_q(kD / 16 + kk), k = desc_k(kk);
+    if (wgmma_desc_start(q0) != (kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32u || q1 - q0 != desc_q(kD / 16) - desc_q(0)) return false;
+    if (wgmma_desc_start(k) != (kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32u) return false;
+    if (wgmma_desc_sbo(q0) != 1024 || wgmma_desc_sbo(k) != 1024) return false;
+    if (wgmma_desc_swizzle(q0) != kWgmmaSwizzle128B || wgmma_desc_swizzle(k) != kWgmmaSwizzle128B) return false;
+  }
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t v = desc_v(kk);
+    if (wgmma_desc_start(v) != 16u * kRowBytes * kk || wgmma_desc_lbo(v) != kBlockN * kRowBytes) return false;
+    if (wgmma_desc_sbo(v) != 1024 || wgmma_desc_swizzle(v) != kWgmmaSwizzle128B) return false;
+  }
+  return true;
+}
+static_assert(descriptors_match_tiles(), "TMAKIT_ATTN_DESC_Q/K/V do not describe this build's tiles: pass "
+                                         "tmakit.ops.attention.descriptor_defines(config)");
 
 // TMA coordinates of the slab `slab` of a tile starting at sequence row `s0` (maps are 4-D (B, H, S, D) in
 // numpy order whatever the memory layout; driver order is innermost first).
@@ -415,7 +435,7 @@ constexpr uint32_t kQBytes = kBlockM * kD * 2;
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;
 constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
-typedef Pipeline<kStages, CpAsyncBlockProducer> Ring;
+typedef Pipeline<kStages, CpAsyncBlockProducer, 32> Ring;  // warps read; the block barrier releases
 
 // Issue this thread's cp.async chunks of a `rows`-row tile starting at sequence row s0 (rows past `len` are
 // zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave.

@@ -31,12 +31,12 @@ constexpr int kStages = TMAKIT_COPY_STAGES;
 constexpr uint32_t kChunk = TMAKIT_COPY_CHUNK;  // the ring lives in dynamic shared memory: kStages * kChunk
 static_assert(kChunk % 16 == 0 && kStages >= 2 && kStages <= 8, "chunks of whole 16 bytes, a ring of 2..8");
 constexpr L2Eviction kSourceEviction = static_cast<L2Eviction>(TMAKIT_COPY_SOURCE_EVICTION);
-typedef Pipeline<kStages, TmaProducer> Ring;  // one thread: thread 0 is the consumer group that releases
+typedef Pipeline<kStages, TmaProducer, 1> Ring;  // one thread produces, consumes and releases
 #else
 constexpr int kStages = 4;
 constexpr uint32_t kThreads = 256, kVec = 2;  // 16-byte slots per thread per stage
 constexpr uint32_t kChunk = kThreads * kVec * 16u;
-typedef Pipeline<kStages, CpAsyncThreadProducer> Ring;  // each thread consumes only its own slots
+typedef Pipeline<kStages, CpAsyncThreadProducer, 1> Ring;  // each thread consumes only its own slots
 #endif
 
 __device__ __forceinline__ void copy_edges(uint8_t* dst, const uint8_t* src, uint64_t head, uint64_t tail_begin,

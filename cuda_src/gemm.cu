@@ -139,9 +139,24 @@ TMAKIT_HD constexpr uint64_t desc_a(int kk) { return list_item(kk, TMAKIT_GEMM_D
 TMAKIT_HD constexpr uint64_t desc_b(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_B); }
 // Consumer 1's slices (items 4..7) are consumer 0's moved by a fixed number of bytes (its 64 rows further on).
 constexpr uint32_t kAConsumerBytes = static_cast<uint32_t>(desc_a(4) - desc_a(0)) * 16u;
-static_assert(desc_a(5) - desc_a(1) == desc_a(4) - desc_a(0) && desc_a(6) - desc_a(2) == desc_a(4) - desc_a(0) &&
-                  desc_a(7) - desc_a(3) == desc_a(4) - desc_a(0),
-              "the two consumers' A descriptors differ only in their start");
+// The defines must describe this kernel's stages (a compile with other tile defines and the built-in descriptor
+// defaults stops here): 128B-swizzled rows of 128 bytes, a k16 slice 32 bytes along a K-major row or 16 rows of an
+// N-major slab, N-major slabs BK rows apart, the second consumer 64 rows on.
+TMAKIT_HD constexpr bool descriptors_match_stages() {
+  if (list_size(TMAKIT_GEMM_DESC_A) != 2 * kBK / 16 || list_size(TMAKIT_GEMM_DESC_B) != kBK / 16) return false;
+  if (kAConsumerBytes != 64 * kRowBytes) return false;
+  for (int kk = 0; kk < kBK / 16; ++kk) {
+    const uint64_t a0 = desc_a(kk), a1 = desc_a(kBK / 16 + kk), b = desc_b(kk);
+    if (wgmma_desc_start(a0) != 32u * kk || a1 - a0 != desc_a(kBK / 16) - desc_a(0)) return false;
+    if (wgmma_desc_sbo(a0) != 1024 || wgmma_desc_swizzle(a0) != kWgmmaSwizzle128B) return false;
+    if (wgmma_desc_start(b) != (kBKMajor ? 32u * kk : 16u * kRowBytes * kk)) return false;
+    if (wgmma_desc_sbo(b) != 1024 || wgmma_desc_swizzle(b) != kWgmmaSwizzle128B) return false;
+    if (!kBKMajor && wgmma_desc_lbo(b) != kBK * kRowBytes) return false;
+  }
+  return true;
+}
+static_assert(descriptors_match_stages(), "TMAKIT_GEMM_DESC_A/B do not describe this build's stages: pass "
+                                          "tmakit.ops.gemm.descriptor_defines(config)");
 
 constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
 static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
@@ -319,7 +334,7 @@ namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
-typedef Pipeline<kStages, CpAsyncBlockProducer> CpAsyncRing;
+typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
 
 // Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).
 __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, const half_bits* B, int M, int N, int K,

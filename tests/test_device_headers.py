@@ -113,14 +113,17 @@ USES = {
       tmakit::barrier_cluster_arrive(); tmakit::barrier_cluster_wait();
 #endif""",
     "pipeline.cuh": """__shared__ alignas(1024) unsigned char s[4096];
-      __shared__ tmakit::Pipeline<4, tmakit::CpAsyncBlockProducer> block; __shared__ tmakit::Pipeline<2, tmakit::CpAsyncThreadProducer> own;
+      __shared__ tmakit::Pipeline<4, tmakit::CpAsyncBlockProducer, 32> block;
+      __shared__ tmakit::Pipeline<2, tmakit::CpAsyncThreadProducer, 1> own;
       auto c = tmakit::make_consumer_start_state<4>(); auto pr = tmakit::make_producer_start_state<4>();
       block.producer_acquire(pr); tmakit::cp_async_cg_16(s + 16 * threadIdx.x, out); block.producer_commit(pr); pr.advance();
       block.consumer_wait<0>(c); block.consumer_release(c); c.advance();
       auto q = tmakit::make_producer_start_state<2>(); own.producer_commit(q); own.consumer_wait<1>(q);
       out[0] = (unsigned char)(c.index + c.phase + pr.phase + s[threadIdx.x] + (block.full_barrier(pr) == nullptr));
 #if TMAKIT_HAS_SM90
-      __shared__ tmakit::Pipeline<4, tmakit::TmaProducer, 32> ring; __shared__ tmakit::Pipeline<2, tmakit::TmaProducer> wg;
+      __shared__ tmakit::Pipeline<4, tmakit::TmaProducer, 32> ring; __shared__ tmakit::Pipeline<2, tmakit::TmaProducer, 128> wg;
+      __shared__ tmakit::Pipeline<2, tmakit::TmaProducer, 1> one;
+      if (threadIdx.x == 0) { one.init(1, 1); one.consumer_release(q); }
       if (threadIdx.x == 0) { ring.init(1, blockDim.x / 32); wg.init(1, 2); }
       __syncthreads();
       if (threadIdx.x == 0) { ring.producer_acquire(pr); tmakit::Mbarrier& full = ring.producer_expect(pr, 16);

@@ -140,6 +140,40 @@ def test_argument_errors(kwargs, match) -> None:
         plan_gemm(a, b, **kwargs)
 
 
+def test_column_slices_of_one_buffer_are_apart() -> None:
+    """C written into columns of the buffer A's columns come from (a fused projection's output, say) shares no byte
+    with A: accepted; C one column into A's columns is refused. The row-by-row check agrees with the byte sets on
+    random column slices."""
+    from tmakit.ops._checks import _rows_apart, refuse_overlap
+
+    buf = 0x100000
+    a, c = device_view(buf, (64, 64), "float16", strides=(256, 2)), device_view(buf + 128, (64, 64), "float16", strides=(256, 2))
+    refuse_overlap([("c", c)], [("a", a)])
+    with pytest.raises(InvalidArgumentError, match=r"c=.*overlaps a"):
+        refuse_overlap([("c", device_view(buf + 126, (64, 64), "float16", strides=(256, 2)))], [("a", a)])
+    rng = random.Random(5)
+    for _ in range(3000):
+        pitch, item = rng.choice((32, 48, 64, 128)), rng.choice((1, 2, 4))
+
+        def view():
+            return device_view(0x1000 + rng.randrange(0, 3 * pitch // item) * item,
+                               (rng.randint(1, 6), rng.randint(1, pitch // item)), f"u{item}", strides=(pitch, item))
+
+        v, w = view(), view()
+        held = [set(range(x.ptr + r * pitch, x.ptr + r * pitch + x.shape[1] * item)) for x in (v, w) for r in range(x.shape[0])]
+        vs, ws = set().union(*held[:v.shape[0]]), set().union(*held[v.shape[0]:])
+        assert _rows_apart(v, w) == (not vs & ws), (v, w)
+
+
+def test_descriptor_defines_that_do_not_describe_the_build_are_refused() -> None:
+    """gemm.cu checks the descriptors it is given against its own stages at compile time: N-major B with the
+    built-in (K-major) defaults stops the compile, naming the function that derives the right ones."""
+    from tmakit.errors import CompileError
+
+    with pytest.raises(CompileError, match=r"TMAKIT_GEMM_DESC_A/B do not describe this build's stages.*descriptor_defines"):
+        compile_cuda("gemm.cu", arch="sm_90a", defines={"TMAKIT_GEMM_B_KMAJOR": 0})
+
+
 @pytest.mark.parametrize("c_at, which", [(0x100000, "a"), (0x100000 + 64 * 64 * 2 - 16, "a"), (0x200800, "b")])
 def test_output_overlapping_an_input_is_refused(fake_launch, c_at, which) -> None:
     """C sharing bytes with A or B would be written while TMA loads of them are in flight."""
@@ -195,7 +229,7 @@ def _sweep(n_cases: int, backend: str, seed: int) -> list[tuple]:
     return cases
 
 
-def _check_gemm(torch, case: dict, runs: int, seed: int) -> None:
+def _check_gemm(torch, case: dict, runs: int, seed: int, **plan_options) -> None:
     """Run the case `runs` times on NaN-poisoned outputs and compare each with torch.addmm in float32 (NaN and Inf
     where torch has them, nowhere else), the row padding of C untouched."""
     tdt = getattr(torch, case["dtype"])
@@ -214,12 +248,14 @@ def _check_gemm(torch, case: dict, runs: int, seed: int) -> None:
         target[rows, cols] = float("nan") if special.startswith("nan") else float("inf")
     c0 = c.clone()
     ref = torch.addmm(c0.float(), a.float(), (b.float().T if case["kmajor"] else b.float()), beta=beta, alpha=alpha)
-    plan = plan_gemm(a, b, c, alpha=alpha, beta=beta, b_major="k" if case["kmajor"] else "n", backend=case["backend"])
+    plan = plan_gemm(a, b, c, alpha=alpha, beta=beta, b_major="k" if case["kmajor"] else "n", backend=case["backend"],
+                     **plan_options)
     scale = max(1.0, ref[torch.isfinite(ref)].abs().max().item() if torch.isfinite(ref).any() else 1.0)
     tol = 1e-4 if case["out_f32"] else (8e-3 if case["dtype"] == "bfloat16" else 2e-3)
     for run in range(runs):
         cbuf.fill_(float("nan"))  # poisoned: every element of C must be written, and nothing past N
-        c.copy_(c0)  # beta reads C: its old contents again (NaN padding stays)
+        if beta != 0:
+            c.copy_(c0)  # beta reads C: its old contents again (the padding stays NaN); beta 0 ignores them
         plan()
         torch.cuda.synchronize()
         got = c.float()
@@ -244,6 +280,21 @@ def test_fp32_out_epilogue_race_is_gone(shape) -> None:
     m, n, k = shape
     _check_gemm(torch, dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=True, alpha=1.0,
                             beta=0.0, pad=0, special=None), runs=50, seed=_seed())
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("cfg", list(_configs()), ids=lambda c: f"{'bf16' if c.bf16 else 'f16'}-{'k' if c.b_kmajor else 'n'}-"
+                         f"{'f32' if c.out_f32 else '16'}-bn{c.block_n}-c{c.cluster}")
+def test_every_tma_configuration_on_the_gpu(cfg) -> None:
+    """Every configuration the tma kernel compiles for (its descriptors, slabs and cluster) on one random shape
+    with partial tiles, 3 runs on poisoned outputs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(hash((cfg.bf16, cfg.b_kmajor, cfg.out_f32, cfg.block_n, cfg.cluster)) % 1000)
+    m, n, k = rng.randint(300, 1100), rng.randint(300, 1100), rng.randint(100, 700)
+    case = dict(backend="tma", dtype="bfloat16" if cfg.bf16 else "float16", kmajor=cfg.b_kmajor, m=m, n=n, k=k,
+                out_f32=cfg.out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
+    _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster)
 
 
 @pytest.mark.requires_sm90

@@ -28,8 +28,10 @@ using namespace tmakit;  // next to <cstdint>: tmakit's fixed-width integers are
 extern "C" __global__ void user_kernel(const __grid_constant__ TensorMapDesc map, std::int64_t n, std::uint8_t* out) {
   __shared__ alignas(1024) std::uint8_t stage[8192];
   __shared__ std::uint64_t bar;  // a raw barrier, declared the standard way
+  __shared__ unsigned long long word;  // or as the 64-bit word it is
   if (threadIdx.x == 0) {
     mbarrier_init(&bar, 1);
+    mbarrier_init(&word, blockDim.x);
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -44,6 +46,8 @@ extern "C" __global__ void user_kernel(const __grid_constant__ TensorMapDesc map
   cp_async_wait_all();
   __syncthreads();
 #endif
+  mbarrier_arrive(&word);
+  mbarrier_wait_parity(&word, 0);
   int64_t i = threadIdx.x;  // unqualified
   if (i < n) out[i] = stage[i] + static_cast<std::uint8_t>(swizzle_offset(static_cast<uint32_t>(i), 3));
 }

@@ -96,7 +96,7 @@ def test_transpose_plan_refuses_buffers_that_change_a_decision(fake_launch):
 
 def test_transpose_tuning_choices_are_plan_arguments(fake_launch):
     dst, src = device_view(0x100000, (512, 512), "float32"), device_view(0x200000, (512, 512), "float32")
-    tiles = ops.TilePlan.of(128, 4096)
+    tiles = ops.TilePlan.of(128, run_bytes=4096)
     plan = ops.plan_transpose(dst, src, backend="cp.async", tile_plan=tiles, source_eviction="normal",
                               align_sectors=False, max_blocks=5)
     defines = fake_launch[0].defines
@@ -108,8 +108,9 @@ def test_transpose_tuning_choices_are_plan_arguments(fake_launch):
     assert default.result.tile_plan.rows == 256 and fake_launch[-1].defines["TMAKIT_TRANSPOSE_SOURCE_EVICTION"] == 2
     with pytest.raises(InvalidArgumentError, match="source_eviction=.*'keep'"):
         ops.plan_transpose(dst, src, source_eviction="keep")
-    with pytest.raises(InvalidArgumentError, match="tile_plan=.*the transpose needs at least"):
-        ops.plan_transpose(dst, src, tile_plan=ops.TilePlan.of(1024))
+    for bad in (ops.TilePlan.of(512), ops.TilePlan.of(256, threads=100), ops.TilePlan.of(128, threads=2048)):
+        with pytest.raises(InvalidArgumentError, match=r"tile_plan=.*must have 128 or 256 rows.*whole warps"):
+            ops.plan_transpose(dst, src, tile_plan=bad)
     with pytest.raises(InvalidArgumentError, match="tile_plan=256: must be a tmakit.ops.transpose.TilePlan"):
         ops.plan_transpose(dst, src, tile_plan=256)
     for bad in (0, 4, 2.0, True, "3"):

@@ -1,7 +1,7 @@
 // The box ring: a tmakit::Pipeline whose stages hold boxes of the one-source box load, so that a block loads stage
 // k + Stages - 1 while it works on stage k, on either engine (TMA: TmaProducer, thread 0 acquires, arms and issues;
 // cp.async: CpAsyncBlockProducer, the whole block copies). Every warp of the block consumes; each releases its
-// reads (ReleaseThreads 32) and the producer refills a stage only once every warp did.
+// reads (ReleaseThreads 32) and the producer refills a stage only once every warp did. Blocks are whole warps.
 #pragma once
 #include "tmakit/box_load.cuh"
 #include "tmakit/pipeline.cuh"
@@ -24,6 +24,7 @@ __device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t
                                                          uint64_t first, uint64_t step, uint64_t count,
                                                          LoadStage load_stage, Consume consume) {
   static_assert(Stages >= 1 && Stages <= 8, "a ring has 1..8 stages");
+  if (blockDim.x % 32u != 0) asm volatile("trap;");  // every warp whole: EMPTY counts one arrival a warp
   if (threadIdx.x == 0) pipe.init(1, blockDim.x / 32u);
   __syncthreads();
   PipelineState<Stages> produced = make_producer_start_state<Stages>();
@@ -45,6 +46,9 @@ __device__ __forceinline__ void for_each_stage_pipelined(uint8_t* smem, uint32_t
     produce(stage + (uint64_t)(Stages - 1) * step);  // refills the stage released at the end of iteration k - 1
     pipe.template consumer_wait<Stages - 1>(consumed);  // stages k+1 .. k+Stages-1 stay in flight
     consume(stage, smem + consumed.index * stage_bytes);
+    // A consumer may have written the stage (the transpose patches rows and turns images into it): those generic
+    // writes are ordered before the async proxy's next load into it (PTX ISA 9.7.13.4, proxy fences).
+    if constexpr (IsSame<BoxProducer, TmaProducer>::value) fence_proxy_async_shared_cta();
     pipe.consumer_release(consumed);
     consumed.advance();
   }

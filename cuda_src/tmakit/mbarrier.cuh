@@ -20,10 +20,24 @@
 
 namespace tmakit {
 
+class Mbarrier;
+
+// The [mbar] operand of the wrappers below and of the copies that complete on a barrier: a tmakit::Mbarrier, or a
+// raw 64-bit barrier word in shared memory of whatever 8-byte type the caller declares it with (std::uint64_t,
+// unsigned long long).
+struct MbarrierRef {
+  uint32_t address;
+  template <class Word>
+  __device__ __forceinline__ MbarrierRef(Word* word) : address(shared_addr(word)) {
+    static_assert(sizeof(Word) == 8, "an mbarrier is a 64-bit word in shared memory");
+  }
+  __device__ __forceinline__ MbarrierRef(Mbarrier& bar);
+};
+
 // mbarrier.init.shared::cta.b64 (9.7.13.15.9). ONE thread calls it, before any other thread touches the barrier;
 // then fence_mbarrier_init() and a block (or cluster) barrier.
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t expected_arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(expected_arrivals) : "memory");
+__device__ __forceinline__ void mbarrier_init(MbarrierRef bar, uint32_t expected_arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar.address), "r"(expected_arrivals) : "memory");
 }
 
 // fence.mbarrier_init.release.cluster (9.7.13.4, membar/fence): makes earlier mbarrier.init visible to the async
@@ -37,18 +51,18 @@ __device__ __forceinline__ void fence_mbarrier_init() {
 
 // mbarrier.arrive.shared::cta.b64 (9.7.13.15.13), release at CTA scope: the caller's earlier writes are visible to
 // whoever completes a wait on this phase. Counts one arrival. Returns the phase state.
-__device__ __forceinline__ uint64_t mbarrier_arrive(uint64_t* bar) {
+__device__ __forceinline__ uint64_t mbarrier_arrive(MbarrierRef bar) {
   uint64_t state;
-  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(shared_addr(bar)) : "memory");
+  asm volatile("mbarrier.arrive.shared::cta.b64 %0, [%1];" : "=l"(state) : "r"(bar.address) : "memory");
   return state;
 }
 
 // mbarrier.arrive.expect_tx.shared::cta.b64 (9.7.13.15.13): one arrival plus "tx_bytes more bytes will complete on
 // this barrier" for the current phase. The thread that issues the copies calls it, before them. sm_90.
-__device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+__device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(MbarrierRef bar, uint32_t tx_bytes) {
   uint64_t state = 0;
 #if TMAKIT_HAS_SM90
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(shared_addr(bar)), "r"(tx_bytes)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;" : "=l"(state) : "r"(bar.address), "r"(tx_bytes)
                : "memory");
 #else
   TMAKIT_REQUIRES_SM90();
@@ -58,9 +72,9 @@ __device__ __forceinline__ uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, uin
 
 // mbarrier.expect_tx.relaxed.cta.shared::cta.b64 (9.7.13.15.11): add to the expected transaction count without
 // arriving. sm_90.
-__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t tx_bytes) {
+__device__ __forceinline__ void mbarrier_expect_tx(MbarrierRef bar, uint32_t tx_bytes) {
 #if TMAKIT_HAS_SM90
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(shared_addr(bar)), "r"(tx_bytes) : "memory");
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar.address), "r"(tx_bytes) : "memory");
 #else
   TMAKIT_REQUIRES_SM90();
 #endif
@@ -69,31 +83,31 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t tx_by
 // cp.async.mbarrier.arrive.shared::cta.b64 (9.7.9.24.3): when every cp.async the CALLING THREAD issued so far has
 // completed, arrive on the barrier. Without .noinc the pending count is raised by one first, so it does not consume
 // one of the thread's expected arrivals: pair it with a normal mbarrier_arrive(). sm_80.
-__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(shared_addr(bar)) : "memory");
+__device__ __forceinline__ void cp_async_mbarrier_arrive(MbarrierRef bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(bar.address) : "memory");
 }
 
 // cp.async.mbarrier.arrive.noinc.shared::cta.b64: the same arrival, counted as one of the expected arrivals (a
 // barrier initialised with one arrival per producer thread completes when every producer's copies have landed).
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(shared_addr(bar)) : "memory");
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(MbarrierRef bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar.address) : "memory");
 }
 
 // One non-blocking probe of phase `parity` (0/1): true once that phase has completed. Acquire semantics: after it
 // returns true the data the phase guarded is visible to the caller (9.7.13.15.16).
 //   sm_90: mbarrier.try_wait.parity, which may suspend the thread for a short while.
 //   sm_80: mbarrier.test_wait.parity, a pure probe.
-__device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ bool mbarrier_try_wait_parity(MbarrierRef bar, uint32_t parity) {
   uint32_t done;
 #if TMAKIT_HAS_SM90
   asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
                : "=r"(done)
-               : "r"(shared_addr(bar)), "r"(parity)
+               : "r"(bar.address), "r"(parity)
                : "memory");
 #else
   asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
                : "=r"(done)
-               : "r"(shared_addr(bar)), "r"(parity)
+               : "r"(bar.address), "r"(parity)
                : "memory");
 #endif
   return done != 0;
@@ -107,7 +121,7 @@ __device__ __forceinline__ uint64_t globaltimer_ns() {
 
 // Block until phase `parity` completes. Every thread that consumes the guarded data calls it. With
 // timeout_ns > 0 it traps after that many nanoseconds (TMAKIT_MBARRIER_TIMEOUT_NS).
-__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity,
+__device__ __forceinline__ void mbarrier_wait_parity(MbarrierRef bar, uint32_t parity,
                                                      uint64_t timeout_ns = TMAKIT_MBARRIER_TIMEOUT_NS) {
   if (mbarrier_try_wait_parity(bar, parity)) return;
   const uint64_t start = timeout_ns ? globaltimer_ns() : 0;
@@ -118,8 +132,8 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t par
 
 // mbarrier.inval.shared::cta.b64: retire a barrier before its shared memory is reused for other data. One thread,
 // after every wait on it has finished.
-__device__ __forceinline__ void mbarrier_inval(uint64_t* bar) {
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(shared_addr(bar)) : "memory");
+__device__ __forceinline__ void mbarrier_inval(MbarrierRef bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar.address) : "memory");
 }
 
 // mapa.shared::cluster.u32 (9.7.9.22): the shared::cluster address of the variable at `smem_addr` (a shared::cta
@@ -171,11 +185,6 @@ class Mbarrier {
 };
 static_assert(sizeof(Mbarrier) == 8, "an mbarrier object is 64 bits");
 
-// The [mbar] operand of the copy wrappers: a tmakit::Mbarrier or a raw 64-bit barrier in shared memory.
-struct MbarrierRef {
-  uint32_t address;
-  __device__ __forceinline__ MbarrierRef(Mbarrier& bar) : address(bar.address()) {}
-  __device__ __forceinline__ MbarrierRef(uint64_t* bar) : address(shared_addr(bar)) {}
-};
+__device__ __forceinline__ MbarrierRef::MbarrierRef(Mbarrier& bar) : address(bar.address()) {}
 
 }  // namespace tmakit

@@ -26,10 +26,12 @@
 //                         that block barrier on its own. No mbarriers.
 //   CpAsyncThreadProducer every thread consumes only the bytes it copied itself (a streaming copy): the same
 //                         groups, no barrier at all.
-// Consumers release in groups of ReleaseThreads threads, one arrival each (EMPTY expects that many arrivals):
+// Consumers release in groups of ReleaseThreads threads, one arrival per group (EMPTY expects as many arrivals as
+// there are groups); a kernel says which it has, there is no default:
 //   128  a wgmma warpgroup; thread 0 of the group arrives once the warpgroup's wgmma.wait_group says the reads
 //        are done (the tensor cores read for the whole group), in a cluster thread r arrives at CTA r's EMPTY;
-//   32   a warp of generic-load readers: __syncwarp, then lane 0.
+//   32   a warp of readers (ordinary loads, ldmatrix): __syncwarp, then lane 0;
+//   1    every consumer thread for itself (a ring driven by one thread).
 //
 // Store pipeline (PTX ISA 9.7.9.25, cp.async.bulk.commit_group / cp.async.bulk.wait_group.read): epilogue tiles
 // go through a ring of Buffers shared-memory buffers into TMA stores. A buffer is written again only once the
@@ -84,10 +86,11 @@ struct PipelineBarriers {
 template <int Stages>
 struct PipelineBarriers<Stages, false> {};
 
-template <int Stages, class Producer, int ReleaseThreads = 128>
+template <int Stages, class Producer, int ReleaseThreads>
 class Pipeline : PipelineBarriers<Stages, !(IsSame<Producer, CpAsyncBlockProducer>::value ||
                                             IsSame<Producer, CpAsyncThreadProducer>::value)> {
-  static_assert(ReleaseThreads == 32 || ReleaseThreads == 128, "consumers release per warp (32) or warpgroup (128)");
+  static_assert(ReleaseThreads == 1 || ReleaseThreads == 32 || ReleaseThreads == 128,
+                "consumers release per thread (1), warp (32) or wgmma warpgroup (128)");
   static constexpr bool kBlock = IsSame<Producer, CpAsyncBlockProducer>::value;
   static constexpr bool kThread = IsSame<Producer, CpAsyncThreadProducer>::value;
   static constexpr bool kGroups = kBlock || kThread;  // cp.async groups, no mbarriers
@@ -161,6 +164,7 @@ class Pipeline : PipelineBarriers<Stages, !(IsSame<Producer, CpAsyncBlockProduce
   // the group arrives on EMPTY in each of them, thread r of the group at CTA r. sm_90, TmaProducer.
   __device__ __forceinline__ void consumer_release_cluster(const State& c, uint32_t ctas) {
     static_assert(IsSame<Producer, TmaProducer>::value, "cluster releases are for TMA multicast rings");
+    static_assert(ReleaseThreads >= 32, "a group of at least a warp: thread r of it arrives at CTA r");
     if constexpr (ReleaseThreads == 32) __syncwarp();
     const uint32_t r = threadIdx.x % ReleaseThreads;
     if (r < ctas) this->empty_[c.index].arrive_cluster(r);

@@ -89,6 +89,12 @@ TMAKIT_HD constexpr uint64_t list_item(int i, uint64_t first, Rest... rest) {
   return i == 0 ? first : list_item(i - 1, static_cast<uint64_t>(rest)...);
 }
 
+// How many items such a list has.
+template <class... Items>
+TMAKIT_HD constexpr int list_size(Items...) {
+  return static_cast<int>(sizeof...(Items));
+}
+
 // 32-bit shared-window address of a generic pointer to shared memory: the form every
 // .shared operand below takes.
 __device__ __forceinline__ uint32_t shared_addr(const void* p) {

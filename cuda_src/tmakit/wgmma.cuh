@@ -148,10 +148,18 @@ TMAKIT_HD uint64_t wgmma_make_desc(uint32_t smem_addr, uint32_t lbo_bytes, uint3
 }
 
 // The descriptor `desc_at_zero` (derived for a stage at shared address 0) for the same stage at `smem_addr`: only
-// the start address moves (a start below 256 KiB never carries out of its 14 bits).
+// the start address moves (a start below 256 KiB never carries out of its 14 bits). The base offset stays, so
+// `smem_addr` is on the swizzle's repeat boundary (1024/512/256 bytes: where TMA writes swizzled boxes).
 TMAKIT_HD uint64_t wgmma_desc_rebase(uint64_t desc_at_zero, uint32_t smem_addr) {
   return desc_at_zero + ((smem_addr & 0x3FFFFu) >> 4);
 }
+
+// A descriptor's fields back (bytes; the swizzle field as encoded), for kernels that check the descriptors they are
+// given against their own stage layout at compile time.
+TMAKIT_HD constexpr uint32_t wgmma_desc_start(uint64_t desc) { return static_cast<uint32_t>(desc & 0x3FFFu) << 4; }
+TMAKIT_HD constexpr uint32_t wgmma_desc_lbo(uint64_t desc) { return static_cast<uint32_t>((desc >> 16) & 0x3FFFu) << 4; }
+TMAKIT_HD constexpr uint32_t wgmma_desc_sbo(uint64_t desc) { return static_cast<uint32_t>((desc >> 32) & 0x3FFFu) << 4; }
+TMAKIT_HD constexpr uint32_t wgmma_desc_swizzle(uint64_t desc) { return static_cast<uint32_t>(desc >> 62); }
 
 // TMA swizzle mode (swizzle.cuh: 0 none, 1 32B, 2 64B, 3 128B) -> the descriptor's swizzle field.
 TMAKIT_HD uint32_t wgmma_swizzle_from_tma(uint32_t tma_mode) {

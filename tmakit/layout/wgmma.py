@@ -291,6 +291,7 @@ def check_wgmma_descriptor(tmap: Any, role: str, major: str, descriptors: Sequen
                              f"a {sw.name} stage must start on a {align}-byte boundary (the swizzle pattern repeats "
                              f"there; wgmma's base offset is 0 for aligned stages and TMA writes the pattern from an "
                              f"aligned base)", f"align the stage to {align} bytes (align_shared(p, {align}))", _REF))
+        return out  # TMA cannot write the map's boxes there: no descriptor reads them back
     want = wgmma_descriptors(tmap, role_u, major_u, stage_address=stage_address, k=k, mn=mn, mn_offset=mn_offset)
     if len(descriptors) != len(want):
         out.append(Violation("wgmma.k_advance", "descriptors", len(descriptors),

@@ -63,7 +63,7 @@ class TilePlan:
     threads: int  # per block (the kernel walks every loop by blockDim)
 
     @classmethod
-    def of(cls, rows: int, run_bytes: int = 65536, threads: int = 256) -> "TilePlan":
+    def of(cls, rows: int, *, run_bytes: int = 65536, threads: int = 256) -> "TilePlan":
         return cls(rows, 2 * rows * _SPAN + 1024, run_bytes, threads)
 
     def shared_mem_for(self, prefix: bool, row_sectors: bool = False, esize: int = 1, classes: int = 0) -> int:
@@ -376,6 +376,11 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     if tile_plan is not None and not isinstance(tile_plan, TilePlan):
         raise InvalidArgumentError("tile_plan", tile_plan, "must be a tmakit.ops.transpose.TilePlan or None",
                                    "TilePlan.of(rows, ...) or None for the default")
+    if tile_plan is not None and (tile_plan.rows not in (128, 256) or tile_plan.threads % 32 or
+                                  not 32 <= tile_plan.threads <= 1024 or tile_plan.run_bytes < 1):
+        raise InvalidArgumentError("tile_plan", tile_plan, "must have 128 or 256 rows (a box dimension is at most 256; "
+                                   "images come in 128-row steps), whole warps of 32..1024 threads and a positive "
+                                   "run_bytes", "TilePlan.of(256) or TilePlan.of(128, threads=256)")
     candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
     worst = tile_grid(*s.shape, s.itemsize, _DEFAULT_MIN_ROWS if tile_plan is None else tile_plan.rows, True, _SPAN,

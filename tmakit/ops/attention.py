@@ -47,6 +47,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
@@ -57,8 +58,6 @@ HEAD_DIMS = (64, 128)
 DTYPES = ("bfloat16", "float16")
 LAYOUTS = ("bhsd", "bshd")
 _SLAB = 64  # columns per 128-byte swizzled slab
-# Shared memory a block may opt into, by architecture, for planning without a GPU (bytes).
-_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
 
@@ -144,9 +143,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    if device is not None and _driver.gpu_available():
-        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
 def check_config(cfg: AttentionConfig, limit: int) -> None:

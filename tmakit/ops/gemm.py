@@ -24,6 +24,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
 from . import _checks
@@ -34,7 +35,6 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 B_MAJORS = ("k", "n")
 BLOCK_M = 128
 BLOCK_K = 64
-_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,7 @@ class GemmConfig:
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    if device is not None and _driver.gpu_available():
-        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,

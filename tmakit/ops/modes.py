@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device import device_limits
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..layout.im2col import im2col_geometry
@@ -71,7 +72,7 @@ def _coords(name: str, coords: Any, rank: int, width: int = 5) -> np.ndarray:
 
 
 def _shared_limit(device: int, need: int, what: Any) -> None:
-    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    limit = device_limits(device).smem_per_block_optin
     if need > limit:
         raise InvalidArgumentError("tensor_map", what, f"needs {need} bytes of shared memory; the GPU offers {limit}",
                                    "use a smaller box")

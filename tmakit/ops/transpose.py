@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _driver
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
@@ -439,7 +439,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
-    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
+    limit = device_limits(s.device).smem_per_block_optin
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,
                               esize, layout.classes)
     tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)

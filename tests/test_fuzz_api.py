@@ -37,7 +37,7 @@ NOT_INT = st.one_of(st.floats(allow_nan=True, allow_infinity=True).filter(lambda
 NOT_SEQ = st.one_of(st.none(), st.text(max_size=4), st.floats(), st.just(object()), st.just({"a": 1}),
                     st.booleans())
 NOT_SEQ_NN = NOT_SEQ.filter(lambda v: v is not None)  # for parameters whose None means "the default"
-NOT_ENUM_NN = st.one_of(st.text(min_size=1, max_size=6).filter(lambda t: t.strip().upper() not in _ENUM_WORDS),
+NOT_ENUM_NN = st.one_of(st.text(min_size=1, max_size=6).filter(lambda t: not _is_a_name(t)),
                         st.floats(), st.booleans(), st.integers(16, 1 << 70), st.integers(-(1 << 70), -1),
                         st.just(object()), st.just([1]))
 NOT_ENUM = st.one_of(NOT_ENUM_NN, st.none())
@@ -49,6 +49,15 @@ _ENUM_WORDS = {"0", "1", "2", "3", "4", "5", "6", "32", "64", "128", "256", "16"
                "I64", "F16", "F32", "F64", "BF16", "TF32", "FP8", "I8", "I16", "E4M3", "E5M2", "HALF", "FLOAT", "BOOL",
                "INT8", "INT16", "INT32", "INT64", "DOUBLE", "FP16", "FP32", "FP64", "UINT8", "UINT16", "UINT32",
                "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "BFLOAT16", "L2_64B", "L2_128B", "L2_256B"}
+
+
+def _is_a_name(text: str) -> bool:
+    """Whether some enum accepts ``text`` (the enums' words, and the 8-bit float names tmakit.dtypes accepts)."""
+    from tmakit.dtypes import _FP8, _fp8_key
+
+    return text.strip().upper() in _ENUM_WORDS or _FP8.fullmatch(_fp8_key(text)) is not None
+
+
 NOT_FLAG = st.one_of(st.text(max_size=4), st.integers(), st.floats(), st.none(), st.just(object()))
 
 
@@ -350,8 +359,7 @@ def test_pinned_like_refuses_invalid_values(array, copy):
 CLI_BAD = {
     "--shape": st.sampled_from(["", "a,b", "4096,-4096", "0,64", "1.5,2", "99999999999999,2", "x"]),
     "--box": st.sampled_from(["", "a", "64,-1", "0,64", "64,300", "1.5"]),
-    "--dtype": st.text(min_size=1, max_size=5).filter(lambda t: t.strip().upper() not in _ENUM_WORDS
-                                                      and not t.startswith("-")),
+    "--dtype": st.text(min_size=1, max_size=5).filter(lambda t: not _is_a_name(t) and not t.startswith("-")),
     "--swizzle": st.sampled_from(["96B", "yes", "-1", "7", "128B_ATOM_32B"]),
     "--arch": st.sampled_from(["sm_9999", "(99, 99)", "x", "sm_80a", "9.9", "sm_90b"]),
     "--element-strides": st.sampled_from(["9,1", "0,1", "a", "1,1,1"]),

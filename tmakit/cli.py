@@ -200,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("describe", help="check and explain a tiled tensor map (numpy order: outermost first)")
     p.add_argument("--shape", type=_ints, required=True, help="e.g. 4096,4096")
-    p.add_argument("--dtype", required=True, help="bf16, f16, f32, f64, u8, i32, ...; fp8/e4m3/e5m2/i8 are moved as u8")
+    p.add_argument("--dtype", required=True, help="bf16, f16, f32, f64, u8, i32, ...; fp8 names (fp8, e4m3, fp8_e5m2, "
+                   "float8_e4m3fn, ...) and i8 are moved as u8")
     p.add_argument("--box", type=_ints, required=True, help="e.g. 64,64")
     p.add_argument("--strides", type=_ints, default=None, help="byte strides (numpy order); default contiguous")
     p.add_argument("--swizzle", default="auto", help="auto, none, 32B, 64B, 128B")

@@ -52,12 +52,14 @@ class TensorMapError(TmakitError, ValueError):
 
     ``suggestion``: the nearest valid request's arguments (a dict to pass back: ``describe_tensor(x,
     **err.suggestion)``), or None when no change of options can make it valid (the tensor itself breaks a rule);
-    ``suggestion_line`` shows it as one line ("try: box=(64, 32), swizzle='64B'"); ``order`` says whether indices
+    ``suggestion_line`` shows it as one line ("try: box=(64, 32), swizzle='64B'"); without a suggestion, ``unfixable``
+says why (the architecture has no TMA, or the tensor's own parameters break a rule); ``order`` says whether indices
     are in numpy order (outermost first) or driver order (innermost first). tmakit.tensormap.suggest fills them.
     """
 
     suggestion: "dict | None" = None
     suggestion_line: "str | None" = None
+    unfixable: "str | None" = None  # without a suggestion: why (the arch has no TMA, or which tensor parameters)
     order: "str | None" = None
 
     def __init__(self, violations: Sequence[Any], header: str = "invalid tensor map"):

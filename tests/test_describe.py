@@ -355,3 +355,22 @@ def test_encoder_tables_give_the_drivers_own_arguments():
         encode._args(drv, 99, 0, 0, 0, 0)
     with pytest.raises(OverflowError):
         encode._u32_list(drv, [-1])
+
+
+def test_one_swizzle_spelling_everywhere(capsys):
+    """The driver's spelling (CU_TENSOR_MAP_SWIZZLE_128B -> 128B) is the member's name, str and repr, and what the
+    CLI and JSON print; the other forms still parse to the same member."""
+    from tmakit import Interleave
+    from tmakit.cli import main
+
+    for enum, prefix in ((Swizzle, "CU_TENSOR_MAP_SWIZZLE_"), (Interleave, "CU_TENSOR_MAP_INTERLEAVE_")):
+        for member in enum:
+            assert member.name == str(member) == member.short and f"{enum.__name__}.{member.name}:" in repr(member)
+            assert member.driver_name == prefix + member.name
+    assert Swizzle.B128 is Swizzle["128B"] is Swizzle.parse("B128") is Swizzle.parse("128b") is Swizzle.parse(3)
+    assert Swizzle.parse("CU_TENSOR_MAP_SWIZZLE_128B") is Swizzle.B128 and Interleave.parse("B16").name == "16B"
+    tm = describe_tensor(shape=(64, 64), dtype="bf16", box=(8, 64), encode=False)
+    assert tm.swizzle.name == "128B" and "swizzle=128B" in repr(tm) and tm.to_dict()["swizzle"] == "128B"
+    assert main(["describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,64"]) == 0
+    out = capsys.readouterr().out
+    assert "swizzle 128B" in out and "B128" not in out

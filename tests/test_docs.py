@@ -42,3 +42,15 @@ def test_the_readme_has_blocks_of_both_kinds_and_fits_150_lines():
 def test_block_runs_as_pasted(path: Path, line: int, code: str, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # a block must not depend on the repository being the working directory
     exec(compile(code, f"{path.name}:{line}", "exec"), {"__name__": "__docs__"})
+
+
+def test_every_test_the_docs_name_exists():
+    """A doc that cites ``tests/test_x.py::test_name`` (or ``::test_other`` after it) names a test that is there."""
+    cited = []
+    for path in DOCS:
+        for match in re.finditer(r"`(tests/test_\w+\.py)::(\w+)`((?:,\s*`::\w+`)*)", path.read_text()):
+            names = [match.group(2)] + re.findall(r"`::(\w+)`", match.group(3))
+            cited += [(path.name, match.group(1), name) for name in names]
+    assert cited, "the docs cite no test"
+    missing = [c for c in cited if not re.search(rf"^def {c[2]}\(", (ROOT / c[1]).read_text(), re.M)]
+    assert missing == [], missing

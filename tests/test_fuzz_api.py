@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from _fake_driver import FakeDeviceArray
+from _fake_driver import FakeDeviceArray, FakeTorchTensor
 import tmakit
 from tmakit import (Arch, DataType, Interleave, L2Promotion, OOBFill, Swizzle, TensorMapError, TmakitError,
                     bank_conflicts, box_geometry, check_im2col, check_tiled, describe_im2col, describe_tensor,
@@ -34,8 +34,10 @@ NOT_INT = st.one_of(st.floats(allow_nan=True, allow_infinity=True).filter(lambda
                     st.floats(-1e6, 1e6).map(lambda f: float(round(f)) + 0.0),  # 8.0 is still not an int
                     st.booleans(), st.none(), st.text(max_size=4), st.just(object()), st.just(b"8"),
                     st.just(1 + 2j), st.just(np.bool_(True)), st.just(np.float32(8.0)))
-NOT_SEQ = st.one_of(st.none(), st.text(max_size=4), st.floats(), st.just(object()), st.just({"a": 1}),
-                    st.booleans())
+# Mappings and sets where a sequence belongs: iterating {64: 0, 32: 1} gives (64, 32), which must not pass as one
+MAPPINGS = st.one_of(st.dictionaries(st.integers(0, 256), st.integers(0, 8), min_size=1, max_size=5),
+                     st.frozensets(st.integers(0, 64), min_size=1, max_size=5), st.just({"a": 1}))
+NOT_SEQ = st.one_of(st.none(), st.text(max_size=4), st.floats(), st.just(object()), MAPPINGS, st.booleans())
 NOT_SEQ_NN = NOT_SEQ.filter(lambda v: v is not None)  # for parameters whose None means "the default"
 NOT_ENUM_NN = st.one_of(st.text(min_size=1, max_size=6).filter(lambda t: not _is_a_name(t)),
                         st.floats(), st.booleans(), st.integers(16, 1 << 70), st.integers(-(1 << 70), -1),
@@ -167,6 +169,36 @@ def test_describe_tensor_refuses_invalid_values(parameter, data):
     assume(not (parameter == "strides" and isinstance(value, list) and len(value) == 2 and all(
         isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)))
     refused("describe_tensor", parameter, lambda: describe_tensor(**{**DESCRIBE, parameter: value}))
+
+
+def _spoiled_torch_like(spoil):
+    """A FakeTorchTensor (64, 64) float32 with one attribute of the wrong type: what a look-alike may hold."""
+    attribute, value = spoil
+    tensor = FakeTorchTensor((64, 64))
+    if attribute == "shape":
+        tensor.shape = value
+    elif attribute in ("data_ptr", "stride", "element_size", "get_device"):
+        setattr(tensor, attribute, value)
+    return tensor
+
+
+WRONG_TYPES = st.one_of(st.text(max_size=3), st.none(), st.floats(), st.just(object()), st.just(["1", 2]),
+                        st.integers(-(1 << 70), -1), st.just(b"8"))
+TORCH_LIKE_BAD = st.one_of(
+    st.tuples(st.just("shape"), st.one_of(WRONG_TYPES, st.tuples(st.just(64), WRONG_TYPES),
+                                          st.lists(WRONG_TYPES, min_size=1, max_size=3), MAPPINGS)),
+    st.tuples(st.sampled_from(["data_ptr", "stride", "element_size", "get_device"]),
+              st.one_of(WRONG_TYPES.map(lambda v: (lambda: v)), WRONG_TYPES,
+                        st.just(lambda: ("a", 1)), st.just(lambda: {64: 0, 32: 1}), st.just(lambda: 3),
+                        st.just(lambda: True)))).map(_spoiled_torch_like)
+
+
+@FUZZ
+@given(array=TORCH_LIKE_BAD)
+def test_a_torch_like_object_with_attributes_of_the_wrong_type_is_refused(array):
+    refused("describe_tensor", "array", lambda: describe_tensor(array, box=(8, 8), encode=False))
+    reference = describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), encode=False)
+    refused("TensorMap.with_address", "array", lambda: reference.with_address(array))
 
 
 @FUZZ
@@ -307,7 +339,7 @@ MODEL_CALLS = {
     ("swizzle_pattern", "swizzle"): (NOT_ENUM, lambda v: swizzle_pattern(v, 8)),
     ("swizzle_pattern", "rows"): (bad_int(1, 1 << 16).filter(lambda v: v is not None),
                                   lambda v: swizzle_pattern("128B", v)),
-    ("bank_conflicts", "byte_offsets"): (st.one_of(NOT_SEQ.filter(lambda v: not isinstance(v, dict)), st.lists(
+    ("bank_conflicts", "byte_offsets"): (st.one_of(NOT_SEQ, st.lists(
         st.one_of(NOT_INT.filter(lambda v: v is not None), st.integers(-(1 << 40), -1)), min_size=1, max_size=32),
         st.lists(st.just(0), min_size=33, max_size=40)), lambda v: bank_conflicts(v, 4)),
     ("bank_conflicts", "access_bytes"): (st.one_of(NOT_INT, st.integers().filter(lambda n: n not in (1, 2, 4, 8, 16))),
@@ -435,6 +467,9 @@ REACH = {
     ("ops.copy", "dst"): (NOT_SEQ, lambda v: tmakit.ops.copy(v, np.zeros(4))),
     ("ops.transpose", "src"): (NOT_SEQ, lambda v: tmakit.ops.transpose(np.zeros(4), v)),
     ("ops.load_tiles", "coords"): (NOT_SEQ, lambda v: tmakit.ops.load_tiles(np.zeros((64, 64)), v, box=(8, 8))),
+    ("ops.copy", "src"): (TORCH_LIKE_BAD, lambda v: tmakit.ops.copy(FakeTorchTensor((64, 64)), v)),
+    ("ops.transpose", "dst"): (TORCH_LIKE_BAD, lambda v: tmakit.ops.transpose(v, FakeTorchTensor((64, 64)))),
+    ("copy_d2d", "src"): (TORCH_LIKE_BAD, lambda v: tmakit.copy_d2d(FakeTorchTensor((64, 64)), v)),
 }
 
 

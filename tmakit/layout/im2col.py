@@ -31,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..dtypes import DataType
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 from ..tensormap.enums import Interleave, OOBFill, Swizzle
 from .swizzle import swizzle_offset
@@ -88,7 +89,7 @@ def im2col_geometry(tm: Any) -> Im2colGeometry:
 
 
 def _int_list(name: str, values: Any, length: int) -> list[int]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != length or \
+    if not is_sequence(values) or not hasattr(values, "__len__") or len(values) != length or \
             any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in values):
         raise InvalidArgumentError(name, values, f"must be {length} integers (driver order, innermost first)",
                                    f"pass a list of {length} ints")

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 from ..tensormap.enums import Swizzle
 from ..tensormap.rules import Violation
@@ -130,7 +131,7 @@ def _check_args(tmap: Any, role: Any, major: Any, stage_address: Any, k: Any, mn
 
 def _descriptor_values(descriptors: Any) -> list[int]:
     """Each descriptor as its 64-bit value (WgmmaDescriptor or int), else InvalidArgumentError naming the entry."""
-    if isinstance(descriptors, (str, bytes, dict)) or not hasattr(descriptors, "__iter__"):
+    if not is_sequence(descriptors):
         raise InvalidArgumentError("descriptors", descriptors, "must be a sequence of 64-bit descriptors (ints or "
                                    "WgmmaDescriptor), one per k16 slice", "pass e.g. [d.value for d in "
                                    "tmakit.wgmma_descriptors(tmap, 'A', 'K', stage_address=0)]")

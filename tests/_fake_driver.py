@@ -451,7 +451,8 @@ def fake_launch(monkeypatch):
 
     for module in modules:
         monkeypatch.setattr(module, "kernel", kernel)
-        monkeypatch.setattr(module, "choose_backend", lambda backend, device: choose_backend(backend, arch="sm_90"))
+        monkeypatch.setattr(module, "choose_backend",
+                            lambda backend, device=0, arch=None: choose_backend(backend, arch=arch or "sm_90"))
         if hasattr(module, "sm_count"):
             monkeypatch.setattr(module, "sm_count", lambda device: 132)
     fake_h100(monkeypatch)

@@ -189,8 +189,8 @@ TORCH_LIKE_BAD = st.one_of(
                                           st.lists(WRONG_TYPES, min_size=1, max_size=3), MAPPINGS)),
     st.tuples(st.sampled_from(["data_ptr", "stride", "element_size", "get_device"]),
               st.one_of(WRONG_TYPES.map(lambda v: (lambda: v)), WRONG_TYPES,
-                        st.just(lambda: ("a", 1)), st.just(lambda: {64: 0, 32: 1}), st.just(lambda: 3),
-                        st.just(lambda: True)))).map(_spoiled_torch_like)
+                        st.just(lambda: ("a", 1)), st.just(lambda: {64: 0, 32: 1}), st.just(lambda: True))),
+    st.tuples(st.just("element_size"), st.just(lambda: 3))).map(_spoiled_torch_like)
 
 
 @FUZZ
@@ -273,6 +273,33 @@ def test_check_im2col_reports_or_refuses_invalid_values(parameter, data):
     value = data.draw(strategy)
     refused("check_im2col", parameter, lambda: check_im2col(**{**CHECK_IM2COL, parameter: value}),
             returns_violations=True)
+
+
+# ---- what the plans would decide, without a GPU (tmakit.ops.describe_*) ----------------------------------------
+PLANNING_CALLS = {
+    ("ops.describe_gemm", "m"): (bad_int(1, None), lambda v: tmakit.ops.describe_gemm(v, 64, 64)),
+    ("ops.describe_gemm", "dtype"): (NOT_ENUM_NN, lambda v: tmakit.ops.describe_gemm(64, 64, 64, dtype=v)),
+    ("ops.describe_gemm", "arch"): (NOT_ARCH, lambda v: tmakit.ops.describe_gemm(64, 64, 64, arch=v)),
+    ("ops.describe_attention", "head_dim"): (bad_int(1, None), lambda v: tmakit.ops.describe_attention(1, 1, 64, v)),
+    ("ops.describe_attention", "layout"): (NOT_ENUM, lambda v: tmakit.ops.describe_attention(1, 1, 64, 64, layout=v)),
+    ("ops.describe_transpose", "shape"): (bad_ints(2, 0, 2**31 - 1024),
+                                          lambda v: tmakit.ops.describe_transpose(v, "float32")),
+    ("ops.describe_transpose", "src_offset"): (bad_int(0, None),
+                                               lambda v: tmakit.ops.describe_transpose((64, 64), "f32", src_offset=v)),
+    ("ops.describe_transpose", "l2_promotion"): (NOT_ENUM, lambda v: tmakit.ops.describe_transpose(
+        (64, 64), "float32", l2_promotion=v)),
+}
+
+
+@pytest.mark.parametrize("function, parameter", sorted(PLANNING_CALLS))
+@FUZZ
+@given(data=st.data())
+def test_descriptions_of_plans_refuse_invalid_values(function, parameter, data):
+    strategy, call = PLANNING_CALLS[function, parameter]
+    value = data.draw(strategy)
+    if parameter == "l2_promotion" and isinstance(value, str) and value.strip().lower() == "auto":
+        value = "autox"
+    refused(function, parameter, lambda: call(value))
 
 
 # ---- valid variants give the same result ---------------------------------------------------------------------

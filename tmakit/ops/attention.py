@@ -273,11 +273,7 @@ class AttentionPlan:
         self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
         if cfg.backend is Backend.TMA:
-            def tmap(view: ArrayView, rows: int) -> Any:
-                return describe_tensor(_bhsd_view(view, self.layout), box=(1, 1, rows, _SLAB), swizzle="128B",
-                                       oob_fill="zero")
-
-            self.maps = (tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2))
+            self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
             args = (*self.maps, lse, *common)
         else:
             strides = []
@@ -305,6 +301,19 @@ class AttentionPlan:
             self._bind(qv, kv, vv, ov or _checks.view(self.out, "out"), self.lse)
         self._launch()
         return self.out, self.lse
+
+
+def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, cfg: AttentionConfig, layout: str, *,
+                          encode: bool = True, arch: Any = None) -> tuple:
+    """The four TMA maps of the tma kernel: each tensor as a (B, H, S, D) map whatever its layout, boxes of
+    (1, 1, rows, 64) with 128B swizzle and zero fill: Q and K/V boxes of block_m and block_n rows, O boxes of
+    block_m / 2 rows (one per consumer warpgroup). ``encode=False`` plans them without a GPU, checked for ``arch``
+    (default: the arrays' device's)."""
+    def tmap(view: ArrayView, rows: int) -> Any:
+        return describe_tensor(_bhsd_view(view, layout), box=(1, 1, rows, _SLAB), swizzle="128B", oob_fill="zero",
+                               encode=encode, arch=arch)
+
+    return tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2)
 
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
@@ -350,5 +359,5 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     return plan_attention(q, k, v, out, **options)()
 
 
-__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "check_config", "default_config", "plan_attention",
-           "shared_mem_limit"]
+__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",
+           "default_config", "plan_attention", "shared_mem_limit"]

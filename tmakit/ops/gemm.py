@@ -263,11 +263,12 @@ class GemmPlan:
         return self.out
 
 
-def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True) -> tuple:
+def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
+                     arch: Any = None) -> tuple:
     """The three TMA maps of the tma kernel: A boxes (128, 64), B boxes (BN / cluster, 64) K-major or (64, 64)
     N-major, C boxes (64, 128 bytes of columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
-    GPU (for showing them)."""
-    kw = dict(swizzle="128B", oob_fill="zero", encode=encode)
+    GPU (for showing them), checked for ``arch`` (default: the arrays' device's)."""
+    kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     ta = describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="256B", **kw)
     tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64),
                          l2_promotion="256B", **kw)

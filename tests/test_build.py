@@ -264,3 +264,42 @@ def test_other_compile_errors_name_no_argument(src_root: Path) -> None:
     with pytest.raises(CompileError) as info:
         compile_cuda('extern "C" __global__ void k() { undeclared(); }', arch="sm_90", name="plain.cu")
     assert info.value.parameter is None and str(info.value).startswith("compiling plain.cu failed:\n")
+
+
+# ---- a long compile says what it is doing (tmakit/build/status.py) --------------------------------------------
+
+def test_a_long_compile_shows_its_status_on_stderr_when_asked(src_root: Path, monkeypatch, capsys) -> None:
+    from tmakit.build import status
+
+    monkeypatch.setattr(status, "DELAY_S", 0.0)  # every compile counts as long here
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "1")
+    compile_cuda("echo.cu", arch="sm_90a")
+    out, err = capsys.readouterr()
+    assert out == ""  # never stdout: piped and --json output stay clean
+    assert f"tmakit: compiling echo.cu for sm_90a with NVRTC (cached in {src_root / 'cache'} afterwards)" in err
+    assert "tmakit: compiled echo.cu for sm_90a in " in err and "\x1b[" not in err  # plain text off a terminal
+    compile_cuda("echo.cu", arch="sm_90a")  # a cache hit compiles nothing and says nothing
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setenv("TMAKIT_CACHE", "0")
+    compile_cuda("echo.cu", arch="sm_80")
+    assert "(not cached: TMAKIT_CACHE=0)" in capsys.readouterr().err
+
+
+def test_without_a_terminal_or_the_variable_a_compile_is_silent(src_root: Path, monkeypatch, capsys) -> None:
+    from tmakit.build import status
+
+    monkeypatch.setattr(status, "DELAY_S", 0.0)
+    monkeypatch.delenv("TMAKIT_COMPILE_STATUS", raising=False)
+    compile_cuda("echo.cu", arch="sm_90a")  # stderr is captured: not a terminal
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "0")
+    compile_cuda("echo.cu", arch="sm_80")
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "maybe")
+    with pytest.raises(InvalidArgumentError, match=r"TMAKIT_COMPILE_STATUS='maybe': must be 1 .* or 0"):
+        compile_cuda("echo.cu", arch="sm_89")
+
+
+def test_a_short_compile_says_nothing_even_when_asked(src_root: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "1")  # DELAY_S stays 2 s; echo.cu compiles well within it
+    compile_cuda("echo.cu", arch="sm_90a")
+    assert capsys.readouterr() == ("", "")

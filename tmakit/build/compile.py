@@ -21,6 +21,7 @@ from ..kernel_signature import ptx_targets
 from . import cache
 from .code import CompiledKernelCode
 from .diagnose import arch_advice
+from .status import compile_status
 from .versions import driver_version_tag, nvrtc_version
 from .options import program_options
 from .sources import Source, cuda_include_dirs, included_headers, resolve_source, source_dirs
@@ -112,7 +113,8 @@ def compile_cuda(source: str | Path, *, arch: Arch | str | tuple | None = None,
     if hit is not None:
         header, code = hit
         return CompiledKernelCode(code, "cubin", target, flags, key, header["log"], prog_name, header["ptx"], True)
-    code, ptx, log = _nvrtc_cubin(src, opts, target)
+    with compile_status(prog_name, target.sm, str(cache.cache_dir()) if cache.cache_enabled() else None):
+        code, ptx, log = _nvrtc_cubin(src, opts, target)
     cache.store(key, {"log": log, "ptx": ptx, "arch": target.sm, "name": prog_name}, code)
     _dump(prog_name, key, ptx)
     return CompiledKernelCode(code, "cubin", target, flags, key, log, prog_name, ptx)

@@ -416,22 +416,32 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     result, layout, promotion = decide_transpose(d, s, choice, limit, tile_plan=tile_plan,
                                                  align_sectors=align_sectors, promotion=promotion,
                                                  source_row_classes=source_row_classes, device=s.device)
-    choice, chosen, plain_dst = result.backend, result.tile_plan, result.dst_stores == "plain"
-    prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
-    shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
+    choice, chosen = result.backend, result.tile_plan
+    shared_mem = chosen.shared_mem_for(layout.sectors.shifted != 0, layout.sectors.row_sectors, esize, layout.classes)
     tiles_r, tiles_c = result.tiles
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_STAGES=chosen.stages,
-               TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction), TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
-               TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
-               TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
-               TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
-               TMAKIT_TRANSPOSE_THREADS=chosen.threads,
-               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device,
+               **kernel_defines(result, layout, esize, eviction, min_blocks, limit))
     grid = max(1, min(tiles_r * tiles_c, k.resident_blocks(chosen.threads, shared_mem) if chosen.persistent else _MAX_GRID))
     tail = (tiles_r, tiles_c, layout.lead, esize, layout.sectors.classes, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
                          block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
+
+
+def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, eviction: L2Eviction, min_blocks: int | None,
+                   limit: int) -> dict[str, int]:
+    """The compile-time parameters of the transpose.cu variant a decision runs (``decide_transpose``'s result and
+    layout; ``limit``: a block's opt-in shared memory)."""
+    chosen, plain_dst = result.tile_plan, result.dst_stores == "plain"
+    row_sectors = layout.sectors.row_sectors
+    shared_mem = chosen.shared_mem_for(layout.sectors.shifted != 0, row_sectors, esize, layout.classes)
+    return dict(TMAKIT_TRANSPOSE_STAGES=chosen.stages, TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows,
+                TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes, TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction),
+                TMAKIT_TRANSPOSE_IMAGE_BUFFERS=chosen.image_buffers,
+                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and result.backend.backend is Backend.TMA),
+                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
+                TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
+                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
+                TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
 
 
 def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: int, *,

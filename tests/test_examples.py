@@ -31,28 +31,13 @@ BAD = {"describe_and_load.py": ["--cols", "1023"], "tma_copy_transpose.py": ["--
        "async_memcpy_overlap.py": ["--gib", "-1"], "gemm.py": ["--shape", "1,2"], "attention.py": ["--seqlen", "0"]}
 
 
-def _build(folder: Path) -> Path:
-    """The wheel, built with this environment's setuptools where it is new enough (no index needed, as on a GPU
-    machine without network), else in pip's isolated build environment."""
-    errors = []
-    for isolation in (["--no-build-isolation"], []):
-        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(folder),
-                               str(ROOT)], capture_output=True, text=True, timeout=600)
-        wheels = sorted(folder.glob("tmakit-*.whl"))
-        if done.returncode == 0 and wheels:
-            return wheels[-1]
-        errors.append(done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"])
-    pytest.skip(f"could not build tmakit's wheel here (setuptools>=77 or a package index is needed): {errors}")
-
-
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> dict:
+def installed(tmp_path_factory, built_wheel) -> dict:
     """tmakit from its wheel in a folder outside the repository (this interpreter supplies the dependencies),
     and a second folder holding copies of the examples to run them from."""
     base = tmp_path_factory.mktemp("installed")
-    wheel = _build(base / "dist")
     site, run = base / "site", base / "run"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(built_wheel)],
                    check=True, capture_output=True, timeout=300)
     run.mkdir()
     for name in EXAMPLES:

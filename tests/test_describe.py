@@ -374,3 +374,15 @@ def test_one_swizzle_spelling_everywhere(capsys):
     assert main(["describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,64"]) == 0
     out = capsys.readouterr().out
     assert "swizzle 128B" in out and "B128" not in out
+
+
+def test_an_arch_without_tma_is_blamed_not_the_tensor():
+    from tmakit import TensorMapError
+
+    with pytest.raises(TensorMapError, match=r"arch='sm_80': tensor maps need compute capability 9\.0.*\n.*sm_80 has no "
+                       r"TMA \(tensor maps need sm_90 or newer\): no box or option makes a tensor map for it") as info:
+        describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 64), arch="sm_80")
+    assert info.value.suggestion is None and "tensor itself" not in str(info.value)
+    with pytest.raises(TensorMapError, match=r"the tensor itself \(strides\) breaks a rule") as info:
+        describe_tensor(shape=(4096, 4095), dtype="bf16", box=(64, 64))
+    assert info.value.unfixable.startswith("no change of box or options")

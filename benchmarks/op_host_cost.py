@@ -8,7 +8,7 @@ Kernels are small (a few hundred KB: the GPU keeps up), so what is timed is the 
 - ``ops.copy`` / ``ops.transpose`` over --calls pairs of tensors that each have their own geometry (views four
   rows apart), every call describing, planning and launching; two passes over two sets of shapes, the
   second reported (the first also pays one-time costs); goal: <= 100 us per call.
-The outputs are checked after the timing. Writes benchmarks/results/op_host_cost.md (device, date, commit).
+The outputs are checked after the timing. Writes benchmarks/results/op_host_cost.md and .json (device, date, commit).
 
     PYTHONPATH=. python benchmarks/op_host_cost.py [--calls 200] [--out DIR]
 """
@@ -115,7 +115,7 @@ def main() -> int:
              "no shape seen twice; the second pass is reported (the first, in brackets, also pays one-time costs; "
              "the second's transposes take the costliest plan: two row classes and a prefix map)",
              "every output checked against torch after the timing"]
-    write_results(NAME, "Op host cost", rows_out, notes, args.out, also_json=False)
+    write_results(NAME, "Op host cost", rows_out, notes, args.out)
     return 0
 
 

@@ -7,7 +7,7 @@ Measures (medians over CUDA events after warm-up, buffers far larger than the 50
   - device-to-device: tmakit.copy_d2d vs torch (reference, not a goal)
   - the pipeline: vector add over two inputs, one stream (sequential) vs three streams; end-to-end against the
     slowest stage (goal <= 1.10x) and against the sum of the stages
-Writes benchmarks/results/transfer_bandwidth.md (device, date, commit); ``--out DIR`` copies it there.
+Writes benchmarks/results/transfer_bandwidth.md and .json (device, date, commit); ``--out DIR`` copies them there.
 
     PYTHONPATH=. python benchmarks/transfer_bandwidth.py [--quick] [--out DIR]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import statistics
@@ -182,11 +183,14 @@ def write(rows: list[dict], pipe: dict, args: argparse.Namespace) -> list[Path]:
     results.mkdir(parents=True, exist_ok=True)
     md = results / "transfer_bandwidth.md"
     md.write_text("\n".join(lines))
+    js = results / "transfer_bandwidth.json"  # what docs/PERFORMANCE.md is built from (make_performance_md.py)
+    js.write_text(json.dumps({"benchmark": "transfer_bandwidth", **meta, "buffer_bytes": rows[0]["bytes"],
+                              "rows": rows, "pipeline": pipe}, indent=1) + "\n")
     print("\n".join(lines))
-    paths = [md]
+    paths = [md, js]
     if args.out:
         os.makedirs(args.out, exist_ok=True)
-        paths.append(Path(shutil.copy(md, args.out)))
+        paths += [Path(shutil.copy(md, args.out)), Path(shutil.copy(js, args.out))]
     return paths
 
 

@@ -7,7 +7,7 @@ kernel computes), the timeline of both runs and the ratios: overlapped time agai
 and against the slowest stage (the ideal). The result is checked against numpy. Without a GPU it compiles the kernel and exits 0 with
 a message.
 
-    PYTHONPATH=. python examples/async_memcpy_overlap.py [--gib 1] [--chunk-mib 32] [--streams 3] [--png t.png]
+    python examples/async_memcpy_overlap.py [--gib 1] [--chunk-mib 32] [--streams 3] [--png t.png]
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import sys
 from typing import Callable
 
 import numpy as np
+
+import tmakit
 
 VECTOR_ADD = r"""
 extern "C" __global__ void vector_add(const float* __restrict__ a, const float* __restrict__ b,
@@ -32,11 +34,8 @@ extern "C" __global__ void vector_add(const float* __restrict__ a, const float* 
 def vector_add_kernel(device: int = 0) -> Callable:
     """Compile vector_add with tmakit (NVRTC -> cubin for this GPU, cached on disk) and return a pipeline kernel
     ``fn(chunk)`` that launches it on the chunk's stream."""
-    import tmakit
-    from tmakit import _driver
-
     kernel = tmakit.load_module(VECTOR_ADD, device=device).kernel("vector_add")
-    sms = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device)
+    sms = tmakit.device_limits(device).sm_count
 
     def run(chunk) -> None:
         a, b = chunk.inputs
@@ -48,21 +47,30 @@ def vector_add_kernel(device: int = 0) -> Callable:
     return run
 
 
+def _ranged(kind: type, lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: use {lo}..{hi}")
+        return value
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gib", type=float, default=1.0, help="size of each input array in GiB (default 1)")
-    parser.add_argument("--chunk-mib", type=int, default=32)
-    parser.add_argument("--streams", type=int, default=3)
+    parser.add_argument("--gib", type=_ranged(float, 1 / 1024, 64), default=1.0,
+                        help="size of each input array in GiB (default 1)")
+    parser.add_argument("--chunk-mib", type=_ranged(int, 1, 4096), default=32, help="MiB per chunk (default 32)")
+    parser.add_argument("--streams", type=_ranged(int, 1, 16), default=3, help="streams of the overlapped run (default 3)")
     parser.add_argument("--png", help="also save the overlapped timeline as a PNG (needs tmakit[plot])")
     args = parser.parse_args(argv)
 
-    from tmakit import _driver
-    from tmakit.memory import pinned_empty
-    from tmakit.transfer import pipeline
-
-    if not _driver.gpu_available():
-        import tmakit
-
+    try:
+        gpu = tmakit.device_limits(0)
+    except tmakit.UnsupportedDeviceError:
         code = tmakit.compile_cuda(VECTOR_ADD, arch="sm_90a", name="vector_add.cu")
         print(f"async_memcpy_overlap: vector_add compiles ({len(code.code)} bytes of sm_90a cubin), but there is no "
               "CUDA GPU here to run the pipeline on.")
@@ -71,22 +79,22 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console()
     n = int(args.gib * (1 << 30)) // 4
-    console.print(f"[bold]{_driver.device_name(0)}[/]: c = a + b over {n:,} float32 "
+    console.print(f"[bold]{gpu.name}[/]: c = a + b over {n:,} float32 "
                   f"({3 * n * 4 / 1e9:.2f} GB moved), chunks of {args.chunk_mib} MiB")
     rng = np.random.default_rng()
-    a, b = pinned_empty(n, np.float32), pinned_empty(n, np.float32)
+    a, b = tmakit.pinned_empty(n, np.float32), tmakit.pinned_empty(n, np.float32)
     a[:] = rng.standard_normal(n, dtype=np.float32)
     b[:] = rng.standard_normal(n, dtype=np.float32)
-    c = pinned_empty(n, np.float32)
+    c = tmakit.pinned_empty(n, np.float32)
     add = vector_add_kernel(0)
     expected = a + b
     chunk = args.chunk_mib << 20
 
-    pipeline((a, b), add, outputs=c, chunk_bytes=chunk, streams=1, buffers=1)  # warm-up
+    tmakit.pipeline((a, b), add, outputs=c, chunk_bytes=chunk, streams=1, buffers=1)  # warm-up
     results = {}
     for name, streams in (("sequential (1 stream)", 1), (f"overlapped ({args.streams} streams)", args.streams)):
         c.fill(np.nan)
-        _, report = pipeline((a, b), add, outputs=c, chunk_bytes=chunk, streams=streams, buffers=streams)
+        _, report = tmakit.pipeline((a, b), add, outputs=c, chunk_bytes=chunk, streams=streams, buffers=streams)
         if not np.array_equal(c, expected):
             bad = int(np.count_nonzero(c != expected))
             console.print(f"[red]{name}: {bad} wrong elements[/]")

@@ -1,10 +1,12 @@
 """Attention forward through tmakit: O = softmax(scale * Q K^T [+ causal]) V on a TMA K/V ring with wgmma (sm_90),
 or its cp.async + ldmatrix + mma.sync twin (sm_80+, or --backend cp.async).
 
-What it shows: the 4-D (B, H, S, D) tensor maps the kernel reads Q, K, V and writes O through (whatever the memory
-layout), the shared-memory budget per ring stage, the compiled kernel, a check against torch's
+What it shows: what the plan decides (``tmakit.ops.describe_attention``): the 4-D (B, H, S, D) tensor maps the
+kernel reads Q, K, V and writes O through (whatever the memory layout), the shared-memory budget per ring stage
+fitted to the GPU, the compiled kernel; then (with a GPU and torch) a check against torch's
 scaled_dot_product_attention and a float32 reference, and TFLOP/s beside SDPA in the same run.
-Without a GPU it compiles both backends, prints the maps and budgets, and exits 0.
+Without a GPU (or without torch) it compiles both backends for sm_90a / sm_80, prints the maps and budgets, and
+exits 0.
 
     python examples/attention.py --batch 4 --heads 16 --seqlen 4096 --dim 128 --causal --check --bench
 """
@@ -13,15 +15,8 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tmakit  # noqa: E402
-from tmakit.backend import Backend  # noqa: E402
-
-attention_module = __import__("importlib").import_module("tmakit.ops.attention")
+import tmakit
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -38,59 +33,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--check", action="store_true", help="compare with SDPA and a float32 reference")
     p.add_argument("--bench", action="store_true", help="time it beside SDPA")
     args = p.parse_args(argv)
-    for name in ("batch", "heads", "seqlen"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
+    for name in ("batch", "heads", "seqlen", "kv_seqlen"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"argument --{name.replace('_', '-')}: must be at least 1")
     return args
 
 
-def show_plan(backend: Backend, args: argparse.Namespace, arch: str) -> None:
-    """The variant's tile plan, shared-memory budget, maps and compile, for `arch` (no GPU needed)."""
-    limit = attention_module.shared_mem_limit(tmakit.Arch.parse(arch), None)
-    cfg = attention_module.default_config(backend, args.dim, args.dtype == "bfloat16", shared_mem_limit=limit)
-    print(f"\n== backend {backend.value}, compiled for {arch}: {cfg.entry}")
+def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.OpDescription:
+    return tmakit.ops.describe_attention(args.batch, args.heads, args.seqlen, args.dim, kv_seqlen=args.kv_seqlen,
+                                         dtype=args.dtype, layout=args.layout, arch=arch, backend=backend)
+
+
+def show_plan(plan: tmakit.ops.OpDescription, args: argparse.Namespace) -> None:
+    """The variant's tile plan, shared-memory budget, maps and compile (no GPU needed)."""
+    cfg = plan.config
+    print(f"\n== backend {plan.backend}, compiled for {plan.compile_arch}: {cfg.entry}")
     for line in cfg.budget_lines():
         print("  " + line)
-    print(f"  limit per block on {arch}: {limit / 1024:.1f} KiB")
-    sk = args.kv_seqlen or args.seqlen
-    if backend is Backend.TMA:
-        for name, s, rows in (("Q", args.seqlen, cfg.block_m), ("K", sk, cfg.block_n), ("V", sk, cfg.block_n),
-                              ("O", args.seqlen, cfg.block_m // 2)):
-            shape = (args.batch, args.heads, s, args.dim)
-            el = 2
-            if args.layout == "bhsd":
-                strides = (args.heads * s * args.dim * el, s * args.dim * el, args.dim * el, el)
-            else:
-                strides = (s * args.heads * args.dim * el, args.dim * el, args.heads * args.dim * el, el)
-            tm = tmakit.describe_tensor(shape=shape, dtype=args.dtype, strides=strides, box=(1, 1, rows, 64),
-                                        swizzle="128B", encode=False)
-            print(f"  {name} map: (B, H, S, D) {shape}, byte strides {strides} ({args.layout}), box {tm.box_shape}, "
-                  f"swizzle {tm.swizzle.short}, {tm.box_bytes} bytes per box")
-    else:
+    print(f"  limit per block on {plan.backend.arch}: {plan.limits.smem_per_block_optin / 1024:.1f} KiB")
+    for name, tm in zip("QKVO", plan.maps):
+        strides = tuple(reversed((tm.dtype.size,) + tm.strides))
+        print(f"  {name} map: (B, H, S, D) {tm.shape}, byte strides {strides} ({args.layout}), box {tm.box_shape}, "
+              f"swizzle {tm.swizzle.name}, {tm.box_bytes} bytes per box")
+    if not plan.maps:
         print("  cp.async path: each thread copies 16-byte chunks into the same 128B-swizzled slabs of 64 columns")
-    code = tmakit.compile_cuda("attention.cu", arch=arch, defines={**backend.defines, **cfg.defines})
+    code = tmakit.compile_cuda(plan.source, arch=plan.compile_arch, defines=plan.defines)
     print(f"  compiled: {len(code.code)} bytes of cubin, entries {code.entry_names()}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tmakit import _driver
-
-    if not _driver.gpu_available():
-        for backend, arch in ((Backend.TMA, "sm_90a"), (Backend.CP_ASYNC, "sm_80")):
-            show_plan(backend, args, arch)
-        print("\nno CUDA GPU here: compiled both backends and showed the maps and budgets; nothing launched")
-        return 0
     try:
+        gpu = tmakit.device_limits(0)
         import torch
         import torch.nn.functional as F
-    except ImportError:
-        print("this example uses torch for its tensors and the SDPA peer; install torch to run it")
+    except (tmakit.UnsupportedDeviceError, ImportError) as why:
+        for backend, arch in (("tma", "sm_90"), ("cp.async", "sm_80")):
+            if args.backend in ("auto", backend):
+                show_plan(describe(args, arch, backend), args)
+        missing = "no CUDA GPU here" if isinstance(why, tmakit.UnsupportedDeviceError) else "no torch here"
+        print(f"\nattention: {missing} (the example's tensors are torch's): compiled and showed the maps and "
+              "budgets; nothing launched")
         return 0
     from tmakit.ops import plan_attention
 
-    choice = tmakit.choose_backend(args.backend)
-    show_plan(choice.backend, args, choice.arch.with_accelerated().sm if choice.backend is Backend.TMA else "sm_80")
+    paper = describe(args, gpu.arch, args.backend)  # what the plan below decides, said without the GPU
+    show_plan(paper, args)
     tdt = getattr(torch, args.dtype)
     sq, sk = args.seqlen, args.kv_seqlen or args.seqlen
 
@@ -100,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
     q, k, v = make(sq), make(sk), make(sk)
     plan = plan_attention(q, k, v, causal=args.causal, layout=args.layout, backend=args.backend)
-    print(f"\nbackend: {plan.backend}; grid {plan.grid}, {plan.config.threads} threads, "
+    print(f"\n{gpu.name}: backend {plan.backend}; grid {plan.grid}, {plan.config.threads} threads, "
           f"{plan.config.shared_mem} bytes of shared memory")
+    if plan.config != paper.config:
+        print(f"WRONG: describe_attention planned {paper.config}, the GPU's plan is {plan.config}")
+        return 1
     out, lse = plan()
     torch.cuda.synchronize()
     ok = True

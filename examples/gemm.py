@@ -1,27 +1,22 @@
 """A TMA-fed tensor-core GEMM from Python: C = alpha * A @ B (+ beta * C) with tmakit.ops.plan_gemm.
 
-Builds the tensor maps with describe_tensor, shows them and the wgmma descriptors of one ring stage (which
-shared-memory bytes each k16 slice reads), compiles cuda_src/gemm.cu for both engines, launches the plan, checks it
-against a float32 reference (--check) and times it beside torch.matmul / cuBLAS (--bench).
+Shows what the plan decides (``tmakit.ops.describe_gemm``: the tile plan fitted to the GPU's shared memory, the
+three tensor maps), the wgmma descriptors of one ring stage (which shared-memory bytes each k16 slice reads) and
+a wrong one caught before launch, the compiled kernel, then (with a GPU and torch) the plan launched, checked
+against a float32 product (--check) and timed beside torch.matmul / cuBLAS (--bench).
 
     python examples/gemm.py --shape 4096,4096,4096 --dtype bf16 --b-major k --check --bench
     python examples/gemm.py --backend cp.async --check          # the sm_80 twin, forced on sm_90
 
-Without a GPU it compiles both backends, explains the maps and descriptors, and exits 0.
+Without a GPU (or without torch) it explains and compiles both backends for sm_90a / sm_80 and exits 0.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import tmakit  # noqa: E402
-from tmakit.arrays import ArrayView  # noqa: E402
-from tmakit.backend import Backend  # noqa: E402
-from tmakit.ops.gemm import BLOCK_K, BLOCK_M, default_config, gemm_tensor_maps  # noqa: E402
+import tmakit
 
 DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "f16": "float16", "float16": "float16"}
 
@@ -36,28 +31,29 @@ def parse_shape(text: str) -> tuple[int, int, int]:
     return m, n, k
 
 
-def explain(m: int, n: int, k: int, dtype: str, b_major: str) -> None:
-    """The maps and descriptors of the tma plan, on paper (no GPU needed)."""
-    cfg = default_config(Backend.TMA, bf16=dtype == "bfloat16", b_kmajor=b_major == "k")
-    pitch = lambda cols: -(-cols // 8) * 8 * 2  # noqa: E731  (16-byte rows)
-    a = ArrayView(0, (m, k), (pitch(k), 2), dtype, 2, 0)
-    b = ArrayView(0, (n, k) if b_major == "k" else (k, n), (pitch(k) if b_major == "k" else pitch(n), 2), dtype, 2, 0)
-    c = ArrayView(0, (m, n), (pitch(n), 2), dtype, 2, 0)
-    ta, tb, tc = gemm_tensor_maps(a, b, c, cfg, encode=False)
-    print(f"tile plan: {BLOCK_M} x {cfg.block_n} x {BLOCK_K}, {cfg.stages} stages of {cfg.stage_bytes // 1024} KiB, "
-          f"cluster {cfg.cluster} (B multicast), {cfg.shared_mem // 1024} KiB shared memory, {cfg.threads} threads")
-    for name, tm in (("A", ta), ("B", tb), ("C", tc)):
+def explain(plan: tmakit.ops.GemmDescription) -> None:
+    """The maps and descriptors of a tma plan, on paper (no GPU needed)."""
+    cfg = plan.config
+    bm, bn, bk = plan.tile
+    print(f"tile plan on {plan.backend.arch}: {bm} x {bn} x {bk}, {cfg.stages} stages of {cfg.stage_bytes // 1024} KiB, "
+          f"{f'clusters of {cfg.cluster} (B multicast)' if cfg.cluster > 1 else 'no cluster'}, {cfg.shared_mem // 1024} KiB shared memory of "
+          f"{plan.limits.smem_per_block_optin // 1024} KiB, {cfg.threads} threads")
+    if not plan.maps:
+        print("  cp.async path: no tensor maps; every thread copies 16-byte chunks into the same swizzled stages")
+        return
+    a_map, b_map, c_map = plan.maps
+    for name, tm in (("A", a_map), ("B", b_map), ("C", c_map)):
         print(f"  map {name}: shape {tm.shape} box {tm.box_shape} swizzle {tm.swizzle.name} box_bytes {tm.box_bytes}")
-    print(f"  expect_tx per stage and CTA: A box {ta.box_bytes} + B tile {cfg.block_n * BLOCK_K * 2} = "
-          f"{ta.box_bytes + cfg.block_n * BLOCK_K * 2} bytes")
+    print(f"  expect_tx per stage and CTA: A box {a_map.box_bytes} + B tile {plan.expect_tx - a_map.box_bytes} = "
+          f"{plan.expect_tx} bytes")
     print("wgmma descriptors of stage 0 (stage at shared address 0x0; consumer 0's A rows):")
-    for d in tmakit.wgmma_descriptors(ta, "A", "K", stage_address=0):
+    for d in tmakit.wgmma_descriptors(a_map, "A", "K", stage_address=0):
         print(f"  A k-slice {d.k_slice}: {d}")
-    b_at = BLOCK_M * BLOCK_K * 2
-    for d in tmakit.wgmma_descriptors(tb, "B", "K" if b_major == "k" else "MN", stage_address=b_at, mn=cfg.block_n):
+    b_major = "K" if cfg.b_kmajor else "MN"
+    for d in tmakit.wgmma_descriptors(b_map, "B", b_major, stage_address=plan.a_stage_bytes, mn=cfg.block_n):
         print(f"  B k-slice {d.k_slice}: {d}")
-    bad = tmakit.check_wgmma_descriptor(ta, "A", "K", [d.value + 6 * d.k_slice for d in tmakit.wgmma_descriptors(ta, "A", "K", stage_address=0)],
-                                        stage_address=0)
+    wrong = [d.value + 6 * d.k_slice for d in tmakit.wgmma_descriptors(a_map, "A", "K", stage_address=0)]
+    bad = tmakit.check_wgmma_descriptor(a_map, "A", "K", wrong, stage_address=0)
     print(f"a descriptor advanced by 128 bytes per k-slice instead of 32 is caught before launch:\n  {bad[0]}")
 
 
@@ -66,26 +62,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shape", type=parse_shape, default=(4096, 4096, 4096), help="M,N,K (default 4096,4096,4096)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--b-major", choices=("k", "n"), default="k", help='"k": b is (N, K); "n": b is (K, N)')
-    p.add_argument("--backend", default="auto", help='"auto", "tma" or "cp.async"')
+    p.add_argument("--backend", default="auto", choices=("auto", "tma", "cp.async"))
     p.add_argument("--check", action="store_true", help="compare with a float32 product")
     p.add_argument("--bench", action="store_true", help="time it beside torch.matmul (cuBLAS)")
     args = p.parse_args(argv)
     m, n, k = args.shape
     dtype = DTYPES[args.dtype]
-    explain(m, n, k, dtype, args.b_major)
 
     try:
+        gpu = tmakit.device_limits(0)
         import torch
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
-    if not gpu:
-        for backend, arch in ((Backend.TMA, "sm_90a"), (Backend.CP_ASYNC, "sm_80")):
-            cfg = default_config(backend, bf16=dtype == "bfloat16", b_kmajor=args.b_major == "k",
-                                 shared_mem_limit=232448 if arch == "sm_90a" else 166912)
-            code = tmakit.compile_cuda("gemm.cu", arch=arch, defines={**backend.defines, **cfg.defines})
-            print(f"compiled {cfg.entry} for {arch}: {len(code.code)} bytes of cubin")
-        print("no CUDA GPU here (or no torch): compiled both backends and explained the maps; nothing launched")
+    except (tmakit.UnsupportedDeviceError, ImportError) as why:
+        backends = ("tma", "cp.async") if args.backend == "auto" else (args.backend,)
+        for backend, arch in (("tma", "sm_90"), ("cp.async", "sm_80")):
+            if backend not in backends:
+                continue
+            plan = tmakit.ops.describe_gemm(m, n, k, dtype=dtype, b_major=args.b_major, arch=arch, backend=backend)
+            explain(plan)
+            code = tmakit.compile_cuda(plan.source, arch=plan.compile_arch, defines=plan.defines)
+            print(f"compiled {plan.config.entry} for {plan.compile_arch}: {len(code.code)} bytes of cubin\n")
+        missing = "no CUDA GPU here" if isinstance(why, tmakit.UnsupportedDeviceError) else "no torch here"
+        print(f"gemm: {missing} (the example's tensors are torch's): explained and compiled; nothing launched")
         return 0
 
     tdt = getattr(torch, dtype)
@@ -93,8 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     a = pad(m, k)
     b = pad(n, k) if args.b_major == "k" else pad(k, n)
     c = pad(m, n)
+    c.fill_(float("nan"))  # poisoned: a tile the kernel leaves unwritten fails the check
     plan = tmakit.ops.plan_gemm(a, b, c, b_major=args.b_major, backend=args.backend)
-    print(f"backend: {plan.backend}; grid {plan.grid}, block {plan.config.threads}")
+    print(f"{gpu.name}: backend {plan.backend}; grid {plan.grid}, block {plan.config.threads}")
+    # what describe_gemm says without a GPU is what the plan decided here (where the planning table knows the arch)
+    paper = tmakit.ops.describe_gemm(m, n, k, dtype=dtype, b_major=args.b_major, arch=gpu.arch, backend=args.backend)
+    explain(paper)
+    if paper.config != plan.config:
+        print(f"WRONG: describe_gemm planned {paper.config}, the GPU's plan is {plan.config}")
+        return 1
     plan()
     torch.cuda.synchronize()
     bm = b.T if args.b_major == "k" else b
@@ -102,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         ref = a.float() @ bm.float()
         err = ((c.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
         tol = 1e-2 if dtype == "bfloat16" else 2e-3
-        print(f"check: max |C - ref| / max |ref| = {err:.3g} ({'ok' if err <= tol else 'FAILED'}, tolerance {tol})")
-        if err > tol:
+        ok = err <= tol  # NaN compares false: an unwritten tile fails
+        print(f"check: max |C - ref| / max |ref| = {err:.3g} ({'ok' if ok else 'FAILED'}, tolerance {tol})")
+        if not ok:
             return 1
     if args.bench:
         out = torch.empty(m, n, device="cuda", dtype=tdt)

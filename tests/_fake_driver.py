@@ -363,6 +363,21 @@ class FakeModule:
         self._finalizer = weakref.finalize(self, lambda: None)
 
 
+def fake_h100(monkeypatch, **changes):
+    """Stand in for an H100 wherever tmakit asks for device limits (``tmakit.device_limits(device)``): the
+    sm_90 planning table with 132 SMs and 50 MiB of L2, ``changes`` applied."""
+    import dataclasses
+
+    from tmakit import Arch, device
+
+    def read(ordinal):
+        return dataclasses.replace(device.device_limits(arch=Arch(9, 0)), name="fake H100", source="driver",
+                                   ordinal=ordinal, sm_count=132, l2_bytes=50 << 20, memory_bytes=80 << 30,
+                                   **changes)
+
+    monkeypatch.setattr(device, "_read_device", read)
+
+
 def fake_kernel_of(monkeypatch, params, name="first"):
     """``(kernel, driver, module)``: a real tmakit Kernel for the PTX parameters ``params`` on a LaunchDriver
     (an sm_90 with 227 KiB of shared memory)."""
@@ -373,7 +388,7 @@ def fake_kernel_of(monkeypatch, params, name="first"):
     monkeypatch.setattr(_driver, "driver", lambda: drv)
     monkeypatch.setattr(_driver, "bindings", lambda: real)
     monkeypatch.setattr(_driver, "device_arch", lambda ordinal=0: Arch(9, 0))
-    monkeypatch.setattr(_driver, "device_attribute", lambda name, ordinal=0: 227 * 1024)
+    fake_h100(monkeypatch)
     module = FakeModule()
     return Kernel(module, name, object(), params), drv, module
 
@@ -434,12 +449,11 @@ def fake_launch(monkeypatch):
         kernels.append(FakeKernel(source, entry, {**choice.defines, **defines}))
         return kernels[-1]
 
-    attributes = {"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
-                  "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}
     for module in modules:
         monkeypatch.setattr(module, "kernel", kernel)
-        monkeypatch.setattr(module, "choose_backend", lambda backend, device: choose_backend(backend, arch="sm_90"))
+        monkeypatch.setattr(module, "choose_backend",
+                            lambda backend, device=0, arch=None: choose_backend(backend, arch=arch or "sm_90"))
         if hasattr(module, "sm_count"):
             monkeypatch.setattr(module, "sm_count", lambda device: 132)
-    monkeypatch.setattr(_driver, "device_attribute", lambda name, device: attributes[name])
+    fake_h100(monkeypatch)
     return kernels

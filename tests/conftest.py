@@ -80,6 +80,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"requires sm_80 (cp.async); {probe.name} is sm_{probe.major}{probe.minor}"))
 
 
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory):
+    """tmakit's wheel, built once per session: with this environment's setuptools where it is new enough (no
+    package index needed, as on a GPU machine without network), else in pip's isolated build environment."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder, root, errors = tmp_path_factory.mktemp("dist"), Path(__file__).resolve().parents[1], []
+    for isolation in (["--no-build-isolation"], []):
+        done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(folder),
+                               str(root)], capture_output=True, text=True, timeout=600)
+        wheels = sorted(folder.glob("tmakit-*.whl"))
+        if done.returncode == 0 and wheels:
+            return wheels[-1]
+        errors.append(done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"])
+    pytest.skip(f"could not build tmakit's wheel here (setuptools>=77 or a package index is needed): {errors}")
+
+
 def have_tool(name: str) -> bool:
     return shutil.which(name) is not None
 

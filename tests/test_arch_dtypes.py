@@ -38,6 +38,23 @@ def test_dtype_aliases_say_what_they_become(alias, becomes):
     assert DataType.alias_note("bf16") is None
 
 
+@pytest.mark.parametrize("name", ["fp8", "float8", "e4m3", "fp8_e4m3", "FP8-E5M2", "float8_e4m3fn", "float8_e4m3fnuz",
+                                  "f8e5m2", "F8E4M3FN", "e5m2fnuz", "e8m0fnu", "float8_e8m0fnu"])
+def test_every_fp8_name_that_says_its_format_is_moved_as_u8(name):
+    assert DataType.parse(name, "dtype") is DataType.UINT8
+    assert "moved as u8" in DataType.alias_note(name)
+    assert describe_tensor(shape=(64, 64), dtype=name, box=(8, 64), encode=False).dtype is DataType.UINT8
+
+
+@pytest.mark.parametrize("name, why", [("f8", "ambiguous: numpy's 'f8' is float64"), ("fp8x", "not a known DataType"),
+                                       ("float8_e4m4", "not a known DataType")])
+def test_unclear_fp8_names_are_refused_with_every_accepted_fp8_name(name, why):
+    accepted = r"fp8, float8, e4m3, e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0, e8m0fnu, the formats also prefixed fp8_, " \
+               r"float8_ or f8"
+    with pytest.raises(InvalidArgumentError, match=rf"^dtype='{name}': .*{why}.*fix: .*{accepted}"):
+        describe_tensor(shape=(64, 64), dtype=name, box=(8, 64), encode=False)
+
+
 @pytest.mark.parametrize("value", ["fp4", "float128", 2.5, True, 99])
 def test_unknown_dtypes_are_refused_with_the_list(value):
     with pytest.raises(InvalidArgumentError, match=r"^dtype=.*fix: "):

@@ -137,3 +137,20 @@ def test_one_stream_adapter():
                     isinstance(node, ast.Attribute) and node.attr == "__cuda_stream__"):
                 readers.add(name)
     assert readers <= {"tmakit.streams"}, sorted(readers)
+
+
+def test_contracts_name_every_module():
+    """docs/CONTRACTS.md says it names every module of tmakit/: each one's path, or its name in backticks."""
+    import re
+
+    tokens = set(re.findall(r"`([^`]+)`", (PACKAGE.parent / "docs" / "CONTRACTS.md").read_text()))
+    missing = []
+    for name, path in _modules().items():
+        stem = path.stem
+        if stem in ("__init__", "__main__"):
+            continue
+        rel = str(path.relative_to(PACKAGE.parent))
+        if not any(t == rel or t == stem or t == f"{stem}.py" or re.match(rf"{re.escape(stem)}\b", t)
+                   for t in tokens):
+            missing.append(rel)
+    assert missing == [], f"docs/CONTRACTS.md does not name {missing}"

@@ -25,3 +25,16 @@ def test_copy_bandwidth_refuses_a_batch_below_one():
 def test_every_benchmark_explains_itself(script):
     done = _run(BENCHMARKS / script, "--help")
     assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
+
+
+def test_compile_times_measures_cold_and_warm_compiles_as_json():
+    import json
+
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "compile_times.py"), "--only", "tile_load tma", "--json",
+                           "--warm-repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["rows"]  # stdout is the JSON alone (progress goes to stderr)
+    assert (row["source"], row["arch"]) == ("tile_load.cu", "sm_90a") and row["cubin_kib"] > 0
+    assert 0 < row["warm_ms"] < row["cold_s"] * 1000
+    done = _run(BENCHMARKS / "compile_times.py", "--only", "no such variant")
+    assert done.returncode == 2 and "matches no variant" in done.stderr

@@ -230,3 +230,76 @@ def test_choose_image_refuses_older_or_other_gpu(src_root: Path, code_arch: str,
     with pytest.raises(UnsupportedDeviceError, match=f"{code_arch}.*{device}") as info:
         choose_image(code, Arch.parse(device))
     assert info.value.required == Arch.parse(code_arch) and info.value.actual == Arch.parse(device)
+
+
+def test_gemm_for_sm_90_says_use_sm_90a() -> None:
+    """The shipped GEMM uses wgmma and setmaxnreg: compiled for plain sm_90 the error's first line names the
+    target that has them (ptxas's log follows it, whole)."""
+    with pytest.raises(CompileError, match=r"gemm\.cu failed: arch='sm_90': uses the arch-specific instruction\(s\) "
+                       r"(wgmma|setmaxnreg)\S*, .*exist only on the 'a' target sm_90a.*fix: use arch='sm_90a'") as info:
+        compile_cuda("gemm.cu", arch="sm_90")
+    err = info.value
+    assert (err.parameter, err.value, err.fix) == ("arch", "sm_90", "use arch='sm_90a'")
+    assert "not supported on .target 'sm_90'" in err.log
+
+
+WGMMA_ASM = r'''extern "C" __global__ void k() { asm volatile("wgmma.fence.sync.aligned;"); }'''
+PREFETCH_ASM = r'''extern "C" __global__ void k(unsigned long long* p) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], 16;" :: "l"(p)); }'''
+
+
+@pytest.mark.parametrize("source, arch, rule, fix", [
+    (WGMMA_ASM, "sm_100", r"uses wgmma\.fence, which sm_100 has in no variant \(they exist on sm_90a\)",
+     "arch='sm_90a'"),
+    (WGMMA_ASM, "sm_80", r"uses wgmma\.fence, which sm_80 does not have", "use arch='sm_90a'"),
+    (PREFETCH_ASM, "sm_80", r"uses cp\.async\.bulk\.prefetch, which need\(s\) sm_90 or newer", "use arch='sm_90'"),
+])
+def test_a_target_without_the_instructions_is_named_with_the_fix(src_root: Path, source, arch, rule, fix) -> None:
+    with pytest.raises(CompileError, match=f"arch='{arch}': {rule}") as info:
+        compile_cuda(source, arch=arch, name="asm.cu")
+    assert fix in info.value.fix and info.value.parameter == "arch"
+
+
+def test_other_compile_errors_name_no_argument(src_root: Path) -> None:
+    with pytest.raises(CompileError) as info:
+        compile_cuda('extern "C" __global__ void k() { undeclared(); }', arch="sm_90", name="plain.cu")
+    assert info.value.parameter is None and str(info.value).startswith("compiling plain.cu failed:\n")
+
+
+# ---- a long compile says what it is doing (tmakit/build/status.py) --------------------------------------------
+
+def test_a_long_compile_shows_its_status_on_stderr_when_asked(src_root: Path, monkeypatch, capsys) -> None:
+    from tmakit.build import status
+
+    monkeypatch.setattr(status, "DELAY_S", 0.0)  # every compile counts as long here
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "1")
+    compile_cuda("echo.cu", arch="sm_90a")
+    out, err = capsys.readouterr()
+    assert out == ""  # never stdout: piped and --json output stay clean
+    assert f"tmakit: compiling echo.cu for sm_90a with NVRTC (cached in {src_root / 'cache'} afterwards)" in err
+    assert "tmakit: compiled echo.cu for sm_90a in " in err and "\x1b[" not in err  # plain text off a terminal
+    compile_cuda("echo.cu", arch="sm_90a")  # a cache hit compiles nothing and says nothing
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setenv("TMAKIT_CACHE", "0")
+    compile_cuda("echo.cu", arch="sm_80")
+    assert "(not cached: TMAKIT_CACHE=0)" in capsys.readouterr().err
+
+
+def test_without_a_terminal_or_the_variable_a_compile_is_silent(src_root: Path, monkeypatch, capsys) -> None:
+    from tmakit.build import status
+
+    monkeypatch.setattr(status, "DELAY_S", 0.0)
+    monkeypatch.delenv("TMAKIT_COMPILE_STATUS", raising=False)
+    compile_cuda("echo.cu", arch="sm_90a")  # stderr is captured: not a terminal
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "0")
+    compile_cuda("echo.cu", arch="sm_80")
+    assert capsys.readouterr() == ("", "")
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "maybe")
+    with pytest.raises(InvalidArgumentError, match=r"TMAKIT_COMPILE_STATUS='maybe': must be 1 .* or 0"):
+        compile_cuda("echo.cu", arch="sm_89")
+
+
+def test_a_short_compile_says_nothing_even_when_asked(src_root: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("TMAKIT_COMPILE_STATUS", "1")  # DELAY_S stays 2 s; echo.cu compiles well within it
+    compile_cuda("echo.cu", arch="sm_90a")
+    assert capsys.readouterr() == ("", "")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -13,6 +14,14 @@ from tmakit.cli import main
 def run(capsys, *argv):
     code = main(list(argv))
     return code, capsys.readouterr().out
+
+
+def run_failing(capsys, *argv):
+    """A text-mode command that fails: its message, which must be on stderr (stdout stays empty)."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    assert captured.out == "", f"text-mode errors go to stderr; stdout had: {captured.out!r}"
+    return code, captured.err
 
 
 def test_info_says_plainly_when_there_is_no_gpu(capsys, gpu):
@@ -36,6 +45,9 @@ def test_describe_json(capsys):
     doc = json.loads(out)
     assert code == 0 and doc["valid"] and doc["tensor_map"]["box_bytes"] == 1024
     assert doc["tensor_map"]["dims"] == [1024, 1024] and doc["tensor_map"]["smem_alignment"] == 1024
+    # not encoded (described by shape): that says nothing about the path a GPU would take, so no backend is named
+    assert "backend" not in doc["tensor_map"] and "cp.async" not in out
+    assert doc["tensor_map"]["encoded"] is False and "described by shape" in doc["tensor_map"]["not_encoded_reason"]
 
 
 def test_describe_invalid_exits_2_with_fixes(capsys):
@@ -45,13 +57,13 @@ def test_describe_invalid_exits_2_with_fixes(capsys):
     assert code == 2 and not doc["valid"]
     assert {v["rule"] for v in doc["violations"]} >= {"strides.align16", "box.range", "box.inner_vs_swizzle"}
     assert all(v["fix"] for v in doc["violations"])
-    code, out = run(capsys, "describe", "--shape", "4096,4095", "--dtype", "bf16", "--box", "64,64")
-    assert code == 2 and "strides[0]" in out and "8192" in out
+    code, err = run_failing(capsys, "describe", "--shape", "4096,4095", "--dtype", "bf16", "--box", "64,64")
+    assert code == 2 and "strides[0]" in err and "8192" in err
 
 
 def test_describe_bad_enum_is_a_clear_error(capsys):
-    code, out = run(capsys, "describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,8", "--swizzle", "96B")
-    assert code == 2 and "swizzle" in out and "96B" in out
+    code, err = run_failing(capsys, "describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,8", "--swizzle", "96B")
+    assert code == 2 and "swizzle" in err and "96B" in err
 
 
 def test_swizzle_pattern(capsys):
@@ -93,8 +105,8 @@ def test_json_errors_are_json_and_exit_2(capsys, argv, parameter):
     code, out = run(capsys, *argv, "--json")
     doc = json.loads(out)
     assert code == 2 and doc["valid"] is False and doc["error"]["parameter"] == parameter
-    code, out = run(capsys, *argv)
-    assert code == 2 and parameter in out and "error" in out
+    code, err = run_failing(capsys, *argv)
+    assert code == 2 and parameter in err and "error" in err
 
 
 @pytest.mark.parametrize("argv", [
@@ -111,9 +123,10 @@ def test_numeric_options_are_range_checked(capsys, argv):
 
 
 def test_an_invalid_map_shows_one_fix_in_numpy_order(capsys):
-    code, out = run(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,100", "--swizzle", "64B")
-    assert code == 2 and "box[1]" in out and "box[0]" not in out and "try: box=(64, 32)" in out
-    assert "numpy order" in out
+    code, err = run_failing(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,100",
+                            "--swizzle", "64B")
+    assert code == 2 and "box[1]" in err and "box[0]" not in err and "try: box=(64, 32)" in err
+    assert "numpy order" in err
     code, out = run(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,100", "--swizzle", "64B",
                     "--json")
     doc = json.loads(out)
@@ -153,3 +166,30 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
               f"{sys.executable} -m tmakit swizzle 128B --rows 256 | head -1")
     proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.stdout.startswith("{") and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
+
+
+@pytest.mark.parametrize("reader", ["head -c 1", "true"])
+def test_a_closed_pipe_never_changes_the_exit_code(reader):
+    """Whether the reader leaves before, during or after the output (a race the OS decides), the command exits
+    with its own code: 0 for a valid request, 2 for an invalid one (the module docstring of tmakit/cli.py)."""
+    runs = {0: f"{sys.executable} -m tmakit swizzle 128B --rows 256", 2: f"{sys.executable} -m tmakit describe "
+            "--shape 4096,4095 --dtype bf16 --box 64,64 --json"}
+    script = "; ".join(f"{cmd} | {reader}; echo rc=${{PIPESTATUS[0]}}" for cmd in runs.values() for _ in range(2))
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=180)
+    codes = [int(c) for c in re.findall(r"rc=(\d+)", proc.stdout)]
+    assert codes == [0, 0, 2, 2], (codes, proc.stderr)
+    assert proc.stderr == "", proc.stderr
+
+
+def test_describe_for_an_arch_without_tma_blames_the_arch_not_the_tensor(capsys):
+    code, err = run_failing(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,64", "--arch",
+                            "sm_80")
+    text = " ".join(err.split())
+    assert code == 2 and "sm_80 has no TMA" in text and "tensor itself" not in text and "--arch sm_90" in text
+    code, out = run(capsys, "describe", "--shape", "4096,4096", "--dtype", "bf16", "--box", "64,64", "--arch", "sm_80",
+                    "--json")
+    doc = json.loads(out)
+    assert code == 2 and doc["try"] is None and doc["unfixable"].startswith("sm_80 has no TMA")
+    assert [v["rule"] for v in doc["violations"]] == ["arch.no_tma"]
+    code, out = run(capsys, "describe", "--shape", "4096,4095", "--dtype", "bf16", "--box", "64,64", "--json")
+    assert "the tensor itself (strides) breaks a rule" in json.loads(out)["unfixable"]

@@ -15,7 +15,8 @@ def test_describe_without_gpu_checks_and_sizes():
     assert tm.dims == (4096, 4096) and tm.strides == (8192,) and tm.box == (64, 64)
     assert tm.shape == (4096, 4096) and tm.box_shape == (64, 64)
     assert tm.swizzle is Swizzle.B128 and tm.box_bytes == 8192 and tm.smem_alignment == 1024
-    assert not tm.encoded and tm.backend == "cp.async"  # its BoxParams: test_box_params_layout
+    assert not tm.encoded and "described by shape" in tm.not_encoded_reason  # its BoxParams: test_box_params_layout
+    assert not hasattr(tm, "backend")  # a map that is not encoded says nothing about the path a GPU would take
     assert "TensorMap(tiled, bf16" in repr(tm)
 
 
@@ -354,3 +355,34 @@ def test_encoder_tables_give_the_drivers_own_arguments():
         encode._args(drv, 99, 0, 0, 0, 0)
     with pytest.raises(OverflowError):
         encode._u32_list(drv, [-1])
+
+
+def test_one_swizzle_spelling_everywhere(capsys):
+    """The driver's spelling (CU_TENSOR_MAP_SWIZZLE_128B -> 128B) is the member's name, str and repr, and what the
+    CLI and JSON print; the other forms still parse to the same member."""
+    from tmakit import Interleave
+    from tmakit.cli import main
+
+    for enum, prefix in ((Swizzle, "CU_TENSOR_MAP_SWIZZLE_"), (Interleave, "CU_TENSOR_MAP_INTERLEAVE_")):
+        for member in enum:
+            assert member.name == str(member) == member.short and f"{enum.__name__}.{member.name}:" in repr(member)
+            assert member.driver_name == prefix + member.name
+    assert Swizzle.B128 is Swizzle["128B"] is Swizzle.parse("B128") is Swizzle.parse("128b") is Swizzle.parse(3)
+    assert Swizzle.parse("CU_TENSOR_MAP_SWIZZLE_128B") is Swizzle.B128 and Interleave.parse("B16").name == "16B"
+    tm = describe_tensor(shape=(64, 64), dtype="bf16", box=(8, 64), encode=False)
+    assert tm.swizzle.name == "128B" and "swizzle=128B" in repr(tm) and tm.to_dict()["swizzle"] == "128B"
+    assert main(["describe", "--shape", "64,64", "--dtype", "bf16", "--box", "8,64"]) == 0
+    out = capsys.readouterr().out
+    assert "swizzle 128B" in out and "B128" not in out
+
+
+def test_an_arch_without_tma_is_blamed_not_the_tensor():
+    from tmakit import TensorMapError
+
+    with pytest.raises(TensorMapError, match=r"arch='sm_80': tensor maps need compute capability 9\.0.*\n.*sm_80 has no "
+                       r"TMA \(tensor maps need sm_90 or newer\): no box or option makes a tensor map for it") as info:
+        describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 64), arch="sm_80")
+    assert info.value.suggestion is None and "tensor itself" not in str(info.value)
+    with pytest.raises(TensorMapError, match=r"the tensor itself \(strides\) breaks a rule") as info:
+        describe_tensor(shape=(4096, 4095), dtype="bf16", box=(64, 64))
+    assert info.value.unfixable.startswith("no change of box or options")

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from _fake_driver import FakeDeviceArray
+from _fake_driver import FakeDeviceArray, FakeTorchTensor
 import tmakit
 from tmakit import (Arch, DataType, Interleave, L2Promotion, OOBFill, Swizzle, TensorMapError, TmakitError,
                     bank_conflicts, box_geometry, check_im2col, check_tiled, describe_im2col, describe_tensor,
@@ -34,10 +34,12 @@ NOT_INT = st.one_of(st.floats(allow_nan=True, allow_infinity=True).filter(lambda
                     st.floats(-1e6, 1e6).map(lambda f: float(round(f)) + 0.0),  # 8.0 is still not an int
                     st.booleans(), st.none(), st.text(max_size=4), st.just(object()), st.just(b"8"),
                     st.just(1 + 2j), st.just(np.bool_(True)), st.just(np.float32(8.0)))
-NOT_SEQ = st.one_of(st.none(), st.text(max_size=4), st.floats(), st.just(object()), st.just({"a": 1}),
-                    st.booleans())
+# Mappings and sets where a sequence belongs: iterating {64: 0, 32: 1} gives (64, 32), which must not pass as one
+MAPPINGS = st.one_of(st.dictionaries(st.integers(0, 256), st.integers(0, 8), min_size=1, max_size=5),
+                     st.frozensets(st.integers(0, 64), min_size=1, max_size=5), st.just({"a": 1}))
+NOT_SEQ = st.one_of(st.none(), st.text(max_size=4), st.floats(), st.just(object()), MAPPINGS, st.booleans())
 NOT_SEQ_NN = NOT_SEQ.filter(lambda v: v is not None)  # for parameters whose None means "the default"
-NOT_ENUM_NN = st.one_of(st.text(min_size=1, max_size=6).filter(lambda t: t.strip().upper() not in _ENUM_WORDS),
+NOT_ENUM_NN = st.one_of(st.text(min_size=1, max_size=6).filter(lambda t: not _is_a_name(t)),
                         st.floats(), st.booleans(), st.integers(16, 1 << 70), st.integers(-(1 << 70), -1),
                         st.just(object()), st.just([1]))
 NOT_ENUM = st.one_of(NOT_ENUM_NN, st.none())
@@ -49,6 +51,15 @@ _ENUM_WORDS = {"0", "1", "2", "3", "4", "5", "6", "32", "64", "128", "256", "16"
                "I64", "F16", "F32", "F64", "BF16", "TF32", "FP8", "I8", "I16", "E4M3", "E5M2", "HALF", "FLOAT", "BOOL",
                "INT8", "INT16", "INT32", "INT64", "DOUBLE", "FP16", "FP32", "FP64", "UINT8", "UINT16", "UINT32",
                "UINT64", "FLOAT16", "FLOAT32", "FLOAT64", "BFLOAT16", "L2_64B", "L2_128B", "L2_256B"}
+
+
+def _is_a_name(text: str) -> bool:
+    """Whether some enum accepts ``text`` (the enums' words, and the 8-bit float names tmakit.dtypes accepts)."""
+    from tmakit.dtypes import _FP8, _fp8_key
+
+    return text.strip().upper() in _ENUM_WORDS or _FP8.fullmatch(_fp8_key(text)) is not None
+
+
 NOT_FLAG = st.one_of(st.text(max_size=4), st.integers(), st.floats(), st.none(), st.just(object()))
 
 
@@ -160,6 +171,36 @@ def test_describe_tensor_refuses_invalid_values(parameter, data):
     refused("describe_tensor", parameter, lambda: describe_tensor(**{**DESCRIBE, parameter: value}))
 
 
+def _spoiled_torch_like(spoil):
+    """A FakeTorchTensor (64, 64) float32 with one attribute of the wrong type: what a look-alike may hold."""
+    attribute, value = spoil
+    tensor = FakeTorchTensor((64, 64))
+    if attribute == "shape":
+        tensor.shape = value
+    elif attribute in ("data_ptr", "stride", "element_size", "get_device"):
+        setattr(tensor, attribute, value)
+    return tensor
+
+
+WRONG_TYPES = st.one_of(st.text(max_size=3), st.none(), st.floats(), st.just(object()), st.just(["1", 2]),
+                        st.integers(-(1 << 70), -1), st.just(b"8"))
+TORCH_LIKE_BAD = st.one_of(
+    st.tuples(st.just("shape"), st.one_of(WRONG_TYPES, st.tuples(st.just(64), WRONG_TYPES),
+                                          st.lists(WRONG_TYPES, min_size=1, max_size=3), MAPPINGS)),
+    st.tuples(st.sampled_from(["data_ptr", "stride", "element_size", "get_device"]),
+              st.one_of(WRONG_TYPES.map(lambda v: (lambda: v)), WRONG_TYPES,
+                        st.just(lambda: ("a", 1)), st.just(lambda: {64: 0, 32: 1}), st.just(lambda: True))),
+    st.tuples(st.just("element_size"), st.just(lambda: 3))).map(_spoiled_torch_like)
+
+
+@FUZZ
+@given(array=TORCH_LIKE_BAD)
+def test_a_torch_like_object_with_attributes_of_the_wrong_type_is_refused(array):
+    refused("describe_tensor", "array", lambda: describe_tensor(array, box=(8, 8), encode=False))
+    reference = describe_tensor(shape=(64, 64), dtype="f32", box=(8, 8), encode=False)
+    refused("TensorMap.with_address", "array", lambda: reference.with_address(array))
+
+
 @FUZZ
 @given(array=st.one_of(CAI_BAD.map(FakeDeviceArray.of_interface), st.just(np.zeros((64, 64), np.float32)), st.integers(), st.text(max_size=3),
                        st.just(object())))
@@ -234,6 +275,33 @@ def test_check_im2col_reports_or_refuses_invalid_values(parameter, data):
             returns_violations=True)
 
 
+# ---- what the plans would decide, without a GPU (tmakit.ops.describe_*) ----------------------------------------
+PLANNING_CALLS = {
+    ("ops.describe_gemm", "m"): (bad_int(1, None), lambda v: tmakit.ops.describe_gemm(v, 64, 64)),
+    ("ops.describe_gemm", "dtype"): (NOT_ENUM_NN, lambda v: tmakit.ops.describe_gemm(64, 64, 64, dtype=v)),
+    ("ops.describe_gemm", "arch"): (NOT_ARCH, lambda v: tmakit.ops.describe_gemm(64, 64, 64, arch=v)),
+    ("ops.describe_attention", "head_dim"): (bad_int(1, None), lambda v: tmakit.ops.describe_attention(1, 1, 64, v)),
+    ("ops.describe_attention", "layout"): (NOT_ENUM, lambda v: tmakit.ops.describe_attention(1, 1, 64, 64, layout=v)),
+    ("ops.describe_transpose", "shape"): (bad_ints(2, 0, 2**31 - 1024),
+                                          lambda v: tmakit.ops.describe_transpose(v, "float32")),
+    ("ops.describe_transpose", "src_offset"): (bad_int(0, None),
+                                               lambda v: tmakit.ops.describe_transpose((64, 64), "f32", src_offset=v)),
+    ("ops.describe_transpose", "l2_promotion"): (NOT_ENUM, lambda v: tmakit.ops.describe_transpose(
+        (64, 64), "float32", l2_promotion=v)),
+}
+
+
+@pytest.mark.parametrize("function, parameter", sorted(PLANNING_CALLS))
+@FUZZ
+@given(data=st.data())
+def test_descriptions_of_plans_refuse_invalid_values(function, parameter, data):
+    strategy, call = PLANNING_CALLS[function, parameter]
+    value = data.draw(strategy)
+    if parameter == "l2_promotion" and isinstance(value, str) and value.strip().lower() == "auto":
+        value = "autox"
+    refused(function, parameter, lambda: call(value))
+
+
 # ---- valid variants give the same result ---------------------------------------------------------------------
 def _variants(values):
     """The same integers as a tuple, a list, numpy integers, a numpy array and a generator."""
@@ -298,7 +366,7 @@ MODEL_CALLS = {
     ("swizzle_pattern", "swizzle"): (NOT_ENUM, lambda v: swizzle_pattern(v, 8)),
     ("swizzle_pattern", "rows"): (bad_int(1, 1 << 16).filter(lambda v: v is not None),
                                   lambda v: swizzle_pattern("128B", v)),
-    ("bank_conflicts", "byte_offsets"): (st.one_of(NOT_SEQ.filter(lambda v: not isinstance(v, dict)), st.lists(
+    ("bank_conflicts", "byte_offsets"): (st.one_of(NOT_SEQ, st.lists(
         st.one_of(NOT_INT.filter(lambda v: v is not None), st.integers(-(1 << 40), -1)), min_size=1, max_size=32),
         st.lists(st.just(0), min_size=33, max_size=40)), lambda v: bank_conflicts(v, 4)),
     ("bank_conflicts", "access_bytes"): (st.one_of(NOT_INT, st.integers().filter(lambda n: n not in (1, 2, 4, 8, 16))),
@@ -350,8 +418,7 @@ def test_pinned_like_refuses_invalid_values(array, copy):
 CLI_BAD = {
     "--shape": st.sampled_from(["", "a,b", "4096,-4096", "0,64", "1.5,2", "99999999999999,2", "x"]),
     "--box": st.sampled_from(["", "a", "64,-1", "0,64", "64,300", "1.5"]),
-    "--dtype": st.text(min_size=1, max_size=5).filter(lambda t: t.strip().upper() not in _ENUM_WORDS
-                                                      and not t.startswith("-")),
+    "--dtype": st.text(min_size=1, max_size=5).filter(lambda t: not _is_a_name(t) and not t.startswith("-")),
     "--swizzle": st.sampled_from(["96B", "yes", "-1", "7", "128B_ATOM_32B"]),
     "--arch": st.sampled_from(["sm_9999", "(99, 99)", "x", "sm_80a", "9.9", "sm_90b"]),
     "--element-strides": st.sampled_from(["9,1", "0,1", "a", "1,1,1"]),
@@ -427,6 +494,9 @@ REACH = {
     ("ops.copy", "dst"): (NOT_SEQ, lambda v: tmakit.ops.copy(v, np.zeros(4))),
     ("ops.transpose", "src"): (NOT_SEQ, lambda v: tmakit.ops.transpose(np.zeros(4), v)),
     ("ops.load_tiles", "coords"): (NOT_SEQ, lambda v: tmakit.ops.load_tiles(np.zeros((64, 64)), v, box=(8, 8))),
+    ("ops.copy", "src"): (TORCH_LIKE_BAD, lambda v: tmakit.ops.copy(FakeTorchTensor((64, 64)), v)),
+    ("ops.transpose", "dst"): (TORCH_LIKE_BAD, lambda v: tmakit.ops.transpose(v, FakeTorchTensor((64, 64)))),
+    ("copy_d2d", "src"): (TORCH_LIKE_BAD, lambda v: tmakit.copy_d2d(FakeTorchTensor((64, 64)), v)),
 }
 
 

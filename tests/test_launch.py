@@ -9,6 +9,7 @@ import pytest
 
 from _fake_driver import (CupyLikeStream, FakeDescriptor, FakeDeviceArray, TorchLikeStream,
                           fake_kernel_of)
+import tmakit
 from tmakit import InvalidArgumentError, LaunchError, UnsupportedDeviceError
 from tmakit.arrays import ArrayView
 from tmakit.kernel_signature import ParamInfo, merge_driver_layout, parse_ptx_entries, ptx_targets
@@ -300,10 +301,8 @@ def test_launch_on_cuda_core_stream(module, buffer) -> None:
 @pytest.mark.requires_gpu
 @pytest.mark.parametrize("which", ["above_48k", "all_optin"])
 def test_dynamic_shared_memory_above_48k(module, buffer, which: str) -> None:
-    from tmakit import _driver
-
     kernel = module.kernel("smem_fill")
-    optin = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0)
+    optin = tmakit.device_limits(0).smem_per_block_optin
     nbytes = 64 * 1024 if which == "above_48k" else optin - kernel.attribute("SHARED_SIZE_BYTES")
     buffer.upload(b"\0" * 4)
     kernel(buffer, nbytes, grid=1, block=256, shared_mem=nbytes)
@@ -314,9 +313,7 @@ def test_dynamic_shared_memory_above_48k(module, buffer, which: str) -> None:
 
 @pytest.mark.requires_gpu
 def test_too_much_shared_memory_is_refused(module, buffer) -> None:
-    from tmakit import _driver
-
-    optin = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 0)
+    optin = tmakit.device_limits(0).smem_per_block_optin
     with pytest.raises(LaunchError, match=f"shared_mem={optin + 1}.*more than the {optin} bytes"):
         module.kernel("smem_fill")(buffer, 0, grid=1, block=32, shared_mem=optin + 1)
     with pytest.raises(InvalidArgumentError, match="shared_mem=-1"):
@@ -540,11 +537,7 @@ def test_bound_launch_keeps_its_arguments_alive_or_refuses_once_gone(fake_kernel
 
 
 def test_resident_blocks_is_occupancy_times_sms_and_refuses_what_cannot_fit(fake_kernel, monkeypatch) -> None:
-    from tmakit import _driver
-
-    kernel, drv, _ = fake_kernel
-    monkeypatch.setattr(_driver, "device_attribute",
-                        lambda name, ordinal=0: 132 if name.endswith("MULTIPROCESSOR_COUNT") else 227 * 1024)
+    kernel, drv, _ = fake_kernel  # an H100 stand-in: 132 SMs, 227 KiB per block (fake_h100)
     assert kernel.resident_blocks(256, 49 * 1024 + 1024) == 132 * 4  # 4 x 50 KiB fit in 228 KiB
     assert ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 50 * 1024) in drv.set_attrs  # opted in first
     assert kernel.resident_blocks((32, 4), 0) == 132 * 16  # thread-limited

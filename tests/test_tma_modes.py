@@ -294,3 +294,46 @@ def test_multicast_refuses_bad_masks_and_cluster_sizes(monkeypatch, masks, size)
     tm = SimpleNamespace(device=0, descriptor=b"\0" * 128, dims=(16, 4), rank=2, dtype=DataType.FLOAT32)
     with pytest.raises(InvalidArgumentError, match="masks|cluster_size"):
         modes.multicast_load(tm, [[0, 0]], masks, cluster_size=size)
+
+
+# ---- im2col: a filter base outside the bounding box faults the GPU, so the model and the launch refuse it ----
+
+@pytest.mark.parametrize("lower, upper, coords, axis, box", [
+    ((0,), (0,), (0, -1, 0), "w", r"\[0, 23\]"),     # w = -1 with lower corner 0
+    ((0,), (1,), (0, 25, 0), "w", r"\[0, 24\]"),     # w = 25 on a 24-wide image with upper corner +1
+    ((-2,), (-3,), (0, 21, 0), "w", r"\[-2, 20\]"),  # past the upper corner
+])
+def test_im2col_model_refuses_a_base_outside_the_bounding_box(lower, upper, coords, axis, box):
+    s = im2col_spec(DataType.UINT32, (4, 24, 2), lower, upper, 4, 8)
+    match = (rf"coords\[1\]={coords[1]}: puts the filter base at {axis}={coords[1]}, outside the bounding box {box}"
+             r".*PTX ISA §5\.5\.4 'im2col mode'.*fix: start w in")
+    with pytest.raises(InvalidArgumentError, match=match):
+        im2col_load_image(s, iota(s), coords, (0,))
+    with pytest.raises(InvalidArgumentError, match=match):
+        im2col_pixels(s, coords, (0,))
+
+
+def test_im2col_bases_on_the_box_edges_and_off_the_stride_grid_are_loaded():
+    s = im2col_spec(DataType.UINT32, (4, 24, 5, 2), (-1, 0), (1, 0), 4, 8, es=(1, 3, 2, 1))
+    for w, h in ((-1, 0), (24, 4), (0, 1), (7, 3)):  # both corners of the box, and bases the strides never reach
+        assert im2col_load_image(s, iota(s), (0, w, h, 0), (0, 0)).size == im2col_geometry(s).smem_bytes
+    with pytest.raises(InvalidArgumentError, match=r"coords\[2\]=5: puts the filter base at h=5, outside the "
+                       r"bounding box \[0, 4\] of h"):
+        im2col_load_image(s, iota(s), (0, 0, 5, 0), (0, 0))
+
+
+def test_load_im2col_refuses_a_base_outside_the_box_before_any_launch(monkeypatch):
+    from tmakit import _driver, choose_backend, describe_im2col
+    from tmakit.ops import modes
+    from tmakit.tensormap.tensor_map import TensorMap
+
+    monkeypatch.setattr(modes, "choose_backend", lambda backend, device=0: choose_backend("tma", arch="sm_90"))
+    monkeypatch.setattr(_driver, "ensure_context", lambda *a, **k: pytest.fail("launched"))
+    monkeypatch.setattr(modes, "kernel", lambda *a, **k: pytest.fail("compiled a kernel for an off-box start"))
+    described = describe_im2col(shape=(1, 24, 24, 16), dtype="f16", pixels_per_column=32, encode=False)
+    tm = TensorMap(described.spec, described.arch, 0, b"\0" * 128)  # as if encoded on device 0
+    with pytest.raises(InvalidArgumentError, match=r"coords\[1\]=-1: puts the filter base at w=-1, outside the "
+                       r"bounding box \[0, 23\].*PTX ISA"):
+        modes.load_im2col(tm, [[0, 0, 0, 0], [0, -1, 0, 0]], [[0, 0], [0, 0]])
+    with pytest.raises(InvalidArgumentError, match=r"coords\[2\]=24: .*h=24, outside the bounding box \[0, 23\]"):
+        modes.load_im2col(tm, [[0, 3, 24, 0]], [[0, 0]])

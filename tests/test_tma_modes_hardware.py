@@ -48,3 +48,25 @@ def test_mode_equals_cpu_model(mode):
     if mode == "im2col":
         assert all(stats.get(f"rank{r}", 0) > 0 for r in (3, 4, 5))
         assert all(stats.get(f"swizzle_{s}", 0) > 0 for s in ("NONE", "32B", "64B", "128B"))
+
+
+@pytest.mark.requires_sm90
+def test_an_off_box_im2col_start_is_refused_and_the_context_lives_on():
+    """A filter base outside the bounding box faulted the H100 (illegal instruction, context lost): the launch
+    refuses it before the kernel runs, and a valid load on the same map afterwards still equals the model."""
+    import numpy as np
+
+    import tmakit
+    from tmakit.ops.modes import POISON, load_im2col
+
+    rng = np.random.default_rng()
+    host = rng.integers(0, 1 << 16, (2, 24, 24, 16), dtype=np.uint16).view(np.float16)
+    with tmakit.DeviceArray.from_host(host) as x:
+        tm = tmakit.describe_im2col(x, pixels_per_column=32, lower_corner=(0, 0), upper_corner=(0, 1))
+        for coords in ([0, -1, 0, 0], [0, 25, 0, 0], [0, 0, 24, 1]):  # w = -1, w past the +1 upper corner, h = 24
+            with pytest.raises(tmakit.InvalidArgumentError, match=r"outside the bounding box.*PTX ISA"):
+                load_im2col(tm, [coords], [[0, 0]])
+        coords, offsets = [0, 24, 23, 1], [1, 0]  # the box's far corner (w = 24 lies inside with upper corner +1)
+        got = load_im2col(tm, [coords], [offsets])[0]
+        want = tmakit.im2col_load_image(tm, host.view(np.uint8).ravel(), coords, offsets, poison=POISON)
+        assert np.array_equal(got, want)

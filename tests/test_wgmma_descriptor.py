@@ -121,6 +121,42 @@ def test_operand_offsets_cover_distinct_bytes() -> None:
             assert len(np.unique(off)) == MN * 16 and (off % 2 == 0).all()
 
 
+@pytest.mark.parametrize("descriptors, match", [
+    (["garbage"], r"descriptors\[0\]='garbage': must be a 64-bit descriptor"),
+    (None, r"descriptors=None: must be a sequence of 64-bit descriptors"),
+    ([1.5, 0, 0, 0], r"descriptors\[0\]=1\.5: must be a 64-bit descriptor"),
+    ([0, -1, 0, 0], r"descriptors\[1\]=-1: must be a 64-bit descriptor"),
+    ({"a": 1}, r"descriptors=\{'a': 1\}: must be a sequence"),
+])
+def test_check_refuses_what_is_not_a_descriptor(descriptors, match):
+    tmap = describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 64), encode=False)
+    with pytest.raises(InvalidArgumentError, match=match) as info:
+        check_wgmma_descriptor(tmap, "A", "K", descriptors, stage_address=0)
+    assert info.value.fix
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"tmap": None}, r"tmap='NoneType': must be a tiled TensorMap"),
+    ({"role": None}, r"role=None: must be one of 'A', 'B'"),
+    ({"major": "row"}, r"major='row': must be one of 'K', 'MN'"),
+    ({"stage_address": None}, r"stage_address=None: must be a shared-memory byte address"),
+    ({"stage_address": 1 << 18}, r"stage_address=262144: must be a shared-memory byte address"),
+    ({"k": "64"}, r"k='64': must be a positive int"),
+    ({"k": 24}, r"k=24: must be a positive multiple of 16"),
+    ({"mn_offset": -8}, r"mn_offset=-8: must be an int in \[0, 256\]"),
+    ({"mn": 0}, r"mn=0: must be None or the MN extent"),
+])
+def test_descriptor_functions_refuse_bad_arguments(change, match):
+    args = {"tmap": describe_tensor(shape=(4096, 4096), dtype="bf16", box=(64, 64), encode=False), "role": "A",
+            "major": "K", "stage_address": 0, "k": 64, "mn": None, "mn_offset": 0}
+    args.update(change)
+    tmap, role, major = args.pop("tmap"), args.pop("role"), args.pop("major")
+    with pytest.raises(InvalidArgumentError, match=match):
+        wgmma_descriptors(tmap, role, major, **args)
+    with pytest.raises(InvalidArgumentError, match=match):
+        check_wgmma_descriptor(tmap, role, major, [0] * 4, **args)
+
+
 def test_every_type_reads_32_bytes_of_k_per_slice() -> None:
     """tf32 k8, fp8/int8 k32: the k-slices of a 128B-swizzled K-major stage start 32 bytes apart for every element
     size (a u8 map gave [0, 16, 32, 48] and an f32 map [0, 64, 8192, 8256] before)."""

@@ -2,7 +2,7 @@
 tensor-core kernels they feed (GEMM, attention).
 
 Layers, lowest first (docs/CONTRACTS.md names every module; tests/test_architecture.py keeps the import graph
-acyclic): ``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint), ``backend`` -> ``arrays``
+acyclic): ``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoint), ``device`` (limits), ``backend`` -> ``arrays``
 (the one array adapter), ``streams`` (the one stream adapter), ``memory``, ``copies``, ``device_array``,
 ``transfer`` -> ``tensormap`` (spec, rules, encode, tensor_map, describe, im2col, suggest, order) and ``layout``
 (CPU model of every TMA mode, wgmma descriptors) -> ``kernel_signature``, ``launch_args``, ``launch`` ->
@@ -25,6 +25,7 @@ from .errors import (
 from . import ops
 from .backend import Backend, BackendChoice, choose_backend
 from .build import CompiledKernelCode, Module, assemble_ptx, compile_cuda, load_module, load_ptx, source_dirs
+from .device import DeviceLimits, device_limits
 from .device_array import DeviceArray
 from .kernel_signature import ParamInfo
 from .launch import BoundLaunch, Kernel
@@ -59,6 +60,7 @@ __all__ = [
     "im2col_load_image", "tma_reduce_add",
     "CompiledKernelCode", "Module", "Kernel", "BoundLaunch", "ParamInfo", "assemble_ptx", "compile_cuda", "load_module", "load_ptx",
     "source_dirs",
+    "DeviceLimits", "device_limits",
     "DeviceArray", "PinnedBuffer", "is_pinned", "pinned_empty", "pinned_like", "registered",
     "Stream", "Event", "as_stream", "copy_h2d", "copy_d2h", "copy_d2d", "elapsed_ms", "timed", "use_device",
     "pipeline", "Chunk", "TransferReport", "PipelineResult",

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _driver
+from ._sequences import is_sequence
 from .errors import InvalidArgumentError
 
 
@@ -131,11 +132,29 @@ def is_array(obj: Any) -> bool:
 
 
 def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:
+    try:
+        return _read_torch_like(obj, api)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        # a look-alike whose methods or attributes are not what torch's are (a shape holding a string, say)
+        raise InvalidArgumentError("array", type(obj).__name__, f"has a torch-like API (data_ptr, stride, "
+                                   f"element_size, shape) that does not read as torch's: {type(exc).__name__}: {exc}",
+                                   "pass a torch/cupy array or a tmakit.DeviceArray") from exc
+
+
+def _int_entries(values: Any) -> bool:
+    return is_sequence(values) and all(hasattr(v, "__index__") and not isinstance(v, bool) for v in values)
+
+
+def _read_torch_like(obj: Any, api: tuple | None) -> ArrayView:
     data_ptr, element_size, stride = api or (obj.data_ptr, obj.element_size, obj.stride)
     try:
         device = obj.get_device()  # torch: an int, -1 on the CPU (cheaper than .device)
     except AttributeError:  # a look-alike without get_device(): its .device
         device = getattr(obj.device, "index", 0) if getattr(obj.device, "type", "cuda") == "cuda" else None
+    if device is not None and (isinstance(device, bool) or not hasattr(device, "__index__")):
+        raise TypeError(f"its device is {device!r}, not a device ordinal")
     if device is None or device < 0:
         raise InvalidArgumentError("array", f"tensor on {getattr(obj, 'device', 'the CPU')}",
                                    "must be a CUDA device array", "move it to the GPU first (tensor.cuda())")
@@ -150,14 +169,24 @@ def _from_torch_like(obj: Any, api: tuple | None = None) -> ArrayView:
             known = _TORCH_DTYPES[dtype] = (name[6:], itemsize)
     else:
         name, itemsize = known
-    st, ptr = stride(), data_ptr()
-    if known is not None and type(ptr) is int and type(device) is int and len(st) == 2 and type(st[0]) is int \
-            and type(st[1]) is int:  # a torch tensor of 2 dims: nothing to convert
+    st, ptr, shape = stride(), data_ptr(), obj.shape
+    if known is not None and type(ptr) is int and type(device) is int and type(st) is tuple and len(st) == 2 \
+            and type(st[0]) is int and type(st[1]) is int and isinstance(shape, tuple) and len(shape) == 2 \
+            and type(shape[0]) is int and type(shape[1]) is int:  # a torch tensor of 2 dims: nothing to convert
         # tuple.__new__: the named tuple's own __new__ is a Python function
-        return _tuple_new(ArrayView, (ptr, tuple(obj.shape), (st[0] * itemsize, st[1] * itemsize), known[0],
+        return _tuple_new(ArrayView, (ptr, tuple(shape), (st[0] * itemsize, st[1] * itemsize), known[0],
                                       itemsize, device, obj))
+    # anything else is read with every field checked: a look-alike may hold what torch never would
+    if not _int_entries(shape) or any(int(d) < 0 for d in shape):
+        raise TypeError(f"its shape {shape!r} is not a sequence of ints >= 0")
+    if not _int_entries(st) or len(st) != len(shape):
+        raise TypeError(f"its stride() {st!r} is not {len(shape)} ints (one per dimension)")
+    if not hasattr(ptr, "__index__") or isinstance(ptr, bool) or not 0 <= int(ptr) < 1 << 64:
+        raise TypeError(f"its data_ptr() {ptr!r} is not an address (an int >= 0)")
+    if not hasattr(itemsize, "__index__") or isinstance(itemsize, bool) or int(itemsize) not in (1, 2, 4, 8, 16):
+        raise TypeError(f"its element_size() {itemsize!r} is not 1, 2, 4, 8 or 16 bytes")
     itemsize = int(itemsize)
-    return _tuple_new(ArrayView, (int(ptr), tuple(obj.shape), tuple([int(s) * itemsize for s in st]),
+    return _tuple_new(ArrayView, (int(ptr), tuple(int(d) for d in shape), tuple([int(s) * itemsize for s in st]),
                                   name[name.rfind(".") + 1:], itemsize, int(device), obj))
 
 
@@ -252,10 +281,16 @@ def array_pointer(obj: Any, parameter: str = "array") -> int | None:
     """The device pointer of an array (the part of ``as_array_view`` a kernel argument needs: torch's
     ``data_ptr()`` or the interface's ``data`` without building a view), or None when ``obj`` is no array."""
     if _has_torch_api(obj):
-        if getattr(obj.device, "type", "cuda") != "cuda":
+        if getattr(getattr(obj, "device", None), "type", "cuda") != "cuda":
             raise InvalidArgumentError(parameter, f"tensor on {obj.device}", "must be a CUDA device array",
                                        "move it to the GPU first (tensor.cuda())")
-        return int(obj.data_ptr())
+        ptr = obj.data_ptr() if callable(obj.data_ptr) else None
+        if type(ptr) is int and ptr >= 0:  # torch's
+            return ptr
+        if isinstance(ptr, bool) or not hasattr(ptr, "__index__") or not 0 <= int(ptr) < 1 << 64:
+            raise InvalidArgumentError(parameter, type(obj).__name__, f"has a torch-like data_ptr() that gave {ptr!r}, "
+                                       "not an address", "pass a torch/cupy array or a tmakit.DeviceArray")
+        return int(ptr)
     if not is_array(obj):
         return None
     cai = getattr(obj, "__cuda_array_interface__", None)

@@ -1,16 +1,20 @@
 """The ``tmakit`` command: info, describe, swizzle, corpus-check.
 
-Every error exits 2 with one message (JSON under ``--json``: ``{"valid": false, "error": {...}}``), indices in numpy
-order (outermost first), and an invalid tensor map shows the one nearest valid request ("try: ..."). A closed pipe
-(``tmakit describe ... --json | head -2``) ends quietly.
+Every error exits 2 with one message: on stderr in text mode, on stdout as JSON under ``--json``
+(``{"valid": false, "error": {...}}``); indices in numpy order (outermost first), and an invalid tensor map shows
+the one nearest valid request ("try: ..."). A reader that closes the pipe early (``tmakit describe ... | head -2``)
+never changes the exit code: the rest of the output is dropped quietly and the command exits with its own code
+(0 when it succeeded, 2 for an invalid request), every time.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from rich.console import Console
 
@@ -97,11 +101,12 @@ def cmd_describe(args: argparse.Namespace, console: Console) -> int:
                                swizzle=args.swizzle, oob_fill=args.oob_fill, l2_promotion=args.l2_promotion,
                                interleave=args.interleave, element_strides=args.element_strides, arch=args.arch)
     except TensorMapError as err:
+        console = Console(stderr=True)  # text mode: the error report goes to stderr
         if args.json:
             print(json.dumps({"valid": False, "order": err.order or "numpy",
                               "violations": [v.as_dict() for v in err.violations],
-                              "suggestion": _jsonable(err.suggestion), "try": err.suggestion_line, "notes": notes},
-                             indent=2))
+                              "suggestion": _jsonable(err.suggestion), "try": err.suggestion_line,
+                              "unfixable": err.unfixable, "notes": notes}, indent=2))
         else:
             for note in notes:
                 console.print(f"[yellow]note:[/] {note}", highlight=False)
@@ -109,9 +114,8 @@ def cmd_describe(args: argparse.Namespace, console: Console) -> int:
             console.print(f"indices in {_order_note(err.order)}")
             if err.suggestion_line:
                 console.print(f"[green]{err.suggestion_line}[/]", highlight=False)
-            else:
-                console.print("[yellow]no change of box or options makes this valid: the tensor itself (shape, "
-                              "strides, dtype) breaks a rule[/]")
+            elif err.unfixable:
+                console.print(f"[yellow]{err.unfixable}[/]", highlight=False)
         return 2
     if args.json:
         print(json.dumps({"valid": True, "tensor_map": tmap.to_dict(), "notes": notes}, indent=2))
@@ -200,7 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("describe", help="check and explain a tiled tensor map (numpy order: outermost first)")
     p.add_argument("--shape", type=_ints, required=True, help="e.g. 4096,4096")
-    p.add_argument("--dtype", required=True, help="bf16, f16, f32, f64, u8, i32, ...; fp8/e4m3/e5m2/i8 are moved as u8")
+    p.add_argument("--dtype", required=True, help="bf16, f16, f32, f64, u8, i32, ...; fp8 names (fp8, e4m3, fp8_e5m2, "
+                   "float8_e4m3fn, ...) and i8 are moved as u8")
     p.add_argument("--box", type=_ints, required=True, help="e.g. 64,64")
     p.add_argument("--strides", type=_ints, default=None, help="byte strides (numpy order); default contiguous")
     p.add_argument("--swizzle", default="auto", help="auto, none, 32B, 64B, 128B")
@@ -230,37 +235,85 @@ def _error_doc(err: BaseException) -> dict:
     return {"valid": False, "error": doc}
 
 
+class _ClosedPipeSafe(io.TextIOBase):
+    """stdout that stops writing, quietly, once the reader has closed the pipe: the command runs to its end and
+    exits with its own code whether the reader left before or after the output was written."""
+
+    def __init__(self, stream: Any):
+        self.stream, self.closed_by_reader = stream, False
+
+    def _drop(self) -> None:
+        self.closed_by_reader = True
+        try:  # the interpreter's exit-time flush of the real stdout must not meet the closed pipe either
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def _stdout_safe_from_closed_pipes() -> Iterator[None]:
+    real = sys.stdout
+    sys.stdout = safe = _ClosedPipeSafe(real)
+    try:
+        yield
+        safe.flush()
+    finally:
+        sys.stdout = real
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    with _stdout_safe_from_closed_pipes():
+        return _run(argv)
+
+
+def _run(argv: list[str]) -> int:
     as_json = "--json" in argv
     console = Console()
     try:
-        try:
-            args = build_parser().parse_args(argv)
-        except _UsageError as err:
-            if as_json:
-                print(json.dumps({"valid": False, "error": {"type": "UsageError", "message": str(err)}}, indent=2))
-            else:
-                sys.stderr.write(f"{err.usage}tmakit: error: {err}\n")
-            return 2
-        handlers = {"info": cmd_info, "describe": cmd_describe, "swizzle": cmd_swizzle,
-                    "corpus-check": cmd_corpus_check}
-        try:
-            return handlers[args.command](args, console)
-        except TmakitError as err:
-            if as_json:
-                print(json.dumps(_error_doc(err), indent=2))
-            else:
-                console.print(f"[red]error:[/] {err}", highlight=False)
-            return 2
-    except BrokenPipeError:
-        # the reader closed the pipe (| head): stop quietly, and keep Python's exit-time flush from complaining
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
-        return 141  # 128 + SIGPIPE, as a tool killed by the signal reports
+        args = build_parser().parse_args(argv)
+    except _UsageError as err:
+        if as_json:
+            print(json.dumps({"valid": False, "error": {"type": "UsageError", "message": str(err)}}, indent=2))
+        else:
+            sys.stderr.write(f"{err.usage}tmakit: error: {err}\n")
+        return 2
+    handlers = {"info": cmd_info, "describe": cmd_describe, "swizzle": cmd_swizzle, "corpus-check": cmd_corpus_check}
+    try:
+        return handlers[args.command](args, console)
+    except TmakitError as err:
+        if as_json:
+            print(json.dumps(_error_doc(err), indent=2))
+        else:
+            Console(stderr=True).print(f"[red]error:[/] {err}", highlight=False)
+        return 2
 
 
 if __name__ == "__main__":

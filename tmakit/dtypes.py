@@ -1,6 +1,13 @@
-"""Tensor-map element types and their mapping from numpy, torch, cupy and short names."""
+"""Tensor-map element types and their mapping from numpy, torch, cupy and short names.
+
+8-bit floats: TMA has no fp8 element type and moves their bytes as u8. A name that says which format it is
+(``e4m3``, ``fp8_e4m3``, ``float8_e4m3fn``, ``f8e5m2``, ...) or the family names ``fp8`` and ``float8`` are
+accepted; ``f8`` alone is refused (numpy's ``f8`` is float64), and every refusal of a dtype name lists the
+accepted fp8 names.
+"""
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ._enum import ParsableEnum
@@ -51,6 +58,16 @@ class DataType(ParsableEnum):
             "16U4_ALIGN8B": "U4X16_ALIGN8B", "16U4_ALIGN16B": "U4X16_ALIGN16B", "16U6_ALIGN16B": "U6X16_ALIGN16B",
         }
 
+    @classmethod
+    def _parse(cls, value: Any, parameter: str | None) -> "DataType":
+        if isinstance(value, str) and _is_fp8_name(value, parameter or "dtype"):
+            return cls.UINT8
+        return super()._parse(value, parameter)
+
+    @classmethod
+    def _choices(cls) -> str:
+        return f"{super()._choices()}; {FP8_HINT}"
+
     @property
     def driver_name(self) -> str:
         return self._driver_prefix() + _PACKED_DRIVER.get(self.name, self.name)
@@ -63,6 +80,8 @@ class DataType(ParsableEnum):
             return None
         key = name.strip().lower()
         target = _MOVED_AS.get(key)
+        if target is None and _FP8.fullmatch(_fp8_key(key)):
+            target = DataType.UINT8
         if target is None:
             return None
         return (f"dtype {name!r} is moved as {target.short}: TMA copies bytes and has no {key} element type, so the "
@@ -102,6 +121,27 @@ class DataType(ParsableEnum):
 
 
 _MOVED_AS: dict[str, "DataType"] = {}  # filled below: aliases whose element type is not the one named
+
+# An 8-bit float name that says its format: optional family prefix, format, optional variant suffix
+_FP8 = re.compile(r"(?:fp8|float8|f8)?(?:e4m3|e5m2|e8m0)(?:fn|fnuz|fnu)?|fp8|float8")
+FP8_NAMES = ("fp8", "float8", "e4m3", "e4m3fn", "e4m3fnuz", "e5m2", "e5m2fnuz", "e8m0", "e8m0fnu")
+FP8_HINT = (f"8-bit floats (moved as u8): {', '.join(FP8_NAMES)}, the formats also prefixed fp8_, float8_ or f8 "
+            "(fp8_e4m3, float8_e4m3fn, f8e5m2, ...)")
+
+
+def _fp8_key(text: str) -> str:
+    return text.strip().lower().replace("_", "").replace("-", "").replace(" ", "")
+
+
+def _is_fp8_name(text: str, parameter: str) -> bool:
+    """True for an accepted 8-bit float name; InvalidArgumentError for one that names no format."""
+    key = _fp8_key(text)
+    if _FP8.fullmatch(key):
+        return True
+    if key == "f8":
+        raise InvalidArgumentError(parameter, text, "is ambiguous: numpy's 'f8' is float64, and as an 8-bit float it "
+                                   "names no format", f"use 'f64' for float64, or one of the {FP8_HINT}")
+    return False
 
 _PACKED_DRIVER = {"U4X16_ALIGN8B": "16U4_ALIGN8B", "U4X16_ALIGN16B": "16U4_ALIGN16B", "U6X16_ALIGN16B": "16U6_ALIGN16B"}
 _BITS = {

@@ -52,12 +52,14 @@ class TensorMapError(TmakitError, ValueError):
 
     ``suggestion``: the nearest valid request's arguments (a dict to pass back: ``describe_tensor(x,
     **err.suggestion)``), or None when no change of options can make it valid (the tensor itself breaks a rule);
-    ``suggestion_line`` shows it as one line ("try: box=(64, 32), swizzle='64B'"); ``order`` says whether indices
+    ``suggestion_line`` shows it as one line ("try: box=(64, 32), swizzle='64B'"); without a suggestion, ``unfixable``
+says why (the architecture has no TMA, or the tensor's own parameters break a rule); ``order`` says whether indices
     are in numpy order (outermost first) or driver order (innermost first). tmakit.tensormap.suggest fills them.
     """
 
     suggestion: "dict | None" = None
     suggestion_line: "str | None" = None
+    unfixable: "str | None" = None  # without a suggestion: why (the arch has no TMA, or which tensor parameters)
     order: "str | None" = None
 
     def __init__(self, violations: Sequence[Any], header: str = "invalid tensor map"):
@@ -68,11 +70,19 @@ class TensorMapError(TmakitError, ValueError):
 
 
 class CompileError(TmakitError):
-    """A kernel failed to compile or assemble. ``dump()`` shows log, options and numbered source."""
+    """A kernel failed to compile or assemble. ``dump()`` shows log, options and numbered source.
 
-    def __init__(self, name: str, log: str, options: Sequence[str] = (), source: str = ""):
+    Where the log shows the cause is an argument (a target without the instructions the source uses),
+    ``parameter``, ``value``, ``rule`` and ``fix`` say so, as an InvalidArgumentError would, on the first line."""
+
+    def __init__(self, name: str, log: str, options: Sequence[str] = (), source: str = "", *,
+                 parameter: str | None = None, value: object = None, rule: str = "", fix: str = ""):
         self.name, self.log, self.options, self.source = name, log, list(options), source
-        super().__init__(f"compiling {name} failed:\n{log.strip()}\n  options: {' '.join(self.options)}")
+        self.parameter, self.value, self.rule, self.fix = parameter, value, rule, fix
+        head = f"compiling {name} failed"
+        if parameter is not None:
+            head += f": {parameter}={value!r}: {rule}; fix: {fix}"
+        super().__init__(f"{head}:\n{log.strip()}\n  options: {' '.join(self.options)}")
 
     def numbered_source(self) -> str:
         return "\n".join(f"{i:5d}  {line}" for i, line in enumerate(self.source.splitlines(), 1))

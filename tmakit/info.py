@@ -6,6 +6,7 @@ from importlib.metadata import version
 from typing import Any
 
 from . import __version__, _driver
+from .device import device_limits
 
 
 def _version(module: str) -> str:
@@ -29,13 +30,11 @@ def collect_info() -> dict[str, Any]:
     try:
         info["driver"] = "CUDA %d.%d" % _driver.driver_version()
         for ordinal in range(_driver.device_count()):
-            arch = _driver.device_arch(ordinal)
-            mem = int(_driver.call("cuDeviceTotalMem", _driver.device_handle(ordinal)))
+            limits = device_limits(ordinal)
             info["devices"].append({
-                "ordinal": ordinal, "name": _driver.device_name(ordinal), "arch": arch.sm, "tma": arch.has_tma,
-                "cp_async": arch.has_cp_async, "memory_gib": round(mem / 2**30, 1),
-                "smem_optin": _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", ordinal),
-                "sms": _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", ordinal),
+                "ordinal": ordinal, "name": limits.name, "arch": limits.arch.sm, "tma": limits.tma,
+                "cp_async": limits.cp_async, "memory_gib": round((limits.memory_bytes or 0) / 2**30, 1),
+                "smem_optin": limits.smem_per_block_optin, "sms": limits.sm_count, "l2_mib": (limits.l2_bytes or 0) / 2**20,
             })
         info["gpu_status"] = f"{len(info['devices'])} GPU(s)"
     except Exception as exc:  # noqa: BLE001 - "no GPU" is an answer, not an error

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import _driver
 from .arrays import is_array
+from .device import device_limits
 from .errors import CudaDriverError, InvalidArgumentError, LaunchError
 from .kernel_signature import ParamInfo, merge_driver_layout
 from .launch_args import ArgPacker
@@ -90,7 +91,7 @@ class Kernel:
             if per_sm < 1:
                 raise LaunchError(f"kernel {self.name}: block={b} with shared_mem={shared_mem} bytes does not fit on "
                                   f"one SM of device {self.device}; use fewer threads or less shared memory")
-            sms = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", self.device)
+            sms = device_limits(self.device).sm_count
             blocks = self._resident[key] = per_sm * sms
         return blocks
 
@@ -166,7 +167,7 @@ class Kernel:
         if shared_mem <= self._dynamic_smem_limit:
             return
         static = self.attribute("SHARED_SIZE_BYTES")
-        optin = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", self.device)
+        optin = device_limits(self.device).smem_per_block_optin
         if static + shared_mem > optin:
             raise LaunchError(
                 f"kernel {self.name}: shared_mem={shared_mem} bytes of dynamic shared memory plus {static} static "

@@ -22,6 +22,7 @@ import numpy as np
 
 from . import _driver
 from ._accounting import LiveCounter
+from ._sequences import is_sequence
 from .errors import InvalidArgumentError
 from .streams import use_device
 
@@ -136,9 +137,9 @@ class PinnedBuffer(_UseTracker):
 
 def _normalize(shape: Any, dtype: Any) -> tuple[tuple[int, ...], np.dtype]:
     dims = (shape,) if isinstance(shape, (int, np.integer)) else shape
-    if not isinstance(dims, (str, bytes, dict)) and hasattr(dims, "__iter__"):
+    if is_sequence(dims):
         dims = tuple(dims)  # a generator is read once
-    if isinstance(dims, (str, bytes, dict)) or not hasattr(dims, "__iter__") or not all(
+    if not is_sequence(dims) or not all(
             isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dims):
         raise InvalidArgumentError("shape", shape, "must be an int or a sequence of ints", "e.g. (1024, 1024)")
     dims = tuple(int(d) for d in dims)

@@ -20,6 +20,8 @@ from ..errors import CompileError, UnsupportedDeviceError
 from ..kernel_signature import ptx_targets
 from . import cache
 from .code import CompiledKernelCode
+from .diagnose import arch_advice
+from .status import compile_status
 from .versions import driver_version_tag, nvrtc_version
 from .options import program_options
 from .sources import Source, cuda_include_dirs, included_headers, resolve_source, source_dirs
@@ -66,7 +68,16 @@ def _read_ptx(program: Any) -> str:
     return buf.rstrip(b"\0").decode()
 
 
-def _nvrtc_cubin(src: Source, opts: Any) -> tuple[bytes, str, str]:
+def _compile_error(name: str, log: str, options: Sequence[str], source: str, target: Arch) -> CompileError:
+    """The CompileError for a failed compile: the log, and on its first line the target to use where the log
+    shows the target lacks instructions the source uses."""
+    advice = arch_advice(log, target)
+    if advice is None:
+        return CompileError(name, log, options, source)
+    return CompileError(name, log, options, source, parameter="arch", value=target.sm, rule=advice[0], fix=advice[1])
+
+
+def _nvrtc_cubin(src: Source, opts: Any, target: Arch) -> tuple[bytes, str, str]:
     """(cubin, ptx, log) from one NVRTC compile; CompileError with the log and numbered source on failure."""
     from cuda.core import Program
 
@@ -76,8 +87,8 @@ def _nvrtc_cubin(src: Source, opts: Any) -> tuple[bytes, str, str]:
             obj = program.compile("cubin")
         except Exception as exc:  # cuda.core raises NVRTCError; the full log is in the program
             log = _read_log(program) or str(exc)
-            raise CompileError(opts.name, log, [o.decode() for o in opts.as_bytes("nvrtc", "cubin")],
-                               src.text) from None
+            raise _compile_error(opts.name, log, [o.decode() for o in opts.as_bytes("nvrtc", "cubin")], src.text,
+                                 target) from None
         return bytes(obj.code), _read_ptx(program), _read_log(program)
     finally:
         program.close()
@@ -102,7 +113,8 @@ def compile_cuda(source: str | Path, *, arch: Arch | str | tuple | None = None,
     if hit is not None:
         header, code = hit
         return CompiledKernelCode(code, "cubin", target, flags, key, header["log"], prog_name, header["ptx"], True)
-    code, ptx, log = _nvrtc_cubin(src, opts)
+    with compile_status(prog_name, target.sm, str(cache.cache_dir()) if cache.cache_enabled() else None):
+        code, ptx, log = _nvrtc_cubin(src, opts, target)
     cache.store(key, {"log": log, "ptx": ptx, "arch": target.sm, "name": prog_name}, code)
     _dump(prog_name, key, ptx)
     return CompiledKernelCode(code, "cubin", target, flags, key, log, prog_name, ptx)
@@ -139,8 +151,8 @@ def assemble_ptx(source: str | Path | CompiledKernelCode, *, arch: Arch | str | 
         args = [ptxas, f"-arch={target.sm}", str(ptx_file), "-o", str(out)]
         proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
-            raise CompileError(code.name, proc.stderr or proc.stdout or f"ptxas exited with {proc.returncode}",
-                               args[1:2], code.ptx)
+            raise _compile_error(code.name, proc.stderr or proc.stdout or f"ptxas exited with {proc.returncode}",
+                                 args[1:2], code.ptx, target)
         return out.read_bytes()
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from ..arch import Arch
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 
 _TRUE = {"true": True, "1": True, "false": False, "0": False}
@@ -64,8 +65,9 @@ def program_options(arch: Arch, include_dirs: Sequence[Path | str], defines: Map
             raise InvalidArgumentError("defines", {k: v}, "macro values must be strings or numbers", "defines={'TILE_M': 64}")
     if not isinstance(name, str):
         raise InvalidArgumentError("name", name, "must be a string (the program's name in logs)", "name='my_kernel.cu'")
-    if not isinstance(options, str) and not hasattr(options, "__iter__"):
-        raise InvalidArgumentError("options", options, "must be a sequence of flags", "options=['-lineinfo']")
+    if not isinstance(options, str) and not is_sequence(options):
+        raise InvalidArgumentError("options", options, "must be a sequence of flags (not a mapping or set)",
+                                   "options=['-lineinfo']")
     macros = [_macro(f"{k}={v}") for k, v in sorted((defines or {}).items(), key=lambda kv: str(kv[0]))]
     includes = [str(d) for d in include_dirs]
     if isinstance(options, str):

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 
 
@@ -34,8 +35,8 @@ def as_int(parameter: str, value: Any, lo: int | None = None, hi: int | None = N
 def as_ints(parameter: str, values: Any, lo: int | None = None, hi: int | None = None,
             length: int | None = None, fix: str = "") -> tuple[int, ...]:
     """A sequence (list, tuple, generator, numpy array) of ints, each in [lo, hi], naming ``parameter[i]``."""
-    if values is None or isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
-        raise InvalidArgumentError(parameter, values, "must be a sequence of integers",
+    if not is_sequence(values):
+        raise InvalidArgumentError(parameter, values, "must be a sequence of integers (not a mapping, set or text)",
                                    fix or f"pass e.g. {parameter}=[0, 0]")
     items = list(values)
     out = tuple(as_int(f"{parameter}[{i}]", v, lo, hi, fix) for i, v in enumerate(items))

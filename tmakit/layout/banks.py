@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 from ._args import as_int, is_int
 
@@ -22,7 +23,7 @@ def bank_conflicts(byte_offsets: Sequence[int | None], access_bytes: int = 4) ->
     if not is_int(access_bytes) or int(access_bytes) not in (1, 2, 4, 8, 16):
         raise InvalidArgumentError("access_bytes", access_bytes, "must be 1, 2, 4, 8 or 16", "use a native width")
     access_bytes = int(access_bytes)
-    if byte_offsets is None or isinstance(byte_offsets, (str, bytes, dict)) or not hasattr(byte_offsets, "__iter__"):
+    if not is_sequence(byte_offsets):
         raise InvalidArgumentError("byte_offsets", byte_offsets, "must be a sequence of up to 32 byte offsets "
                                    "(None for an inactive lane)", "pass one warp's addresses, e.g. [0, 4, 8, ...]")
     lanes = [None if a is None else as_int(f"byte_offsets[{i}]", a, 0, (1 << 62) - 1,

@@ -8,7 +8,11 @@ dims = (C, W[, H[, D]], N).
 - The bounding box lives in the spatial (W, H, D) space: along spatial dim s of size S it spans
   [lower_corner[s], S - 1 + upper_corner[s]] (upper is measured from the last pixel).
 - The instruction's coordinates are (c, w[, h[, d]], n). (w, h, d) is the filter base position in the box and
-  n the image. ``pixels_per_column`` positions are walked in raster order from there: w advances by
+  n the image. The base must lie inside the bounding box (PTX ISA §5.5.4 "im2col mode": the coordinates give
+  "the location of the convolution filter base", which "must be within the bounding box"; only the
+  ``.im2col::w`` modes of sm_100 let the first element lie outside, on the left, §5.5.5.1). Measured on an
+  H100, a base outside the box stops the kernel with CUDA_ERROR_ILLEGAL_INSTRUCTION (6 of 10 random
+  off-box starts; the context is then lost): ``check_im2col_start`` refuses it, here and before a launch. ``pixels_per_column`` positions are walked in raster order from there: w advances by
   element_strides[1]; past the box's upper edge it restarts at the lower corner and h advances by
   element_strides[2], and so on; past the last spatial dimension the walk moves on by element_strides[rank-1]
   images (n + es_N; measured on an H100: the batch dimension's traversal stride is honoured).
@@ -27,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..dtypes import DataType
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 from ..tensormap.enums import Interleave, OOBFill, Swizzle
 from .swizzle import swizzle_offset
@@ -84,20 +89,55 @@ def im2col_geometry(tm: Any) -> Im2colGeometry:
 
 
 def _int_list(name: str, values: Any, length: int) -> list[int]:
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__") or len(values) != length or \
+    if not is_sequence(values) or not hasattr(values, "__len__") or len(values) != length or \
             any(isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) for v in values):
         raise InvalidArgumentError(name, values, f"must be {length} integers (driver order, innermost first)",
                                    f"pass a list of {length} ints")
     return [int(v) for v in values]
 
 
+_AXES = ("w", "h", "d")
+
+
+def bounding_box(tm: Any) -> list[tuple[int, int]]:
+    """The inclusive range [lower_corner[s], S - 1 + upper_corner[s]] of each spatial dimension (W first)."""
+    spec = _spec(tm)
+    return [(int(spec.lower_corner[s]), int(spec.dims[s + 1]) - 1 + int(spec.upper_corner[s]))
+            for s in range(len(spec.dims) - 2)]
+
+
+def check_im2col_start(tm: Any, coords: Sequence[int]) -> None:
+    """Refuse a filter base (coords[1..rank-2] = w[, h[, d]]) outside the map's bounding box.
+
+    PTX ISA §5.5.4 "im2col mode": the spatial coordinates give "the location of the convolution filter base",
+    which "must be within the bounding box". Measured on an H100: a base outside it (w = -1 with lower corner 0,
+    w = 24 on a 24-wide image with upper corner 0) stops the kernel with CUDA_ERROR_ILLEGAL_INSTRUCTION and
+    loses the context. Bases inside the box, on or off the traversal-stride grid, load as the model says."""
+    spec = _spec(tm)
+    at = _int_list("coords", coords, len(spec.dims))
+    for s, (lo, hi) in enumerate(bounding_box(spec)):
+        value = at[s + 1]
+        if not lo <= value <= hi:
+            axis = _AXES[s]
+            raise InvalidArgumentError(
+                f"coords[{s + 1}]", value,
+                f"puts the filter base at {axis}={value}, outside the bounding box [{lo}, {hi}] of {axis} (size "
+                f"{int(spec.dims[s + 1])}, lower corner {lo}, upper corner {int(spec.upper_corner[s])}): PTX ISA "
+                "§5.5.4 'im2col mode' requires the base within the bounding box, and an H100 faults there "
+                "(illegal instruction, the context is lost)",
+                f"start {axis} in [{lo}, {hi}] and reach the other pixels through the im2col offsets, or describe "
+                f"the map with corners whose box holds {value}")
+
+
 def im2col_pixels(tm: Any, coords: Sequence[int], offsets: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The walk: (positions [ppc, rank-2] of the filter base, images [ppc]) for each pixel of the column."""
+    """The walk: (positions [ppc, rank-2] of the filter base, images [ppc]) for each pixel of the column. A base
+    outside the bounding box is refused (``check_im2col_start``)."""
     spec = _spec(tm)
     rank = len(spec.dims)
     spatial = rank - 2
     at = _int_list("coords", coords, rank)
     _int_list("offsets", offsets, spatial)
+    check_im2col_start(spec, at)
     es = [int(e) for e in spec.element_strides]
     lower = [int(v) for v in spec.lower_corner]
     last = [int(spec.dims[s + 1]) - 1 + int(spec.upper_corner[s]) for s in range(spatial)]

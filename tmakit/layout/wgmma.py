@@ -33,6 +33,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .._sequences import is_sequence
 from ..errors import InvalidArgumentError
 from ..tensormap.enums import Swizzle
 from ..tensormap.rules import Violation
@@ -129,12 +130,51 @@ class OperandStage:
         return (mn0 // unit) * step
 
 
+def _whole(name: str, value: Any, lo: int, hi: int, rule: str, fix: str) -> int:
+    """``value`` as an int in [lo, hi] (bools, floats and strings refused), else InvalidArgumentError."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or not lo <= int(value.__index__()) <= hi:
+        raise InvalidArgumentError(name, value, rule, fix)
+    return int(value.__index__())
+
+
+def _check_args(tmap: Any, role: Any, major: Any, stage_address: Any, k: Any, mn: Any,
+                mn_offset: Any) -> tuple[str, str]:
+    """The arguments every descriptor function takes, checked: (role, major) upper-cased. (Whether k and mn_offset
+    fit the operand's element size and layout, _stage and OperandStage say.)"""
+    if not all(hasattr(tmap, a) for a in ("swizzle", "dtype", "box_shape", "box_bytes")) or \
+            getattr(tmap, "mode", "tiled") != "tiled":
+        raise InvalidArgumentError("tmap", type(tmap).__name__, "must be a tiled TensorMap (the map whose boxes fill "
+                                   "the stage)", "pass tmakit.describe_tensor(..., box=...)'s result")
+    names = {"role": (role, ("A", "B"), 'pass role="A" or role="B"'),
+             "major": (major, ("K", "MN"), 'pass major="K" (K contiguous) or major="MN"')}
+    for name, (value, allowed, fix) in names.items():
+        if not isinstance(value, str) or value.upper() not in allowed:
+            raise InvalidArgumentError(name, value, f"must be one of {', '.join(map(repr, allowed))}", fix)
+    _whole("stage_address", stage_address, 0, (1 << 18) - 1, "must be a shared-memory byte address: an int in "
+           "[0, 2**18) (the descriptor holds bits 4-17)", "pass the stage's shared address, e.g. stage_address=0")
+    _whole("k", k, 1, 1 << 16, "must be a positive int: the K extent of the stage in elements", "use 64")
+    if mn is not None:
+        _whole("mn", mn, 8, 256, "must be None or the MN extent wgmma reads (8..256)", "use 64 for A, the N for B")
+    _whole("mn_offset", mn_offset, 0, 256, "must be an int in [0, 256]: the first MN row/column the instruction "
+           "reads", "use 0, or 64 for the second consumer of a 128-row stage")
+    return role.upper(), major.upper()
+
+
+def _descriptor_values(descriptors: Any) -> list[int]:
+    """Each descriptor as its 64-bit value (WgmmaDescriptor or int), else InvalidArgumentError naming the entry."""
+    if not is_sequence(descriptors):
+        raise InvalidArgumentError("descriptors", descriptors, "must be a sequence of 64-bit descriptors (ints or "
+                                   "WgmmaDescriptor), one per k-slice", "pass e.g. [d.value for d in "
+                                   "tmakit.wgmma_descriptors(tmap, 'A', 'K', stage_address=0)]")
+    out = []
+    for i, d in enumerate(descriptors):
+        value = d.value if isinstance(d, WgmmaDescriptor) else d
+        out.append(_whole(f"descriptors[{i}]", value, 0, (1 << 64) - 1, "must be a 64-bit descriptor: an int in "
+                          "[0, 2**64) or a WgmmaDescriptor", "pass the descriptor's integer value"))
+    return out
+
+
 def _stage(tmap: Any, role: str, major: str, mn: int | None) -> OperandStage:
-    role, major = str(role).upper(), str(major).upper()
-    if role not in ("A", "B"):
-        raise InvalidArgumentError("role", role, 'must be "A" or "B"', 'pass role="A" or role="B"')
-    if major not in ("K", "MN"):
-        raise InvalidArgumentError("major", major, 'must be "K" (K contiguous) or "MN"', 'pass major="K" or "MN"')
     sw = Swizzle.parse(tmap.swizzle)
     if sw not in _MODES:
         raise InvalidArgumentError("tmap.swizzle", sw, "must be none, 32B, 64B or 128B for wgmma",
@@ -191,8 +231,9 @@ def wgmma_descriptors(tmap: Any, role: str = "A", major: str = "K", *, stage_add
     128-byte boundary, its descriptors then carry the base offset. ``mn``: the MN extent wgmma reads (64 for A; the
     instruction's N for B). ``mn_offset``: the first MN row/column the instruction reads (e.g. 64 for the second
     consumer warpgroup of a 128-row A stage)."""
+    role, major = _check_args(tmap, role, major, stage_address, k, mn, mn_offset)
     st = _stage(tmap, role, major, mn)
-    if not isinstance(k, int) or isinstance(k, bool) or k < st.kslice or k % st.kslice:
+    if k % st.kslice:
         raise InvalidArgumentError("k", k, f"must be a positive multiple of {st.kslice} (one wgmma k-slice of "
                                    f"{st.elem}-byte elements reads 32 bytes of K)", f"use {4 * st.kslice}")
     base = _base_offset(stage_address, st.span)
@@ -266,7 +307,8 @@ def check_wgmma_descriptor(tmap: Any, role: str, major: str, descriptors: Sequen
     """Why ``descriptors`` (one per k-slice, ints or WgmmaDescriptor) will not read the operand that boxes of
     ``tmap`` wrote at ``stage_address``: a list of Violations (empty when they match), each with its fix."""
     out: list[Violation] = []
-    role_u, major_u = str(role).upper(), str(major).upper()
+    role_u, major_u = _check_args(tmap, role, major, stage_address, k, mn, mn_offset)
+    values = _descriptor_values(descriptors)
     sw = Swizzle.parse(tmap.swizzle)
     box = tuple(tmap.box_shape[-2:])
     elem = tmap.dtype.size
@@ -293,13 +335,13 @@ def check_wgmma_descriptor(tmap: Any, role: str, major: str, descriptors: Sequen
                              f"aligned base)", f"align the stage to {align} bytes (align_shared(p, {align}))", _REF))
         return out  # TMA cannot write the map's boxes there: no descriptor reads them back
     want = wgmma_descriptors(tmap, role_u, major_u, stage_address=stage_address, k=k, mn=mn, mn_offset=mn_offset)
-    if len(descriptors) != len(want):
-        out.append(Violation("wgmma.k_advance", "descriptors", len(descriptors),
+    if len(values) != len(want):
+        out.append(Violation("wgmma.k_advance", "descriptors", len(values),
                              f"a stage of K = {k} needs {len(want)} k-slices of {k_per_instruction(elem)} elements "
                              "(32 bytes of K per instruction)", f"pass {len(want)} descriptors", _REF))
     names = ("none", "128B", "64B", "32B")
-    for i, (got_raw, w) in enumerate(zip(descriptors, want)):
-        got = WgmmaDescriptor.decode(got_raw.value if isinstance(got_raw, WgmmaDescriptor) else int(got_raw), i)
+    for i, (got_raw, w) in enumerate(zip(values, want)):
+        got = WgmmaDescriptor.decode(got_raw, i)
         p = f"descriptors[{i}]"
         if got.swizzle_field != w.swizzle_field:
             out.append(Violation("wgmma.swizzle_vs_map", p + ".swizzle", names[got.swizzle_field],

@@ -9,6 +9,7 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_gemm`` / ``gemm``: C = alpha A @ B (+ beta C) (TMA + wgmma warp-specialized on sm_90, cp.async + mma.sync)
 - ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
+- ``describe_gemm``, ``describe_attention``, ``describe_transpose``: what those plans decide, without a GPU
 """
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from .attention import AttentionPlan, attention, plan_attention
 from .copy import CopyPlan, CopyResult, copy, plan_copy
 from .gemm import GemmPlan, gemm, plan_gemm
 from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
+from .planning import GemmDescription, OpDescription, describe_attention, describe_gemm, describe_transpose
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
-__all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmPlan", "LoadTilesPlan", "LoadTilesResult", "Plan",
-           "PtxTileCopyResult", "TilePlan", "TransposePlan", "TransposeResult", "attention", "copy", "gemm",
+__all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "LoadTilesPlan",
+           "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TilePlan", "TransposePlan",
+           "TransposeResult", "attention", "copy", "describe_attention", "describe_gemm", "describe_transpose", "gemm",
            "load_tiles", "plan_attention", "plan_copy", "plan_gemm", "plan_load_tiles", "plan_transpose",
            "ptx_tile_copy", "transpose"]

@@ -8,9 +8,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from .. import _driver
 from ..backend import Backend, BackendChoice
 from ..build import load_module
+from ..device import device_limits
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,4 +27,4 @@ def kernel(source: str, entry: str, choice: BackendChoice, device: int, **define
 
 @functools.lru_cache(maxsize=None)
 def sm_count(device: int) -> int:
-    return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT", device)
+    return device_limits(device).sm_count

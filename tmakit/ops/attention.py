@@ -47,6 +47,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
@@ -58,8 +59,6 @@ HEAD_DIMS = (64, 128)
 DTYPES = ("bfloat16", "float16")
 LAYOUTS = ("bhsd", "bshd")
 _SLAB = 64  # columns per 128-byte swizzled slab
-# Shared memory a block may opt into, by architecture, for planning without a GPU (bytes).
-_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
 
@@ -177,9 +176,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    if device is not None and _driver.gpu_available():
-        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
 def check_config(cfg: AttentionConfig, limit: int) -> None:
@@ -309,10 +306,7 @@ class AttentionPlan:
         self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
         if cfg.backend is Backend.TMA:
-            def tmap(view: ArrayView, rows: int) -> Any:
-                return _tile_map(_bhsd_view(view, self.layout), rows, oob_fill="zero")
-
-            self.maps = (tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2))
+            self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
             args = (*self.maps, lse, *common)
         else:
             strides = []
@@ -342,6 +336,18 @@ class AttentionPlan:
             self._bind(qv, kv, vv, ov, self.lse)
         self._launch()
         return self.out, self.lse
+
+
+def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, cfg: AttentionConfig, layout: str, *,
+                          encode: bool = True, arch: Any = None) -> tuple:
+    """The four TMA maps of the tma kernel: each tensor as a (B, H, S, D) map whatever its layout, boxes of
+    (1, 1, rows, 64) with 128B swizzle and zero fill: Q and K/V boxes of block_m and block_n rows, O boxes of
+    block_m / 2 rows (one per consumer warpgroup). ``encode=False`` plans them without a GPU, checked for ``arch``
+    (default: the arrays' device's)."""
+    def tmap(view: ArrayView, rows: int) -> Any:
+        return _tile_map(_bhsd_view(view, layout), rows, oob_fill="zero", encode=encode, arch=arch)
+
+    return tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2)
 
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
@@ -389,5 +395,5 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     return plan_attention(q, k, v, out, **options)()
 
 
-__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "check_config", "default_config",
-           "descriptor_defines", "plan_attention", "shared_mem_limit", "stage_descriptors"]
+__all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",
+           "default_config", "descriptor_defines", "plan_attention", "shared_mem_limit", "stage_descriptors"]

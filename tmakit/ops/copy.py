@@ -12,8 +12,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device import device_limits
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
@@ -99,7 +99,7 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
         k = kernel("copy.cu", "tmakit_copy", choice, d.device, TMAKIT_COPY_CHUNK=chunk_bytes, TMAKIT_COPY_STAGES=stages,
                    TMAKIT_COPY_SOURCE_EVICTION=int(eviction))
         threads, path, shared_mem = _KERNEL_THREADS["tma"], "bulk", stages * chunk_bytes
-        limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", d.device)
+        limit = device_limits(d.device).smem_per_block_optin
         if shared_mem > limit:
             raise InvalidArgumentError("chunk_bytes", chunk_bytes, f"times stages ({stages}) must fit the {limit} bytes of "
                                        "shared memory a block may use", "use fewer stages or smaller chunks")

@@ -24,6 +24,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
@@ -35,7 +36,6 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 B_MAJORS = ("k", "n")
 BLOCK_M = 128
 BLOCK_K = 64
-_SMEM_OPTIN = {(9, 0): 232448, (8, 0): 166912, (8, 7): 166912, (8, 6): 101376, (8, 9): 101376}
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,7 @@ class GemmConfig:
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    if device is not None and _driver.gpu_available():
-        return _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
-    return _SMEM_OPTIN.get((arch.major, arch.minor), 232448 if arch.major >= 9 else 101376)
+    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
@@ -277,11 +275,12 @@ def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     return (BLOCK_M, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
 
 
-def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True) -> tuple:
+def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
+                     arch: Any = None) -> tuple:
     """The three TMA maps of the tma kernel: A and B boxes by ``_operand_boxes``, C boxes (64, 128 bytes of
     columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
-    GPU (for showing them)."""
-    kw = dict(swizzle="128B", oob_fill="zero", encode=encode)
+    GPU (for showing them), checked for ``arch`` (default: the arrays' device's)."""
+    kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     box_a, box_b = _operand_boxes(cfg)
     ta = describe_tensor(a, box=box_a, l2_promotion="256B", **kw)
     tb = describe_tensor(b, box=box_b, l2_promotion="256B", **kw)

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device import device_limits
 from ..device_array import DeviceArray
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError, TmakitError, UnsupportedDeviceError
@@ -173,7 +174,7 @@ def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, b
         except ValueError as exc:
             raise InvalidArgumentError("coords", row.tolist(), str(exc), "round the innermost coordinate") from None
     align = int(tm.smem_alignment)
-    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    limit = device_limits(device).smem_per_block_optin
     if geo.smem_bytes + align > limit:
         raise InvalidArgumentError("box", tuple(reversed(tm.box)), f"needs {geo.smem_bytes + align} bytes of shared "
                                    f"memory; the GPU offers {limit} per block", "load a smaller box")

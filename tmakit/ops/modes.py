@@ -21,9 +21,10 @@ import numpy as np
 
 from .. import _driver
 from ..backend import BackendChoice, choose_backend
+from ..device import device_limits
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
-from ..layout.im2col import im2col_geometry
+from ..layout.im2col import check_im2col_start, im2col_geometry
 from ..layout.tma_model import box_geometry, check_box_start, check_store_start
 from ..layout.tma_reduce import REDUCE_ADD_TYPES
 from ._kernels import kernel
@@ -71,7 +72,7 @@ def _coords(name: str, coords: Any, rank: int, width: int = 5) -> np.ndarray:
 
 
 def _shared_limit(device: int, need: int, what: Any) -> None:
-    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", device)
+    limit = device_limits(device).smem_per_block_optin
     if need > limit:
         raise InvalidArgumentError("tensor_map", what, f"needs {need} bytes of shared memory; the GPU offers {limit}",
                                    "use a smaller box")
@@ -96,7 +97,8 @@ def _stored_boxes(tm: Any, coords: Any, images: Any, device: int) -> tuple[np.nd
 def load_im2col(tm: Any, coords: Any, offsets: Any, *, backend: Any = "auto") -> np.ndarray:
     """Run one im2col load per row of ``coords`` ((n, rank), driver order: c, w[, h[, d]], n) with the im2col
     ``offsets`` ((n, rank-2), W first); return the shared-memory images, uint8 [n, smem_bytes]. Bytes the load
-    leaves untouched read back as ``POISON``. Compare with ``tmakit.layout.im2col_load_image``."""
+    leaves untouched read back as ``POISON``. Compare with ``tmakit.layout.im2col_load_image``. A filter base
+    (w, h, d) outside the map's bounding box is refused before the launch (``check_im2col_start``)."""
     choice, device = _choice(tm, backend)
     require_tma("im2col", choice)
     if getattr(tm, "mode", "im2col") != "im2col" or getattr(tm, "descriptor", None) is None:
@@ -107,6 +109,8 @@ def load_im2col(tm: Any, coords: Any, offsets: Any, *, backend: Any = "auto") ->
     off = _coords("offsets", offsets, rank - 2, 3)
     if len(off) != len(at):
         raise InvalidArgumentError("offsets", len(off), f"needs one row per coordinate row ({len(at)})", "pass n rows")
+    for row in at:  # a filter base outside the bounding box faults the GPU (and loses the context)
+        check_im2col_start(tm, row[:rank].tolist())
     geo = im2col_geometry(tm)
     align = int(tm.smem_alignment)
     _shared_limit(device, geo.smem_bytes + align, (geo.pixels, geo.channels))

@@ -31,9 +31,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _driver
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
+from ..device import device_limits
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
@@ -411,15 +411,57 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                        "use 'auto', 'none', '64B', '128B' or '256B'") from None
     eviction = L2Eviction.parse(source_eviction, "source_eviction")
     choice = choose_backend(backend, device=s.device)
-    rows, cols = s.shape
-    reason = choice.reason
-    if rows * cols == 0:
+    if s.shape[0] * s.shape[1] == 0:
         return TransposePlan(TransposeResult(choice, "empty"), (d, s))
-    name, view, broken = _tma_rule_broken({"src": s, "dst": d})
-    plain_dst = choice.backend is not Backend.TMA
     if not isinstance(source_row_classes, bool):
         raise InvalidArgumentError("source_row_classes", source_row_classes, "must be True or False",
                                    "pass True to read odd source pitches through TMA row classes")
+    limit = device_limits(s.device).smem_per_block_optin
+    result, layout, promotion = decide_transpose(d, s, choice, limit, tile_plan=tile_plan,
+                                                 align_sectors=align_sectors, promotion=promotion,
+                                                 source_row_classes=source_row_classes, device=s.device)
+    choice, chosen = result.backend, result.tile_plan
+    shared_mem = chosen.shared_mem_for(layout.sectors.shifted != 0, layout.sectors.row_sectors, esize, layout.classes)
+    tiles_r, tiles_c = result.tiles
+    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device,
+               **kernel_defines(result, layout, esize, eviction, min_blocks, limit))
+    grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
+    tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
+    return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
+                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
+
+
+def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, eviction: L2Eviction, min_blocks: int | None,
+                   limit: int) -> dict[str, int]:
+    """The compile-time parameters of the transpose.cu variant a decision runs (``decide_transpose``'s result and
+    layout; ``limit``: a block's opt-in shared memory)."""
+    chosen, plain_dst = result.tile_plan, result.dst_stores == "plain"
+    row_sectors = layout.sectors.row_sectors
+    shared_mem = chosen.shared_mem_for(layout.sectors.shifted != 0, row_sectors, esize, layout.classes)
+    return dict(TMAKIT_TRANSPOSE_ELEMENT_BYTES=esize, TMAKIT_TRANSPOSE_ROW_CLASSES=layout.sectors.classes,
+                TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
+                TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction),
+                TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and result.backend.backend is Backend.TMA),
+                TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
+                TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
+                TMAKIT_TRANSPOSE_THREADS=chosen.threads,
+                TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
+
+
+def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: int, *,
+                     tile_plan: TilePlan | None = None, align_sectors: bool = True,
+                     promotion: L2Promotion | None = None, source_row_classes: bool = True, device: int | None = None,
+                     arch: Any = None) -> tuple[TransposeResult, _Layout, L2Promotion]:
+    """What ``plan_transpose`` decides from the buffers' geometry and addresses, a block's shared-memory ``limit``
+    and the backend ``choice``: (the result it records, the layout, the source's L2 promotion). The plan calls
+    it on the GPU; ``tmakit.ops.describe_transpose`` calls it without one (``arch=``), so both decide alike.
+    ``promotion`` None is "auto"."""
+    candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
+    rows, cols = s.shape
+    esize = s.itemsize
+    reason = choice.reason
+    name, view, broken = _tma_rule_broken({"src": s, "dst": d})
+    plain_dst = choice.backend is not Backend.TMA
     classes = source_classes(s.ptr, cols * esize, rows) \
         if source_row_classes and choice.backend is Backend.TMA and name == "src" else 0
     layout = _layout(d, s, align_sectors, broken, classes != 0)
@@ -439,30 +481,15 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
             raise InvalidArgumentError(name, f"array of shape {view.shape} ({s.dtype_name})",
                                        f"cannot be described by a TMA tensor map: {broken}",
                                        'use backend="auto" or "cp.async" (any pitch), or pad the rows to 16 bytes')
-        choice, plain_dst = choose_backend("cp.async", device=s.device), True
+        choice, plain_dst = choose_backend("cp.async", device=device, arch=arch), True
         reason = f"TMA cannot describe {name} ({broken}); using the cp.async path"
         log.info("tmakit.ops.transpose: %s", reason)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
-    limit = _driver.device_attribute("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", s.device)
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,
                               esize, layout.classes)
-    tiles_r, tiles_c = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
-    shared_mem = chosen.shared_mem_for(prefix, row_sectors, esize, layout.classes)
-    k = kernel("transpose.cu", "tmakit_transpose", choice, s.device, TMAKIT_TRANSPOSE_ELEMENT_BYTES=esize,
-               TMAKIT_TRANSPOSE_ROW_CLASSES=layout.sectors.classes,
-               TMAKIT_TRANSPOSE_TILE_ROWS=chosen.rows, TMAKIT_TRANSPOSE_RUN_BYTES=chosen.run_bytes,
-               TMAKIT_TRANSPOSE_SOURCE_EVICTION=int(eviction),
-               TMAKIT_TRANSPOSE_PLAIN_STORE=int(plain_dst and choice.backend is Backend.TMA),
-               TMAKIT_TRANSPOSE_ROW_SECTORS=int(row_sectors), TMAKIT_TRANSPOSE_SOURCE_CLASSES=layout.classes,
-               TMAKIT_TRANSPOSE_SPLIT_TURN=int(chosen.split_turn(row_sectors, layout.classes)),
-               TMAKIT_TRANSPOSE_THREADS=chosen.threads,
-               TMAKIT_TRANSPOSE_MIN_BLOCKS=min_blocks or _min_blocks(chosen, shared_mem, limit))
-    grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
-    result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, (tiles_r, tiles_c),
-                             "plain" if plain_dst else "tma")
-    tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
-    return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
-                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
+    tiles = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)
+    result = TransposeResult(choice, reason, layout.sectors, layout.lead, chosen, tiles, "plain" if plain_dst else "tma")
+    return result, layout, promotion
 
 
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> TransposeResult:

@@ -1,4 +1,10 @@
-"""Tensor-map option enums (values equal the driver's) with forgiving parsing ("128B", "nan", driver names)."""
+"""Tensor-map option enums (values equal the driver's) with forgiving parsing ("128B", "nan", driver names).
+
+One spelling everywhere: a swizzle or interleave is named as the driver names it (CU_TENSOR_MAP_SWIZZLE_128B ->
+``128B``): the member's ``name``, ``str``, ``repr`` (``<Swizzle.128B: 3>``), the CLI and JSON agree. Python
+identifiers cannot start with a digit, so those names are set through the class namespace, and ``Swizzle.B128``
+(an alias of the same member) stays for code; parsing accepts both, the driver's full name and the int.
+"""
 from __future__ import annotations
 
 from .._enum import ParsableEnum
@@ -6,12 +12,18 @@ from .._enum import ParsableEnum
 
 class Swizzle(ParsableEnum):
     NONE = 0
-    B32 = 1
+    locals()["32B"] = 1  # the driver's spelling is the member's name
+    locals()["64B"] = 2
+    locals()["128B"] = 3
+    locals()["128B_ATOM_32B"] = 4  # Blackwell
+    locals()["128B_ATOM_32B_FLIP_8B"] = 5  # Blackwell
+    locals()["128B_ATOM_64B"] = 6  # Blackwell
+    B32 = 1  # aliases for code: Swizzle.B128 is Swizzle["128B"]
     B64 = 2
     B128 = 3
-    B128_ATOM_32B = 4  # Blackwell
-    B128_ATOM_32B_FLIP_8B = 5  # Blackwell
-    B128_ATOM_64B = 6  # Blackwell
+    B128_ATOM_32B = 4
+    B128_ATOM_32B_FLIP_8B = 5
+    B128_ATOM_64B = 6
 
     @classmethod
     def _driver_prefix(cls) -> str:
@@ -23,20 +35,11 @@ class Swizzle(ParsableEnum):
 
     @classmethod
     def aliases(cls) -> dict[str, str]:
-        return {"32B": "B32", "64B": "B64", "128B": "B128", "32": "B32", "64": "B64", "128": "B128", "0": "NONE",
-                "128B_ATOM_32B": "B128_ATOM_32B", "128B_ATOM_32B_FLIP_8B": "B128_ATOM_32B_FLIP_8B",
-                "128B_ATOM_64B": "B128_ATOM_64B"}
-
-    @property
-    def driver_name(self) -> str:
-        return self._driver_prefix() + self.short
+        return {"32": "32B", "64": "64B", "128": "128B", "0": "NONE"}
 
     @property
     def short(self) -> str:
-        if self is Swizzle.NONE:
-            return "NONE"
-        width, _, rest = self.name[1:].partition("_")
-        return f"{width}B" + (f"_{rest}" if rest else "")
+        return self.name
 
     @property
     def span(self) -> int:
@@ -60,7 +63,9 @@ class Swizzle(ParsableEnum):
 
 class Interleave(ParsableEnum):
     NONE = 0
-    B16 = 1
+    locals()["16B"] = 1  # the driver's spelling (CU_TENSOR_MAP_INTERLEAVE_16B), as Swizzle's
+    locals()["32B"] = 2
+    B16 = 1  # aliases for code
     B32 = 2
 
     @classmethod
@@ -73,15 +78,11 @@ class Interleave(ParsableEnum):
 
     @classmethod
     def aliases(cls) -> dict[str, str]:
-        return {"16B": "B16", "32B": "B32", "16": "B16", "32": "B32"}
+        return {"16": "16B", "32": "32B"}
 
     @property
     def short(self) -> str:
-        return "NONE" if self is Interleave.NONE else f"{self.name[1:]}B"
-
-    @property
-    def driver_name(self) -> str:
-        return self._driver_prefix() + self.short
+        return self.name
 
     @property
     def bytes(self) -> int:

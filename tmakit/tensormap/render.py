@@ -33,7 +33,7 @@ def render_tensor_map(tmap: Any) -> Panel:
     if geo is not None and geo.row_pitch != geo.row_bytes:
         summary.append(f"\nrows of {geo.row_bytes} B are padded to the {geo.row_pitch}-byte swizzle span", style="yellow")
     state = (f"\nencoded for {tmap.arch.sm} on device {tmap.device}: descriptor {tmap.descriptor[:16].hex()}..."
-             if tmap.encoded else f"\nnot encoded (no sm_90 GPU here); parameters checked for {tmap.arch.sm}")
+             if tmap.encoded else f"\nnot encoded: {tmap.not_encoded_reason}")
     summary.append(state, style="green" if tmap.encoded else "yellow")
     return Panel(Group(summary, table), title="tmakit TensorMap", expand=False)
 

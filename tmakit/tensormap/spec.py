@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from .._sequences import is_sequence
 from ..dtypes import DataType
 from ..errors import InvalidArgumentError
 from .enums import Interleave, L2Promotion, OOBFill, Swizzle
@@ -89,8 +90,9 @@ class Im2colSpec(_SpecMixin):
 
 def int_sequence(name: str, values: Any) -> list[int]:
     """A sequence of integers (bools and floats refused), naming the parameter and the entry on error."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise InvalidArgumentError(name, values, "must be a sequence of integers", f"pass e.g. {name}=[64, 64]")
+    if not is_sequence(values):
+        raise InvalidArgumentError(name, values, "must be a sequence of integers (a tuple or list; not a mapping, set "
+                                   "or text)", f"pass e.g. {name}=[64, 64]")
     out = []
     for i, v in enumerate(values):
         if isinstance(v, bool) or not hasattr(v, "__index__"):

@@ -273,9 +273,22 @@ def tensor_map_error(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequen
     err = TensorMapError(shown, header=f"{header} ({ORDER_NOTE[order]})")
     err.suggestion, err.suggestion_line, err.order = suggestion, line or None, order
     err.suggestion_proof = None if suggestion is None else "rules and driver" if verify is not None else "rules"
-    if line:
-        err.args = (f"{err.args[0]}\n  {line}",)
+    err.unfixable = None if suggestion is not None else why_unfixable(shown)
+    if line or err.unfixable:
+        err.args = (f"{err.args[0]}\n  {line or err.unfixable}",)
     return err
+
+
+def why_unfixable(violations: Sequence[Any]) -> str:
+    """Why no change of box or options makes a request valid: the architecture has no TMA, or the tensor's own
+    parameters (named) break a rule."""
+    no_tma = [v for v in violations if v.rule == "arch.no_tma"]
+    if no_tma:
+        return (f"{no_tma[0].value} has no TMA (tensor maps need sm_90 or newer): no box or option makes a tensor map "
+                "for it; describe for sm_90 or newer (arch='sm_90', --arch sm_90), or use the cp.async backend, which needs no tensor map")
+    named = sorted({v.parameter.split("[")[0] for v in violations if _tensor_rule(v)})
+    return (f"no change of box or options makes this valid: the tensor itself "
+            f"({', '.join(named) if named else 'shape, strides, dtype'}) breaks a rule")
 
 
 def agreeing_fixes(spec: TiledSpec | Im2colSpec, arch: Any, violations: Sequence[Any], *, order: str,

@@ -140,8 +140,15 @@ class TensorMap:
         return self._descriptor is not None
 
     @property
-    def backend(self) -> str:
-        return "tma" if self.encoded else "cp.async"
+    def not_encoded_reason(self) -> str | None:
+        """Why there is no descriptor (None when there is one). Not being encoded says nothing about the path a
+        GPU would take: a kernel launched with the map on an sm_90 GPU gets it encoded there."""
+        if self.encoded:
+            return None
+        if self.device is None:
+            return (f"described by shape, not from a device array: nothing to encode here (parameters checked for "
+                    f"{self.arch.sm}; describe the array on an sm_90+ GPU for the descriptor)")
+        return f"encode=False was asked (parameters checked for {self.arch.sm})"
 
     # ---- sizes -----------------------------------------------------------------------------------
     @property
@@ -260,7 +267,7 @@ class TensorMap:
             "interleave": self.interleave.short, "swizzle": self.swizzle.short, "swizzle_reason": self.swizzle_reason,
             "l2_promotion": self.l2_promotion.short, "oob_fill": self.oob_fill.short,
             "box_bytes": self.box_bytes, "smem_bytes": self.smem_bytes, "smem_alignment": self.smem_alignment,
-            "encoded": self.encoded, "backend": self.backend,
+            "encoded": self.encoded, "not_encoded_reason": self.not_encoded_reason,
             "descriptor": self.descriptor.hex() if self.descriptor else None,
         }
         if isinstance(self.spec, Im2colSpec):
@@ -274,7 +281,7 @@ class TensorMap:
         return self.owner is None and self.address != 0
 
     def __repr__(self) -> str:
-        enc = "encoded" if self.encoded else "not encoded (no sm_90 GPU)"
+        enc = "encoded" if self.encoded else "not encoded"
         if self.owner is not None:
             memory = f"holds its {type(self.owner).__name__}"
         elif self.address:

@@ -1,0 +1,190 @@
+"""What an op's plan would decide, without a GPU: ``describe_gemm``, ``describe_attention``, ``describe_transpose``.
+
+Each takes the problem (shapes, dtype) and a target architecture (``arch=``, default sm_90, as a GPU reports
+it) and runs the same functions the op's plan runs on a GPU (backend choice, tile plan against the
+architecture's shared-memory limit from ``tmakit.device_limits``, tensor maps, the transpose's path decision) on
+buffers as a fresh allocation would place them (256-byte aligned, rows padded to 16 bytes where the op needs
+it). The answer is the decision the GPU makes for buffers placed like that; the examples print it where there
+is no GPU.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .._sequences import is_sequence
+from ..arch import Arch
+from ..arrays import ArrayView
+from ..backend import Backend, BackendChoice, choose_backend
+from ..device import DeviceLimits, device_limits
+from ..dtypes import DataType, dtype_from_any
+from ..errors import InvalidArgumentError
+from ..tensormap.enums import L2Promotion
+from . import attention as _attention  # the modules (tmakit.ops.gemm, .attention, .transpose name functions)
+from . import gemm as _gemm
+from . import transpose as _transpose
+
+_DEFAULT_ARCH = "sm_90"  # as a GPU reports it (the compile target is sm_90a: OpDescription.compile_arch)
+_attention, _gemm, _transpose = (sys.modules[f"{__package__}.{m}"] for m in ("attention", "gemm", "transpose"))
+
+
+def _positive(name: str, value: Any, lo: int = 1) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < lo:
+        raise InvalidArgumentError(name, value, f"must be an int >= {lo}", f"pass e.g. {name}=4096")
+    return int(value.__index__())
+
+
+def _half(dtype: Any) -> str:
+    """bfloat16 or float16 from any name tmakit accepts."""
+    name = {DataType.BFLOAT16: "bfloat16", DataType.FLOAT16: "float16"}.get(dtype_from_any(dtype, "dtype"))
+    if name is None:
+        raise InvalidArgumentError("dtype", dtype, "must be bfloat16 or float16", "pass dtype='bf16' or 'fp16'")
+    return name
+
+
+def _view(shape: tuple[int, ...], itemsize: int, dtype_name: str, pitch_align: int = 1, address: int = 0) -> ArrayView:
+    """A buffer as a fresh allocation holds it: row-major, rows padded to ``pitch_align`` bytes, no device."""
+    strides, acc = [], itemsize
+    for i, dim in enumerate(reversed(shape)):
+        strides.append(acc)
+        acc *= dim
+        if i == 0:
+            acc = -(-acc // pitch_align) * pitch_align
+    return ArrayView(address, tuple(shape), tuple(reversed(strides)), dtype_name, itemsize, 0)  # "device 0": never
+    # touched (maps are described with encode=False for the target arch)
+
+
+@dataclass(frozen=True)
+class OpDescription:
+    """What a plan would compile and lay out, decided without a GPU."""
+
+    backend: BackendChoice  # the engine, for which architecture, and why
+    limits: DeviceLimits  # the planning table the tile plan was fitted to
+    config: Any  # the op's tile plan (GemmConfig, AttentionConfig)
+    maps: tuple  # the tensor maps of the TMA kernel (not encoded); () on the cp.async path
+    source: str  # the kernel source under cuda_src/
+    defines: dict  # the compile-time parameters of that variant
+
+    @property
+    def compile_arch(self) -> Arch:
+        """The target the op compiles for on such a GPU (its arch-specific variant from sm_90 on)."""
+        return self.backend.arch.with_accelerated()
+
+
+@dataclass(frozen=True)
+class GemmDescription(OpDescription):
+    @property
+    def tile(self) -> tuple[int, int, int]:
+        """(BM, BN, BK) of one output tile and one k-step."""
+        return _gemm.BLOCK_M, self.config.block_n, _gemm.BLOCK_K
+
+    @property
+    def a_stage_bytes(self) -> int:
+        """Bytes of A in one ring stage (B's tile follows it)."""
+        return _gemm.BLOCK_M * _gemm.BLOCK_K * 2
+
+    @property
+    def expect_tx(self) -> int:
+        """Bytes each CTA's barrier expects per stage: its A box and the whole B tile (multicast or not)."""
+        return self.a_stage_bytes + self.config.block_n * _gemm.BLOCK_K * 2
+
+
+def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: str = "k", out_dtype: str | None = None,
+                  arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
+                  stages: int | None = None, cluster: int | None = None, group_m: int = 8) -> GemmDescription:
+    """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
+    architecture's shared memory), the three TMA maps, the kernel variant."""
+    m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
+    name = _half(dtype)
+    b_kmajor = _gemm._parse_b_major(b_major)
+    if out_dtype is not None and out_dtype not in _gemm.OUT_DTYPES:
+        raise InvalidArgumentError("out_dtype", out_dtype, f"must be one of {_gemm.OUT_DTYPES}", "leave it out for a's dtype")
+    odt = out_dtype or name
+    choice = choose_backend(backend, arch=arch)
+    limit = _gemm.shared_mem_limit(choice.arch, None)
+    cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
+                               block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit)
+    _gemm.check_config(cfg, limit)
+    maps: tuple = ()
+    if choice.backend is Backend.TMA:
+        a = _view((m, k), 2, name, 16)
+        b = _view((n, k) if b_kmajor else (k, n), 2, name, 16)
+        c = _view((m, n), 4 if odt == "float32" else 2, odt, 16)
+        maps = _gemm.gemm_tensor_maps(a, b, c, cfg, encode=False, arch=choice.arch)
+    return GemmDescription(choice, device_limits(arch=choice.arch), cfg, maps, "gemm.cu",
+                           {**choice.defines, **cfg.defines})
+
+
+def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv_seqlen: int | None = None,
+                       dtype: Any = "bfloat16", layout: str = "bhsd", arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
+                       block_n: int | None = None, stages: int | None = None,
+                       warps: int | None = None) -> OpDescription:
+    """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys) on ``arch``: backend, tile
+    plan and shared memory per stage (fitted to the architecture), the four TMA maps, the kernel variant."""
+    b, h, sq = _positive("batch", batch), _positive("heads", heads), _positive("seqlen", seqlen)
+    d = _positive("head_dim", head_dim)
+    sk = _positive("kv_seqlen", kv_seqlen) if kv_seqlen is not None else sq
+    name = _half(dtype)
+    layout = _attention._parse_layout(layout)
+    choice = choose_backend(backend, arch=arch)
+    limit = _attention.shared_mem_limit(choice.arch, None)
+    cfg = _attention.default_config(choice.backend, d, name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
+                                    shared_mem_limit=limit)
+    _attention.check_config(cfg, limit)
+    maps: tuple = ()
+    if choice.backend is Backend.TMA:
+        def tensor(s: int) -> ArrayView:
+            return _view((b, h, s, d) if layout == "bhsd" else (b, s, h, d), 2, name)
+
+        maps = _attention.attention_tensor_maps(tensor(sq), tensor(sk), tensor(sk), tensor(sq), cfg, layout,
+                                                encode=False, arch=choice.arch)
+    return OpDescription(choice, device_limits(arch=choice.arch), cfg, maps, "attention.cu",
+                         {**choice.defines, **cfg.defines})
+
+
+def describe_transpose(shape: Any, dtype: Any, *, arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
+                       src_offset: int = 0, dst_offset: int = 0, tile_plan: Any = None, align_sectors: bool = True,
+                       l2_promotion: Any = "auto", source_row_classes: bool = True) -> "_transpose.TransposeResult":
+    """The ``TransposeResult`` ``plan_transpose`` records for a contiguous ``shape`` (rows, cols) source of
+    ``dtype`` and its (cols, rows) destination on ``arch``: the path (TMA, with source row classes or plain dst
+    stores where a pitch needs them, or cp.async), the tiles, the sector plan. ``src_offset`` / ``dst_offset``:
+    bytes past a 256-byte aligned allocation where each buffer starts (the decisions read the addresses)."""
+    dims = tuple(shape) if is_sequence(shape) else ()
+    if len(dims) != 2:
+        raise InvalidArgumentError("shape", shape, "must be (rows, cols)", "pass e.g. shape=(8192, 8192)")
+    rows, cols = _positive("shape[0]", dims[0], 0), _positive("shape[1]", dims[1], 0)
+    try:
+        np_dtype = np.dtype(dtype)
+    except TypeError:
+        np_dtype = np.dtype(DataType.parse(dtype, "dtype").numpy_dtype)
+    if np_dtype.itemsize not in (1, 2, 4, 8):
+        raise InvalidArgumentError("dtype", dtype, "must have 1, 2, 4 or 8-byte elements", "use e.g. 'float16'")
+    src_offset, dst_offset = _positive("src_offset", src_offset, 0), _positive("dst_offset", dst_offset, 0)
+    if max(rows, cols) > _transpose._MAX_EXTENT:
+        raise InvalidArgumentError("shape", shape, f"each dimension must be at most {_transpose._MAX_EXTENT}",
+                                   "transpose it in pieces of fewer rows")
+    promotion = None if isinstance(l2_promotion, str) and l2_promotion.lower() == "auto" else \
+        L2Promotion.parse(l2_promotion, "l2_promotion")
+    if tile_plan is not None and not isinstance(tile_plan, _transpose.TilePlan):
+        raise InvalidArgumentError("tile_plan", tile_plan, "must be a tmakit.ops.TilePlan or None", "leave it out")
+    if not isinstance(source_row_classes, bool) or not isinstance(align_sectors, bool):
+        raise InvalidArgumentError("source_row_classes" if not isinstance(source_row_classes, bool) else "align_sectors",
+                                   source_row_classes if not isinstance(source_row_classes, bool) else align_sectors,
+                                   "must be True or False", "pass True (the default)")
+    choice = choose_backend(backend, arch=arch)
+    if rows * cols == 0:
+        return _transpose.TransposeResult(choice, "empty")
+    size = np_dtype.itemsize
+    src = _view((rows, cols), size, np_dtype.name, address=src_offset)
+    dst = _view((cols, rows), size, np_dtype.name, address=dst_offset)
+    limit = device_limits(arch=choice.arch).smem_per_block_optin
+    result, _, _ = _transpose.decide_transpose(dst, src, choice, limit, tile_plan=tile_plan, align_sectors=align_sectors,
+                                               promotion=promotion, source_row_classes=source_row_classes,
+                                               arch=choice.arch)
+    return result
+
+
+__all__ = ["GemmDescription", "OpDescription", "describe_attention", "describe_gemm", "describe_transpose"]

@@ -18,7 +18,7 @@ from .cfg import CFG
 from .events import SECTIONS, Event, extract
 from .ptx import Function, Inst, Module
 from .report import Finding
-from .values import Expr, Values, evaluate, leaves
+from .values import Expr, Values, alignment, evaluate, leaves, lin_add, lin_scale, residue
 
 THREAD_LEAVES = ("%tid.x", "%tid.y", "%tid.z", "%laneid", "%warpid")
 RANK_LEAVES = ("%cluster_ctarank", "%cluster_ctaid.x", "%cluster_ctaid.y", "%cluster_ctaid.z", "%ctaid.x",
@@ -130,12 +130,17 @@ class Kernel:
     # ---- conditions --------------------------------------------------------------------------------
     def literals(self, inst: Inst) -> list[tuple[Expr, bool]]:
         """The conditions under which ``inst`` runs: (predicate expression, must be true?) pairs."""
+        return [(e, pol) for e, pol, _ in self.placed_literals(inst)]
+
+    def placed_literals(self, inst: Inst) -> list[tuple[Expr, bool, int]]:
+        """``literals`` with the block each condition is decided in."""
         lits = list(self._block_literals(inst.block))
         if inst.pred is not None and inst.head != "bra":
-            lits.append((self.values.operand(inst.pred, inst.index), not inst.negated))
+            lits.extend((e, pol, inst.block) for e, pol in
+                        _split_literal(self.values.operand(inst.pred, inst.index), not inst.negated))
         return lits
 
-    def _block_literals(self, block: int) -> list[tuple[Expr, bool]]:
+    def _block_literals(self, block: int) -> list[tuple[Expr, bool, int]]:
         memo = self._lit_memo.get(block)
         if memo is not None:
             return memo
@@ -148,7 +153,7 @@ class Kernel:
             edge = cfg.blocks[parent].edge_pred.get(child)
             if edge is not None and blk.preds == [parent]:
                 branch = cfg.blocks[parent].end - 1
-                out.append((self.values.operand(edge[0], branch), edge[1]))
+                out.extend((e, pol, parent) for e, pol in _split_literal(self.values.operand(edge[0], branch), edge[1]))
             child = parent
         self._lit_memo[block] = out
         return out
@@ -240,7 +245,9 @@ class Kernel:
         d = self.func.directives
         if "reqntid" in d:
             return [math.prod(d["reqntid"])]
-        upper = math.prod(d["maxntid"]) if "maxntid" in d else 1024
+        if "maxntid" in d:  # __launch_bounds__(n): the doctor takes n as the block size
+            return [math.prod(d["maxntid"])]
+        upper = 1024
         sizes = [s for s in _BLOCK_SIZES if s < upper] + [upper]
         need = 1  # the smallest block in which every barrier operation has a thread to run it
         self.block_sizes = [upper]
@@ -327,6 +334,62 @@ class Kernel:
             if s in self.values.params:
                 return s, self.maps.get(s)
         for leaf in leaves(tmap):
-            if leaf[0] == "ldp":
-                return leaf[1], None
+            if leaf[0] == "ldp":  # a pointer parameter: the map lives in global memory
+                return leaf[1], self.maps.get(leaf[1])
         return None, None
+
+    def alignment(self, expr: Expr) -> int:
+        """``values.alignment`` with loop-carried values followed through their definitions."""
+        return alignment(self.resolve_phis(expr), self.module.variables)
+
+    def residue(self, expr: Expr, modulus: int) -> int | None:
+        return residue(self.resolve_phis(expr), modulus, self.module.variables)
+
+    def resolve_phis(self, expr: Expr) -> Expr:
+        """``expr`` with each merge of definitions replaced by its common alignment-preserving form: a merge
+        whose every definition is (the merge itself or another definition) plus a multiple of 2^k becomes
+        base + 2^k * (unknown), so alignment and residue see through induction variables."""
+        env = {}
+        for leaf in leaves(expr):
+            if leaf[0] != "phi":
+                continue
+            step, base = None, None
+            for d in leaf[2]:
+                e = self.values.definition(d, leaf[1])
+                rest = lin_add(e, leaf, -1) if leaf in leaves(e) else None
+                if rest is not None and not (leaves(rest) & {leaf}):
+                    a = alignment(rest, self.module.variables)
+                    step = a if step is None else min(step, a)
+                else:
+                    base = e if base is None else base
+                    if base != e:
+                        base = None
+                        break
+            if base is not None and step is not None:
+                env[leaf] = lin_add(base, lin_scale(("opq", -3, leaf[1]), step))
+        return _replace(expr, env) if env else expr
+
+
+def _replace(e: Expr, env: dict) -> Expr:
+    if e in env:
+        return env[e]
+    kind = e[0]
+    if kind == "lin":
+        total: Expr = ("c", e[2])
+        for t, k in e[1]:
+            total = lin_add(total, lin_scale(_replace(t, env), k))
+        return total
+    if kind == "op":
+        return ("op", e[1], tuple(_replace(a, env) for a in e[2]))
+    return e
+
+
+def _split_literal(expr: Expr, polarity: bool) -> list[tuple[Expr, bool]]:
+    """A condition as the conjunction it implies: not a -> (a, !pol); a and b true -> both; a or b false -> both
+    false. (A disjunction that holds stays one literal.)"""
+    if expr[0] == "op" and expr[1] == "not" and len(expr[2]) == 1:
+        return _split_literal(expr[2][0], not polarity)
+    if expr[0] == "op" and ((expr[1] == "and" and polarity) or (expr[1] == "or" and not polarity)) \
+            and all(a[0] in ("cmp", "op", "elect") for a in expr[2]):
+        return [lit for a in expr[2] for lit in _split_literal(a, polarity)]
+    return [(expr, polarity)]

@@ -179,9 +179,10 @@ def _mode(parts: list[str]) -> str:
 
 def _tensor_copy(inst: Inst, values: Values, parts: list[str]) -> list[Event]:
     ops, at = inst.operands, inst.index
-    store = parts[3].startswith("global") if len(parts) > 3 else False
     dims, mode = _dims(parts), _mode(parts)
-    if store or "reduce" in parts[0] or inst.opcode.startswith("cp.reduce"):
+    at_dims = next((i for i, p in enumerate(parts) if len(p) == 2 and p[1] == "d" and p[0].isdigit()), len(parts))
+    store = at_dims + 1 < len(parts) and parts[at_dims + 1].startswith("global")
+    if store or inst.opcode.startswith("cp.reduce"):
         if len(ops) < 2:
             return []
         return [Event("tensor_store", inst, info={

@@ -15,11 +15,13 @@ from ..errors import InvalidArgumentError
 from .check import lint_ptx
 from .report import LintReport
 
+_ATTRIBUTES = re.compile(r"__(?:launch_bounds|cluster_dims|maxnreg|grid_constant)__\s*(\([^)]*\))?")
 _SIG = re.compile(r"__global__[^(;{]*?\b([A-Za-z_]\w*)\s*\(", re.S)
 
 
 def c_parameter_names(source: str, entry: str | None) -> list[str]:
     """The C names of a kernel's parameters, in order, from its declaration (empty when it cannot be read)."""
+    source = _ATTRIBUTES.sub(" ", source)
     for m in _SIG.finditer(source):
         if entry is not None and m.group(1) != entry:
             continue

@@ -103,12 +103,14 @@ class Module:
 
 
 _SPECIAL = re.compile(r'[;{}"\n]')
+_LINE_DIRECTIVES = (".loc", ".file", ".version", ".target", ".address_size")  # end at the line, no ';'
 
 
 def _statements(text: str):
     """(line, text, kind) per statement: kind is ';', '{', '}' (the text before the brace), or 'line'
     (``.loc``/``.file``, which end at the line wherever they sit)."""
-    line, buf, buf_line = 1, [], 1
+    text = "\n" + text  # so the first line is looked at like every other line start
+    line, buf, buf_line = 0, [], 1
     i, n = 0, len(text)
     while i < n:
         m = _SPECIAL.search(text, i)
@@ -134,7 +136,7 @@ def _statements(text: str):
                 end = text.find("\n", i)
                 end = n if end < 0 else end
                 head = text[i:end].lstrip()
-                if not head.startswith((".loc", ".file")):
+                if not head.startswith(_LINE_DIRECTIVES):
                     break
                 yield line, head.strip(), "line"
                 if end >= n:
@@ -220,9 +222,10 @@ class _Reader:
         pending_header: str | None = None
         for line, stmt, kind in _statements(clean):
             if kind == "line" or stmt.startswith((".loc", ".file")):
-                loc = self._line_directive(stmt, loc)
-                if kind != "line" and kind != ";":
-                    pass
+                if stmt.startswith((".version", ".target", ".address_size")):
+                    self._module_directive(stmt)
+                else:
+                    loc = self._line_directive(stmt, loc)
                 if kind == "line":
                     continue
                 stmt = ""

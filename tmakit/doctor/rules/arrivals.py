@@ -8,6 +8,7 @@ consumer_release is for), NVIDIA/cutlass#2364 (arrive.expect_tx on a barrier nob
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 from ..analysis import Kernel
@@ -64,13 +65,11 @@ def _check_counts(k: Kernel, init, arrives) -> None:
                   "its arrivals per phase are not checked", "-", SECTION, init.inst, barrier=key)
             return
         loops = {k.loop(ev.inst) for ev, _ in sites}
-        lits = {k.data_literals(ev.inst) for ev, _ in sites}
-        if len(loops) > 1 or len(lits) > 1:
-            k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} come from different loops or "
-                  "conditions, so the arrivals per phase are not derivable", "-", SECTION, sites[0][0].inst,
-                  barrier=key)
+        if len(loops) > 1:
+            k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} come from different loops, so "
+                  "the arrivals per phase are not derivable", "-", SECTION, sites[0][0].inst, barrier=key)
             return
-        totals: dict[int, int] = defaultdict(int)
+        per_site = []
         for ev, issuer in sites:
             counts = k.threads(ev.inst, issuer)
             per = evaluate(substitute(ev.amount, k.rank_env(issuer)), k.rank_env(issuer)) if ev.amount else 1
@@ -78,27 +77,48 @@ def _check_counts(k: Kernel, init, arrives) -> None:
                 k.add("arrivals.unknown", "note", f"how many threads arrive on barrier {k.name(key)} (line "
                       f"{ev.inst.line}) depends on data", "-", SECTION, ev.inst, barrier=key)
                 return
-            for size, n in counts.items():
-                totals[size] += n * per
-        values = set(totals.values())
-        first = sites[0][0].inst
-        who = _who(k, sites)
-        if all(v > expected_v for v in values):
-            k.add("arrivals.too_many", "error", f"barrier {k.name(key)} was initialised for {expected_v} arrival(s) per "
-                  f"phase but {_span(values)} arrive ({who}): a phase completes before its producer is done, and the "
-                  "extra arrivals complete the next phase early (or overflow the pending count)",
-                  f"arrive from exactly {expected_v} thread(s) (elect one: if (threadIdx.x % 32 == 0) / elect.sync), "
-                  f"or init the barrier with {_span(values)}", SECTION, first, barrier=key, value=expected_v)
-        elif all(v < expected_v for v in values):
-            k.add("arrivals.too_few", "error", f"barrier {k.name(key)} was initialised for {expected_v} arrival(s) per "
-                  f"phase but only {_span(values)} arrive ({who}): the phase never completes and its waiters hang",
-                  f"init the barrier with the number of threads that arrive ({_span(values)}), or have "
-                  f"{expected_v} threads arrive", SECTION, first, barrier=key, value=expected_v)
-        elif len(values) > 1:
-            k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} per phase ({_span(values)}) "
-                  "depend on the block size", "declare it: __launch_bounds__(threads) or .reqntid", SECTION, first,
-                  barrier=key)
+            per_site.append((ev, issuer, {size: n * per for size, n in counts.items()}, k.data_literals(ev.inst)))
+        common = frozenset.intersection(*(lits for *_, lits in per_site))
+        exprs = sorted({e for *_, lits in per_site for e, _ in lits - common}, key=repr)
+        if len(exprs) > 4:
+            k.add("arrivals.unknown", "note", f"barrier {k.name(key)}: too many data conditions around its arrivals "
+                  "to enumerate", "-", SECTION, sites[0][0].inst, barrier=key)
+            return
+        for truth_values in itertools.product((True, False), repeat=len(exprs)):
+            truth = dict(zip(exprs, truth_values))
+            active = [site for site in per_site if all(truth.get(e, True) == pol for e, pol in site[3] - common)]
+            if not active:
+                continue
+            totals: dict[int, int] = defaultdict(int)
+            for _, _, counts, _ in active:
+                for size, n in counts.items():
+                    totals[size] += n
+            if _report(k, key, expected_v, set(totals.values()), [(ev, who) for ev, who, *_ in active]):
+                return
         return
+
+
+def _report(k: Kernel, key, expected_v: int, values: set[int], sites) -> bool:
+    first = sites[0][0].inst
+    who = _who(k, sites)
+    if all(v > expected_v for v in values):
+        k.add("arrivals.too_many", "error", f"barrier {k.name(key)} was initialised for {expected_v} arrival(s) per "
+              f"phase but {_span(values)} arrive ({who}): a phase completes before its producer is done, and the "
+              "extra arrivals complete the next phase early (or overflow the pending count)",
+              f"arrive from exactly {expected_v} thread(s) (elect one: if (threadIdx.x % 32 == 0) / elect.sync), "
+              f"or init the barrier with {_span(values)}", SECTION, first, barrier=key, value=expected_v)
+        return True
+    if all(v < expected_v for v in values):
+        k.add("arrivals.too_few", "error", f"barrier {k.name(key)} was initialised for {expected_v} arrival(s) per "
+              f"phase but only {_span(values)} arrive ({who}): the phase never completes and its waiters hang",
+              f"init the barrier with the number of threads that arrive ({_span(values)}), or have "
+              f"{expected_v} threads arrive", SECTION, first, barrier=key, value=expected_v)
+        return True
+    if len(values) > 1:
+        k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} per phase ({_span(values)}) "
+              "depend on the block size", "declare it: __launch_bounds__(threads)", SECTION, first, barrier=key)
+        return True
+    return False
 
 
 def _span(values: set[int]) -> str:

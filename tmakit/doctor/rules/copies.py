@@ -5,7 +5,7 @@ multicast mask against the cluster, the shared-memory alignment the map's swizzl
 from __future__ import annotations
 
 from ..analysis import Kernel
-from ..values import alignment, evaluate, leaves, residue, substitute
+from ..values import evaluate, leaves, substitute
 
 MODES = {"tiled": ("tile",), "im2col": ("im2col", "im2col::w", "im2col::w::128")}
 
@@ -34,10 +34,11 @@ def _c_name(k: Kernel, ptx_name: str) -> str:
     return k.c_names.get(ptx_name, ptx_name)
 
 
-def _param_form(k: Kernel, ev, param: str | None, seen: set[str]) -> None:
+def _param_form(k: Kernel, ev, param: str | None, seen: set) -> None:
     tmap = ev.info["tmap"]
-    if param is None or param not in k.values.params:
-        if any(leaf[0] == "ldp" for leaf in leaves(tmap)) and ("ldp", param) not in seen:
+    through_pointer = any(leaf[0] == "ldp" for leaf in leaves(tmap))
+    if through_pointer or param is None or param not in k.values.params:
+        if through_pointer and k.maps.get(param) is None and ("ldp", param) not in seen:
             seen.add(("ldp", param))
             k.add("descriptor.global_tensormap", "note", f"the tensor map comes from global memory through "
                   f"{_c_name(k, param) if param else 'a pointer'}: its 64-byte alignment and fencing "
@@ -79,10 +80,9 @@ def _alignment(k: Kernel, ev, tmap) -> None:
     if addr is None:
         return
     need = int(tmap.smem_alignment)
-    variables = k.module.variables
-    if alignment(addr, variables) >= need:
+    if k.alignment(addr) >= need:
         return
-    r = residue(addr, need, variables)
+    r = k.residue(addr, need)
     side = "destination" if ev.kind == "tensor_load" else "source"
     sw = tmap.swizzle.short
     if r is not None and r != 0:
@@ -92,17 +92,17 @@ def _alignment(k: Kernel, ev, tmap) -> None:
               f"align the {side} to {need} bytes (align_shared(p, {need}), __align__({need}))", "swizzle", ev.inst,
               value=r)
         return
-    unknown = any(leaf[0] in ("opq", "ldp", "phi") for leaf in leaves(addr))
+    unknown = any(leaf[0] in ("opq", "ldp", "phi") and leaf[1:2] != (-3,) for leaf in leaves(k.resolve_phis(addr)))
     if unknown:
         k.add("smem.alignment_unknown", "note", f"the alignment of the shared-memory {side} of the copy at line "
               f"{ev.inst.line} ({k.name(addr)}) is computed at run time; its map needs {need} bytes", "-", "swizzle",
               ev.inst)
         return
     k.add("smem.alignment", "warning", f"the shared-memory {side} of the copy at line {ev.inst.line} "
-          f"({k.name(addr)}) is only known to be {alignment(addr, variables)}-byte aligned, but its map ({sw} "
+          f"({k.name(addr)}) is only known to be {k.alignment(addr)}-byte aligned, but its map ({sw} "
           f"swizzle) needs {need}: it works only where the linker happens to place it on a {need}-byte boundary",
           f"align it explicitly: align_shared(p, {need}) or __align__({need}) on the buffer", "swizzle", ev.inst,
-          value=alignment(addr, variables))
+          value=k.alignment(addr))
 
 
 def _multicast(k: Kernel, ev) -> None:

@@ -67,7 +67,8 @@ def _simulate(k: Kernel, w, header: int) -> None:
         if start is None:
             return
         init[leaf], step[leaf] = start, values.definition(inside[0], leaf[1])
-    lits = [(e, pol) for e, pol in k.literals(w.inst) if k.kind_of(e) not in ("thread", "const", "rank")]
+    lits = [(e, pol) for e, pol, b in k.placed_literals(w.inst)  # conditions decided inside the loop, per trip
+            if b in body and k.kind_of(e) not in ("thread", "const", "rank")]
     env = dict(init)
     uses: dict[int, int] = {}
     offset = None
@@ -111,8 +112,15 @@ def _zero_syms(e: Expr) -> dict:
     return {leaf: 0 for leaf in leaves(e) if leaf[0] == "sym"}
 
 
+_WARP_COLLECTIVE = ("shfl", "vote", "match", "redux", "elect", "ldmatrix", "mma", "stmatrix", "wgmma")
+
+
 def _lagging_waiters(k: Kernel, producers) -> None:
-    syncs = k.by_kind("sync", "wgmma")
+    insts = k.cfg.insts
+    cta_syncs = [s for s in k.by_kind("sync") if s.info.get("scope") in ("cta", "cluster")]
+    # a warp-synchronous instruction makes every lane of its warp wait for the others (.sync)
+    warp_syncs = {i.index for i in insts if (i.head == "bar" and "warp" in i.opcode)
+                  or (i.head in _WARP_COLLECTIVE and ("sync" in i.opcode.split(".") or i.head == "wgmma"))}
     for w in k.by_kind("wait"):
         loop = k.loop(w.inst)
         if loop < 0 or w.barrier is None:
@@ -123,23 +131,7 @@ def _lagging_waiters(k: Kernel, producers) -> None:
                 continue
             if not k.cfg.reachable_without(w.index, x.index, set(), forward_only=True):
                 continue
-            hazard = True
-            for size in k.block_sizes:
-                tw, tx = k.thread_set(w.inst, size), k.thread_set(x.inst, size)
-                if tw is None or tx is None or not tx or not tx < tw:
-                    hazard = False
-                    break
-                others = tw - tx
-                partners = [p for p in producers if p.kind in ("arrive", "expect_tx") and p.barrier == x.barrier
-                            and p.inst.block in body]
-                if any((k.thread_set(p.inst, size) or frozenset()) & others for p in partners):
-                    hazard = False  # the laggards' own arrivals gate the partner
-                    break
-                blocked = {s.index for s in syncs if _covers(k, s, tw)}
-                if not k.cfg.reachable_without(w.index, x.index, blocked, forward_only=True):
-                    hazard = False
-                    break
-            if hazard:
+            if all(_hazard(k, w, x, size, producers, body, cta_syncs, warp_syncs) for size in k.block_sizes):
                 n_w = len(k.thread_set(w.inst, k.block_sizes[-1]) or ())
                 k.add("phase.lagging_waiter", "error", f"{n_w} threads wait on barrier {k.name(w.barrier)} (line "
                       f"{w.inst.line}), then a subset of them signals at line {x.inst.line} ({x.kind} on "
@@ -150,19 +142,30 @@ def _lagging_waiters(k: Kernel, producers) -> None:
                 return
 
 
-def _covers(k: Kernel, sync, threads: frozenset[int]) -> bool:
-    scope = sync.info.get("scope") if sync.kind == "sync" else "warpgroup"
-    tids = sorted(threads)
-    if scope in ("cluster",):
+def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs) -> bool:
+    tw, tx = k.thread_set(w.inst, size), k.thread_set(x.inst, size)
+    if tw is None or tx is None or not tx or not tx < tw:
+        return False
+    others = tw - tx
+    partners = [p for p in producers if p.kind in ("arrive", "expect_tx") and p.barrier == x.barrier
+                and p.inst.block in body]
+    if any((k.thread_set(p.inst, size) or frozenset()) & others for p in partners):
+        return False  # the laggards' own arrivals gate the partner
+    blocked = {s.index for s in cta_syncs if _covers(s, tw)}
+    if not k.cfg.reachable_without(w.index, x.index, blocked, forward_only=True):
+        return False
+    signal_warps = {t // 32 for t in tx}
+    if all(t // 32 in signal_warps for t in others) and \
+            not k.cfg.reachable_without(w.index, x.index, warp_syncs, forward_only=True):
+        return False  # every laggard shares a warp with a signaller, and the warp synchronises in between
+    return True
+
+
+def _covers(sync, threads: frozenset[int]) -> bool:
+    if sync.info.get("scope") == "cluster":
         return True
-    if scope == "cta":
-        count = sync.info.get("count")
-        if count is None:
-            return True
-        n = evaluate(count, {})
-        return n is not None and n >= len(tids)
-    if scope == "warp":
-        return tids[0] // 32 == tids[-1] // 32
-    if scope == "warpgroup":
-        return tids[0] // 128 == tids[-1] // 128
-    return False
+    count = sync.info.get("count")
+    if count is None:
+        return True
+    n = evaluate(count, {})
+    return n is not None and n >= len(threads)

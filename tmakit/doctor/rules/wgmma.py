@@ -15,7 +15,7 @@ from ...layout.wgmma import WgmmaDescriptor, check_wgmma_descriptor, wgmma_descr
 from ...errors import TmakitError
 from ..values import Expr, evaluate, leaves
 
-_FIELD = {"none": 0, "128B": 1, "64B": 2, "32B": 3}
+_FIELD = {0: 0, 3: 1, 2: 2, 1: 3}  # CUtensorMapSwizzle -> the descriptor's swizzle field (1=128B, 2=64B, 3=32B)
 _NAMES = ("none", "128B", "64B", "32B")
 
 
@@ -77,7 +77,7 @@ def _check_one(k: Kernel, mma, role: str, desc: Expr, major: str, loads, tid: in
     ev, tmap, dst = match
     where = f"the {role} descriptor of the wgmma at line {mma.inst.line} (reading the stage the TMA at line " \
             f"{ev.inst.line} fills)"
-    want_field = _FIELD.get(tmap.swizzle.short)
+    want_field = _FIELD.get(int(tmap.swizzle))
     if want_field is not None and got.swizzle_field != want_field:
         k.add("descriptor.wgmma_swizzle", "error", f"{where} says swizzle {_NAMES[got.swizzle_field]} (bits 62-63 = "
               f"{got.swizzle_field}) but the map writes the stage with {tmap.swizzle.short} swizzle: wgmma reads the "

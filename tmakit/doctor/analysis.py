@@ -25,6 +25,8 @@ RANK_LEAVES = ("%cluster_ctarank", "%cluster_ctaid.x", "%cluster_ctaid.y", "%clu
                "%ctaid.y", "%ctaid.z")
 SIZE_LEAVES = ("%ntid.x", "%ntid.y", "%ntid.z", "%cluster_nctarank", "%cluster_nctaid.x")
 _BLOCK_SIZES = (32, 64, 96, 128, 160, 192, 256, 288, 320, 384, 512, 640, 768, 1024)
+_EVENT_HEADS = frozenset({"mbarrier", "cp", "fence", "tensormap", "st", "red", "atom", "stmatrix", "ld", "ldmatrix",
+                          "ldu", "wgmma", "bar", "barrier"})
 _SIDE_EFFECTS = {"st", "red", "atom", "cp", "wgmma", "bar", "barrier", "ld", "ldu", "ldmatrix", "tensormap", "fence",
                  "call", "elect", "shfl", "stmatrix", "setmaxnreg", "membar", "prefetch", "cvta"}
 
@@ -116,7 +118,8 @@ class Kernel:
         self.module, self.func, self.arch = module, func, arch
         self.cfg = CFG(func)
         self.values = Values(module, self.cfg)
-        self.events: list[Event] = [e for inst in func.insts for e in extract(inst, self.values)]
+        self.events: list[Event] = [e for inst in func.insts if inst.head in _EVENT_HEADS
+                                    for e in extract(inst, self.values)]
         self.maps: dict[str, Any] = dict(maps or {})  # PTX parameter name -> TensorMap
         declared = func.directives.get("reqnctapercluster")
         self.cluster = tuple(cluster) if cluster else (tuple(declared) + (1, 1))[:3] if declared else None
@@ -305,12 +308,19 @@ class Kernel:
         if expr[0] == "c":
             return hex(expr[1])
         if expr[0] == "lin":
-            syms = [t[1] for t, k in expr[1] if t[0] == "sym" and k == 1]
+            direct = [t[1] for t, k in expr[1] if t[0] == "sym" and k == 1]
             others = [t for t, k in expr[1] if not (t[0] == "sym" and k == 1)]
-            base = syms[0] if len(syms) == 1 else "?"
+            inside = sorted({leaf[1] for t in others for leaf in leaves(t) if leaf[0] == "sym"})
+            if len(direct) == 1:
+                base = direct[0]
+            elif not direct and len(inside) == 1:  # align_shared(sym, n): the symbol, rounded up
+                base, others = f"align({inside[0]})", [t for t in others if not any(l[0] == "sym" for l in leaves(t))]
+            else:
+                base = "?"
             text = base + (f"+{expr[2]}" if expr[2] > 0 else f"{expr[2]}" if expr[2] < 0 else "")
             return text + ("+(runtime index)" if others else "")
-        return "(computed address)"
+        syms = sorted({leaf[1] for leaf in leaves(expr) if leaf[0] == "sym"})
+        return f"align({syms[0]})" if len(syms) == 1 else "(computed address)"
 
     def add(self, rule: str, severity: str, message: str, fix: str, section: str, inst: Inst | None = None,
             *, barrier: Expr | None = None, parameter: str = "", value: Any = None) -> None:

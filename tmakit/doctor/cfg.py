@@ -6,40 +6,42 @@ block)): the rules ask about a few dozen registers, not all of them.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-
 from .ptx import Function, Inst
 
-_NO_DEST = ("st", "red", "bar", "barrier", "fence", "membar", "cp", "bra", "ret", "exit", "trap", "prefetch",
-            "prefetchu", "setmaxnreg", "tensormap", "nanosleep", "griddepcontrol", "stmatrix", "call", "multimem",
-            "pmevent", "brkpt", "applypriority", "discard", "createpolicy_", "wgmma_", "cp.reduce")
-_NO_DEST_MBARRIER = ("init", "expect_tx", "complete_tx", "inval")
-_REG = re.compile(r"%[\w$#]+|\b[A-Za-z_][\w$]*#\d+\b|\bp#\d+\b")
-_ENDS_BLOCK = ("bra", "ret", "exit", "trap", "brx")
+_NO_DEST = frozenset({"st", "red", "bar", "barrier", "fence", "membar", "cp", "bra", "ret", "exit", "trap", "prefetch",
+                      "prefetchu", "setmaxnreg", "tensormap", "nanosleep", "griddepcontrol", "stmatrix", "call",
+                      "multimem", "pmevent", "brkpt", "applypriority", "discard"})
+_NO_DEST_MBARRIER = frozenset({"init", "expect_tx", "complete_tx", "inval"})
+_ENDS_BLOCK = frozenset({"bra", "ret", "exit", "trap", "brx"})
 
 
 def dest_regs(inst: Inst) -> list[str]:
-    """Registers an instruction writes."""
-    head = inst.head
-    if head in _NO_DEST or not inst.operands:
+    """Registers an instruction writes (remembered on the instruction)."""
+    found = inst.dests
+    if found is None:
+        found = inst.dests = _dest_regs(inst)
+    return found
+
+
+def _dest_regs(inst: Inst) -> list[str]:
+    head, rest = inst.head, inst.rest
+    if head in _NO_DEST or not rest:
         return []
-    if head == "mbarrier":
-        kind = inst.opcode.split(".")[1]
-        if kind in _NO_DEST_MBARRIER:
-            return []
+    if head == "mbarrier" and inst.opcode.split(".")[1] in _NO_DEST_MBARRIER:
+        return []
     if head == "wgmma" and not inst.opcode.startswith("wgmma.mma_async"):
         return []
-    first = inst.operands[0]
-    if first in ("_",):
-        return []
-    if first.startswith("{"):
+    c = rest[0]
+    if c == "%" or c.isalpha():  # the common case: one register, then a comma
+        comma = rest.find(",")
+        first = (rest if comma < 0 else rest[:comma]).strip()
+        if "|" in first:
+            return [r.strip() for r in first.split("|") if r.strip() != "_"]
+        return [] if first == "_" or first.startswith("[") else [first]
+    if c == "{":
+        first = inst.operands[0]
         return [r.strip() for r in first.strip("{}").split(",") if r.strip() and r.strip() != "_"]
-    if "|" in first:
-        return [r.strip() for r in first.split("|") if r.strip() != "_"]
-    if first.startswith("["):
-        return []
-    return [first]
+    return []
 
 
 def src_text(inst: Inst) -> list[str]:
@@ -47,15 +49,17 @@ def src_text(inst: Inst) -> list[str]:
     return inst.operands[1:] if dest_regs(inst) else list(inst.operands)
 
 
-@dataclass(eq=False)
 class Block:
-    index: int
-    start: int  # first instruction index
-    end: int  # one past the last
-    succs: list[int] = field(default_factory=list)
-    preds: list[int] = field(default_factory=list)
-    # successor -> (predicate register, taken when the predicate is true?) for the edges of a conditional branch
-    edge_pred: dict[int, tuple[str, bool]] = field(default_factory=dict)
+    """A basic block: instructions [start, end), its edges, and the predicate each conditional edge carries
+    (successor -> (predicate register, taken when it is true?))."""
+
+    __slots__ = ("index", "start", "end", "succs", "preds", "edge_pred")
+
+    def __init__(self, index: int, start: int, end: int):
+        self.index, self.start, self.end = index, start, end
+        self.succs: list[int] = []
+        self.preds: list[int] = []
+        self.edge_pred: dict[int, tuple[str, bool]] = {}
 
 
 class CFG:
@@ -67,7 +71,7 @@ class CFG:
         self.idom = self._dominators()
         self.loops = self._loops()  # header -> set of blocks
         self.loop_of = self._innermost()  # block -> header of its innermost loop (or -1)
-        self._rd_memo: dict[str, dict[int, frozenset[int]]] = {}
+        self._rd_memo: dict[str, _EntrySets] = {}
         self._defs: dict[str, list[int]] | None = None
 
     # ---- blocks --------------------------------------------------------------------------------
@@ -152,13 +156,30 @@ class CFG:
         return idom
 
     def dominates(self, a: int, b: int) -> bool:
-        while True:
-            if a == b:
-                return True
-            parent = self.idom.get(b)
-            if parent is None or parent == b:
-                return False
-            b = parent
+        if not hasattr(self, "_tin"):
+            self._number_dominator_tree()
+        if a not in self._tin or b not in self._tin:
+            return a == b
+        return self._tin[a] <= self._tin[b] and self._tout[b] <= self._tout[a]
+
+    def _number_dominator_tree(self) -> None:
+        """Entry/exit numbers of a walk over the dominator tree: a dominates b iff b's interval is inside a's."""
+        children: dict[int, list[int]] = {}
+        for b, parent in self.idom.items():
+            if parent != b:
+                children.setdefault(parent, []).append(b)
+        self._tin, self._tout = {}, {}
+        clock, stack = 0, [(r, False) for r, p in self.idom.items() if r == p]
+        while stack:
+            node, done = stack.pop()
+            if done:
+                self._tout[node] = clock
+                clock += 1
+                continue
+            self._tin[node] = clock
+            clock += 1
+            stack.append((node, True))
+            stack.extend((c, False) for c in children.get(node, ()))
 
     # ---- loops --------------------------------------------------------------------------------
     def _loops(self) -> dict[int, set[int]]:
@@ -176,19 +197,21 @@ class CFG:
         return loops
 
     def _innermost(self) -> dict[int, int]:
-        out = {}
-        for b in self.blocks:
-            best, size = -1, None
-            for h, body in self.loops.items():
-                if b.index in body and (size is None or len(body) < size):
-                    best, size = h, len(body)
-            out[b.index] = best
+        out = {b.index: -1 for b in self.blocks}
+        for h, body in sorted(self.loops.items(), key=lambda item: -len(item[1])):  # smaller loops overwrite
+            for b in body:
+                out[b] = h
         return out
 
     def loops_containing(self, block: int) -> list[int]:
         """Headers of every loop containing ``block``, innermost first."""
-        found = [h for h, body in self.loops.items() if block in body]
-        return sorted(found, key=lambda h: len(self.loops[h]))
+        if not hasattr(self, "_nests"):
+            nests: dict[int, list[int]] = {}
+            for h, body in sorted(self.loops.items(), key=lambda item: len(item[1])):
+                for b in body:
+                    nests.setdefault(b, []).append(h)
+            self._nests = nests
+        return self._nests.get(block, [])
 
     def back_edges(self, header: int) -> list[tuple[int, int]]:
         return [(p, header) for p in self.blocks[header].preds if p in self.loops[header]]
@@ -223,36 +246,11 @@ class CFG:
             return frozenset({i}) | self.reaching(reg, i)
         return frozenset({i})
 
-    def _entry_sets(self, reg: str) -> dict[int, frozenset[int]]:
-        """The definitions of ``reg`` reaching each block's entry (a fixpoint over this one register)."""
-        memo = self._rd_memo.get(reg)
-        if memo is not None:
-            return memo
-        last: dict[int, tuple[int, bool]] = {}  # block -> (its last definition, predicated?)
-        for d in self.defs_of(reg):
-            b = self.insts[d].block
-            if b not in last or d > last[b][0]:
-                last[b] = (d, self.insts[d].pred is not None)
-        entry = {b.index: frozenset() for b in self.blocks}
-        changed = True
-        order = self.rpo or [b.index for b in self.blocks]
-        while changed:
-            changed = False
-            for b in order:
-                new: set[int] = set()
-                for p in self.blocks[b].preds:
-                    if p in last:
-                        d, predicated = last[p]
-                        new.add(d)
-                        if predicated:
-                            new |= entry[p]
-                    else:
-                        new |= entry[p]
-                if new != entry[b]:
-                    entry[b] = frozenset(new)
-                    changed = True
-        self._rd_memo[reg] = entry
-        return entry
+    def _entry_sets(self, reg: str) -> "_EntrySets":
+        sets = self._rd_memo.get(reg)
+        if sets is None:
+            sets = self._rd_memo[reg] = _EntrySets(self, reg)
+        return sets
 
     # ---- paths --------------------------------------------------------------------------------
     def reachable_without(self, start: int, goal: int, blocked: set[int], *, forward_only: bool = False,
@@ -291,3 +289,38 @@ class CFG:
         if not forward_only:
             return succs
         return [s for s in succs if not (s in self.loops and b in self.loops[s])]
+
+
+class _EntrySets:
+    """The definitions of one register reaching each block's entry, found by walking predecessors backwards
+    from the asked block until every path meets a definition (remembered per block)."""
+
+    def __init__(self, cfg: CFG, reg: str):
+        self.cfg, self.reg = cfg, reg
+        self.last: dict[int, tuple[int, bool]] = {}  # block -> (its last definition, predicated?)
+        for d in cfg.defs_of(reg):
+            b = cfg.insts[d].block
+            if b not in self.last or d > self.last[b][0]:
+                self.last[b] = (d, cfg.insts[d].pred is not None)
+        self.memo: dict[int, frozenset[int]] = {}
+
+    def __getitem__(self, block: int) -> frozenset[int]:
+        found = self.memo.get(block)
+        if found is not None:
+            return found
+        blocks, defs = self.cfg.blocks, set()
+        seen, stack = {block}, list(blocks[block].preds)
+        while stack:
+            p = stack.pop()
+            hit = self.last.get(p)
+            if hit is not None:
+                defs.add(hit[0])
+                if not hit[1]:
+                    continue
+            if p in seen:
+                continue
+            seen.add(p)
+            stack.extend(blocks[p].preds)
+        result = frozenset(defs)
+        self.memo[block] = result
+        return result

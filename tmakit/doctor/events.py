@@ -71,9 +71,12 @@ def _tmap_operand(text: str) -> str:
 
 def extract(inst: Inst, values: Values) -> list[Event]:
     """The events of one instruction (usually none or one)."""
-    op, ops, at = inst.opcode, inst.operands, inst.index
+    op, at = inst.opcode, inst.index
     parts = op.split(".")
     head = parts[0]
+    if head in ("st", "ld", "ldu", "red", "atom", "stmatrix", "ldmatrix"):  # thousands of these: no operand split
+        return _generic_access(inst, values, parts)
+    ops = inst.operands
     addr = lambda k: values.address(ops[k], at)  # noqa: E731
     val = lambda k: values.operand(ops[k], at)  # noqa: E731
     if head == "mbarrier" and len(parts) > 1:
@@ -132,12 +135,6 @@ def extract(inst: Inst, values: Values) -> list[Event]:
         if parts[1] == "cp_fenceproxy" and ops:
             return [Event("tensormap_write", inst, info={"addr": addr(0), "released": True})]
         return []
-    if head in ("st", "red", "atom", "stmatrix") and ops and ops[0].startswith("["):
-        return [Event("generic_write", inst, info={"addr": addr(0), "space": _space(parts)})]
-    if head in ("atom", "red") and len(ops) > 1 and ops[1].startswith("["):
-        return [Event("generic_write", inst, info={"addr": addr(1), "space": _space(parts)})]
-    if head in ("ld", "ldmatrix", "ldu") and len(ops) > 1 and ops[1].startswith("["):
-        return [Event("generic_read", inst, info={"addr": addr(1), "space": _space(parts)})]
     if op.startswith("wgmma.mma_async"):
         return [_wgmma(inst, values, parts)]
     if head in ("bar", "barrier"):
@@ -152,6 +149,23 @@ def extract(inst: Inst, values: Values) -> list[Event]:
     if op.startswith("wgmma.wait_group"):
         return [Event("sync", inst, info={"scope": "warpgroup_mma"})]
     return []
+
+
+def _generic_access(inst: Inst, values: Values, parts: list[str]) -> list[Event]:
+    space = _space(parts)
+    if space in ("global", "local", "param", "const"):
+        return []  # not shared memory
+    rest = inst.rest
+    first = rest.find("[")
+    if first < 0:
+        return []
+    text = rest[first:rest.index("]", first) + 1]
+    head = parts[0]
+    if head in ("st", "stmatrix") or (head in ("red", "atom") and first == 0):
+        return [Event("generic_write", inst, info=_LazyAddress(values, text, inst.index, space))]
+    if head in ("atom", "red"):
+        return [Event("generic_write", inst, info=_LazyAddress(values, text, inst.index, space))]
+    return [Event("generic_read", inst, info=_LazyAddress(values, text, inst.index, space))]
 
 
 def _space(parts: list[str]) -> str:
@@ -224,3 +238,23 @@ def _wgmma(inst: Inst, values: Values, parts: list[str]) -> Event:
 
 def address_of(text: str) -> tuple[str, int] | None:
     return address_operand(text)
+
+
+class _LazyAddress(dict):
+    """A generic access's info: its address is worked out only when a rule asks (kernels have thousands)."""
+
+    def __init__(self, values: Values, text: str, at: int, space: str):
+        super().__init__(space=space)
+        self._args = (values, text, at)
+
+    def get(self, key, default=None):
+        if key == "addr" and "addr" not in self:
+            values, text, at = self._args
+            self["addr"] = values.address(text, at)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        value = self.get(key)
+        if value is None and key not in self:
+            raise KeyError(key)
+        return value

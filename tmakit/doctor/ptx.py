@@ -36,22 +36,26 @@ class Variable:
     extern: bool = False
 
 
-@dataclass(eq=False)
 class Inst:
-    """One instruction. ``operands`` are the operand texts with inner-scope registers renamed."""
+    """One instruction. ``operands`` are the operand texts with inner-scope registers renamed (split on first
+    use: most instructions are only ever asked for their destination)."""
 
-    index: int
-    line: int  # 1-based line of the PTX text
-    opcode: str  # "mbarrier.try_wait.parity.shared::cta.b64"
-    operands: list[str]
-    pred: str | None = None
-    negated: bool = False
-    loc: tuple[int, int] | None = None  # (.file index, source line) of the last .loc before it
-    block: int = -1
+    __slots__ = ("index", "line", "opcode", "rest", "pred", "negated", "loc", "block", "head", "_operands", "dests")
+
+    def __init__(self, index: int, line: int, opcode: str, rest: str, pred: str | None = None,
+                 negated: bool = False, loc: tuple[int, int] | None = None):
+        self.index, self.line, self.opcode, self.rest = index, line, opcode, rest
+        self.pred, self.negated, self.loc = pred, negated, loc  # loc: (.file index, source line) of the last .loc
+        self.block = -1
+        self.head = opcode.split(".", 1)[0]  # "mbarrier"
+        self._operands: list[str] | None = None
+        self.dests: list[str] | None = None  # the registers it writes (cfg.dest_regs fills it)
 
     @property
-    def head(self) -> str:
-        return self.opcode.split(".", 1)[0]
+    def operands(self) -> list[str]:
+        if self._operands is None:
+            self._operands = _split_operands(self.rest)
+        return self._operands
 
     def has(self, *qualifiers: str) -> bool:
         parts = self.opcode.split(".")
@@ -104,6 +108,7 @@ class Module:
 
 _SPECIAL = re.compile(r'[;{}"\n]')
 _LINE_DIRECTIVES = (".loc", ".file", ".version", ".target", ".address_size")  # end at the line, no ';'
+_SLOW_LINE = re.compile(r'[{}";]')  # a line the fast path leaves to the scanner (braces, strings, two statements)
 
 
 def _statements(text: str):
@@ -113,6 +118,24 @@ def _statements(text: str):
     line, buf, buf_line = 0, [], 1
     i, n = 0, len(text)
     while i < n:
+        if not buf and text[i] == "\n":  # fast path: a whole line that is one plain statement
+            end = text.find("\n", i + 1)
+            end = n if end < 0 else end
+            body = text[i + 1:end].strip()
+            if not body:
+                line += 1
+                i = end
+                continue
+            if body.startswith(_LINE_DIRECTIVES):
+                line += 1
+                yield line, body, "line"
+                i = end
+                continue
+            if body.endswith(";") and not _SLOW_LINE.search(body, 0, len(body) - 1):
+                line += 1
+                yield line, body[:-1].strip(), ";"
+                i = end
+                continue
         m = _SPECIAL.search(text, i)
         j = m.start() if m else n
         if j > i:
@@ -171,6 +194,8 @@ def _statements(text: str):
 
 
 def _split_operands(text: str) -> list[str]:
+    if "{" not in text and "[" not in text:
+        return [p.strip() for p in text.split(",") if p.strip()] if text else []
     out, depth, cur = [], 0, []
     for ch in text:
         if ch in "{[":
@@ -332,7 +357,7 @@ class _Reader:
             func.directives[m.group(1)] = tuple(int(x) for x in m.group(2).replace(",", " ").split())
 
     def _statement(self, func: Function, stmt: str, line: int, loc, renames) -> None:
-        while True:
+        while ":" in stmt:
             m = _LABEL.match(stmt)
             if not m:
                 break
@@ -341,10 +366,11 @@ class _Reader:
         if not stmt:
             return
         pred, negated = None, False
-        pm = _PRED.match(stmt)
-        if pm:
-            negated, pred = pm.group(1) == "!", pm.group(2)
-            stmt = stmt[pm.end():]
+        if stmt[0] == "@":
+            pm = _PRED.match(stmt)
+            if pm:
+                negated, pred = pm.group(1) == "!", pm.group(2)
+                stmt = stmt[pm.end():]
         split = stmt.split(None, 1)
         opcode, rest = split[0], (split[1].strip() if len(split) > 1 else "")
         table = renames[-1] if renames else {}
@@ -354,7 +380,7 @@ class _Reader:
             rest = _TOKEN.sub(sub, rest)
             if pred is not None:
                 pred = table.get(pred, pred)
-        func.insts.append(Inst(len(func.insts), line, opcode, _split_operands(rest), pred, negated, loc))
+        func.insts.append(Inst(len(func.insts), line, opcode, rest, pred, negated, loc))
 
 
 def parse_module(text: str) -> Module:

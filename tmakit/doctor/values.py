@@ -47,6 +47,8 @@ def _make_lin(terms: dict, c: int) -> Expr:
         (t, k), = terms.items()
         if k == 1:
             return t
+    if len(terms) == 1:
+        return ("lin", tuple(terms.items()), c)
     items = sorted(terms.items(), key=_term_key)
     keys = [_term_key(i) for i in items]
     if len(set(keys)) != len(keys):  # rare ties between terms of the same shape: order them fully

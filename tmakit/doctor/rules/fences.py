@@ -107,6 +107,8 @@ def _generic_then_async(k: Kernel) -> None:
 
 
 def _generic_then_wgmma(k: Kernel, fences: set[int], accesses) -> None:
+    if not k.by_kind("wgmma"):
+        return
     writes = []
     for acc in accesses:
         addr = acc.info.get("addr")

@@ -9,7 +9,7 @@ Parameter lists come from ``kernel_signature.parse_ptx_entries``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import InvalidArgumentError
 from ..kernel_signature import ParamInfo, parse_ptx_entries
@@ -34,6 +34,7 @@ class Variable:
     align: int
     size: int | None  # bytes; None for an extern array of unknown size
     extern: bool = False
+    function: str | None = None  # the function it is declared in (None: module scope)
 
 
 class Inst:
@@ -187,7 +188,8 @@ def _statements(text: str):
             if operand:
                 buf.append(c)
                 continue
-        yield buf_line, "".join(buf).strip(), c
+        # a brace statement is placed on the brace's own line (a function body opens there)
+        yield (line if c in "{}" else buf_line), "".join(buf).strip(), c
         buf = []
     if buf and "".join(buf).strip():
         yield buf_line, "".join(buf).strip(), "line"
@@ -240,6 +242,9 @@ class _Reader:
 
     def read(self) -> Module:
         clean = _COMMENTS.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), self.text)
+        # Labels declared inside { } (inline asm's LAB_WAIT, repeated in every inlined copy) are scoped like
+        # registers: find them first, so forward branches to them rename too. NVRTC's own $L__ labels never are.
+        scoped_labels = _scoped_labels(clean) if _USER_LABEL.search(clean) else {}
         func: Function | None = None
         depth, scope_ids, scope_counter = 0, [], 0
         renames: list[dict[str, str]] = []
@@ -268,6 +273,8 @@ class _Reader:
                     scope_counter += 1
                     scope_ids.append(scope_counter)
                     renames.append(dict(renames[-1]))
+                    for label in scoped_labels.get(scope_counter, ()):
+                        renames[-1][label] = f"{label}#{scope_counter}"
                 depth += 1
                 continue
             if kind == "}":
@@ -305,7 +312,7 @@ class _Reader:
             if stmt.startswith((".shared", ".global", ".const")):
                 var = _parse_variable(stmt, depth)
                 if var:
-                    self.variables[var.name] = var
+                    self.variables[var.name] = replace(var, function=func.name)
                 continue
             if stmt.startswith("."):
                 if not stmt.startswith((".reg", ".local", ".param", ".pragma")):
@@ -357,11 +364,12 @@ class _Reader:
             func.directives[m.group(1)] = tuple(int(x) for x in m.group(2).replace(",", " ").split())
 
     def _statement(self, func: Function, stmt: str, line: int, loc, renames) -> None:
+        table = renames[-1] if renames else {}
         while ":" in stmt:
             m = _LABEL.match(stmt)
             if not m:
                 break
-            func.labels[m.group(1)] = len(func.insts)
+            func.labels[table.get(m.group(1), m.group(1))] = len(func.insts)
             stmt = stmt[m.end():].strip()
         if not stmt:
             return
@@ -373,7 +381,6 @@ class _Reader:
                 stmt = stmt[pm.end():]
         split = stmt.split(None, 1)
         opcode, rest = split[0], (split[1].strip() if len(split) > 1 else "")
-        table = renames[-1] if renames else {}
         if table:
             def sub(mt: re.Match) -> str:
                 return table.get(mt.group(0), mt.group(0))
@@ -381,6 +388,42 @@ class _Reader:
             if pred is not None:
                 pred = table.get(pred, pred)
         func.insts.append(Inst(len(func.insts), line, opcode, rest, pred, negated, loc))
+
+
+_USER_LABEL = re.compile(r"^\s*(?!\$L__)[A-Za-z_$][\w$]*\s*:(?!:)", re.M)
+
+
+def _scoped_labels(clean: str) -> dict[int, set[str]]:
+    """{scope number: labels declared directly in it} for the nested { } scopes of every function, numbered as
+    the reader numbers them."""
+    found: dict[int, set[str]] = {}
+    depth, counter, stack = 0, 0, []
+    in_function = False
+    for _, stmt, kind in _statements(clean):
+        if kind == "{":
+            if depth == 0:
+                in_function = bool(_HEADER.search(stmt)) or in_function
+                stack = [0]
+            elif in_function:
+                counter += 1
+                stack.append(counter)
+            depth += 1
+            continue
+        if kind == "}":
+            depth -= 1
+            if depth == 0:
+                in_function = False
+            elif stack:
+                stack.pop()
+            continue
+        if depth > 1 and in_function and kind != "line":
+            while True:
+                m = _LABEL.match(stmt)
+                if not m:
+                    break
+                found.setdefault(stack[-1], set()).add(m.group(1))
+                stmt = stmt[m.end():].strip()
+    return found
 
 
 def parse_module(text: str) -> Module:

@@ -348,7 +348,7 @@ def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
-                   source_row_classes: bool = True) -> TransposePlan:
+                   source_row_classes: bool = True, checked: bool | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 
@@ -457,7 +457,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                              "plain" if plain_dst else "tma")
     tail = (tiles_r, tiles_c, layout.lead, esize, layout.sectors.classes, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
-                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
+                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked)
 
 
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> TransposeResult:

@@ -64,38 +64,62 @@ def _check_counts(k: Kernel, init, arrives) -> None:
             k.add("arrivals.unknown", "note", f"barrier {k.name(key)} is initialised with a count computed at run time; "
                   "its arrivals per phase are not checked", "-", SECTION, init.inst, barrier=key)
             return
-        loops = {k.loop(ev.inst) for ev, _ in sites}
-        if len(loops) > 1:
-            k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} come from different loops, so "
-                  "the arrivals per phase are not derivable", "-", SECTION, sites[0][0].inst, barrier=key)
-            return
-        per_site = []
-        for ev, issuer in sites:
-            counts = k.threads(ev.inst, issuer)
-            per = evaluate(substitute(ev.amount, k.rank_env(issuer)), k.rank_env(issuer)) if ev.amount else 1
-            if counts is None or per is None:
-                k.add("arrivals.unknown", "note", f"how many threads arrive on barrier {k.name(key)} (line "
-                      f"{ev.inst.line}) depends on data", "-", SECTION, ev.inst, barrier=key)
-                return
-            per_site.append((ev, issuer, {size: n * per for size, n in counts.items()}, k.data_literals(ev.inst)))
-        common = frozenset.intersection(*(lits for *_, lits in per_site))
-        exprs = sorted({e for *_, lits in per_site for e, _ in lits - common}, key=repr)
-        if len(exprs) > 4:
-            k.add("arrivals.unknown", "note", f"barrier {k.name(key)}: too many data conditions around its arrivals "
-                  "to enumerate", "-", SECTION, sites[0][0].inst, barrier=key)
-            return
-        for truth_values in itertools.product((True, False), repeat=len(exprs)):
-            truth = dict(zip(exprs, truth_values))
-            active = [site for site in per_site if all(truth.get(e, True) == pol for e, pol in site[3] - common)]
-            if not active:
-                continue
-            totals: dict[int, int] = defaultdict(int)
-            for _, _, counts, _ in active:
-                for size, n in counts.items():
-                    totals[size] += n
-            if _report(k, key, expected_v, set(totals.values()), [(ev, who) for ev, who, *_ in active]):
+        for group in _phases(k, sites, key):
+            if _check_group(k, key, expected_v, group):
                 return
         return
+
+
+def _phases(k: Kernel, sites: list, key) -> list[list]:
+    """The sites grouped by phase: two arrivals belong to different phases when a wait on the barrier stands on
+    every path from one to the other (straight-line code that arrives, waits, and arrives again)."""
+    waits = {w.index for w in k.by_kind("wait") if may_alias(w.barrier, key)}
+    groups: list[list] = []
+    for site in sorted(sites, key=lambda s: s[0].index):
+        for group in groups:
+            if any(k.cfg.reachable_without(other.index, site[0].index, waits, forward_only=True)
+                   or k.cfg.reachable_without(site[0].index, other.index, waits, forward_only=True)
+                   or other.index == site[0].index for other, _ in group):
+                group.append(site)
+                break
+        else:
+            groups.append([site])
+    return groups
+
+
+def _check_group(k: Kernel, key, expected_v: int, sites: list) -> bool:
+    loops = {k.loop(ev.inst) for ev, _ in sites}
+    if len(loops) > 1:
+        k.add("arrivals.unknown", "note", f"the arrivals on barrier {k.name(key)} come from different loops, so "
+              "the arrivals per phase are not derivable", "-", SECTION, sites[0][0].inst, barrier=key)
+        return True
+    per_site = []
+    for ev, issuer in sites:
+        counts = k.threads(ev.inst, issuer)
+        per = evaluate(substitute(ev.amount, k.rank_env(issuer)), k.rank_env(issuer)) if ev.amount else 1
+        if counts is None or per is None:
+            k.add("arrivals.unknown", "note", f"how many threads arrive on barrier {k.name(key)} (line "
+                  f"{ev.inst.line}) depends on data", "-", SECTION, ev.inst, barrier=key)
+            return True
+        per_site.append((ev, issuer, {size: n * per for size, n in counts.items()}, k.data_literals(ev.inst)))
+    common = frozenset.intersection(*(lits for *_, lits in per_site))
+    exprs = sorted({e for *_, lits in per_site for e, _ in lits - common}, key=repr)
+    if len(exprs) > 4:
+        k.add("arrivals.unknown", "note", f"barrier {k.name(key)}: too many data conditions around its arrivals "
+              "to enumerate", "-", SECTION, sites[0][0].inst, barrier=key)
+        return True
+    for truth_values in itertools.product((True, False), repeat=len(exprs)):
+        truth = dict(zip(exprs, truth_values))
+        active = [site for site in per_site if all(truth.get(e, True) == pol for e, pol in site[3] - common)]
+        if not active:
+            continue
+        totals: dict[int, int] = defaultdict(int)
+        for _, _, counts, _ in active:
+            for size, n in counts.items():
+                totals[size] += n
+        if _report(k, key, expected_v, set(totals.values()), [(ev, who) for ev, who, *_ in active]):
+            return True
+    return False
 
 
 def _report(k: Kernel, key, expected_v: int, values: set[int], sites) -> bool:

@@ -1,4 +1,4 @@
-"""The ``tmakit`` command: info, describe, swizzle, corpus-check.
+"""The ``tmakit`` command: info, describe, swizzle, corpus-check, lint, decode (the last two: tmakit/doctor/commands.py).
 
 Every error exits 2 with one message (JSON under ``--json``: ``{"valid": false, "error": {...}}``), indices in numpy
 order (outermost first), and an invalid tensor map shows the one nearest valid request ("try: ..."). A closed pipe
@@ -220,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_ranged(0, 2**63 - 1), default=12345)
     p.add_argument("--device", type=_ranged(0, 1023), default=0)
     p.add_argument("--json", action="store_true")
+    from .doctor.commands import add_parsers
+
+    add_parsers(sub)
     return ap
 
 
@@ -243,8 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 sys.stderr.write(f"{err.usage}tmakit: error: {err}\n")
             return 2
+        from .doctor.commands import cmd_decode, cmd_lint
+
         handlers = {"info": cmd_info, "describe": cmd_describe, "swizzle": cmd_swizzle,
-                    "corpus-check": cmd_corpus_check}
+                    "corpus-check": cmd_corpus_check, "lint": cmd_lint, "decode": cmd_decode}
         try:
             return handlers[args.command](args, console)
         except TmakitError as err:

@@ -48,7 +48,7 @@ from .tensormap import (
     encode_tiled,
 )
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
-from .doctor import Finding, LintReport, lint
+from .doctor import DecodedTensorMap, Finding, LintReport, decode_tensormap, lint
 
 __version__ = "0.1.0"
 
@@ -56,7 +56,7 @@ __all__ = [
     "Arch", "DataType", "Interleave", "L2Promotion", "OOBFill", "Swizzle",
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
     "InvalidArgumentError", "HangError",
-    "lint", "LintReport", "Finding",
+    "lint", "LintReport", "Finding", "decode_tensormap", "DecodedTensorMap",
     "describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",

@@ -4,7 +4,8 @@ doctor (``Kernel.bind(..., checked=True)``) bounds every mbarrier wait and names
 ``decode_tensormap`` reads a raw CUtensorMap back into its encode parameters. docs/DEBUGGING.md has each rule
 with the public thread it comes from."""
 from .check import lint_ptx
+from .decode import DecodedTensorMap, decode_tensormap
 from .lint import lint
 from .report import Finding, LintReport
 
-__all__ = ["Finding", "LintReport", "lint", "lint_ptx"]
+__all__ = ["DecodedTensorMap", "Finding", "LintReport", "decode_tensormap", "lint", "lint_ptx"]

@@ -254,7 +254,7 @@ class _Reader:
             if kind == "line" or stmt.startswith((".loc", ".file")):
                 if stmt.startswith((".version", ".target", ".address_size")):
                     self._module_directive(stmt)
-                else:
+                elif "inlined_at" not in stmt:  # keep the kernel's own line, not the inlined helper's
                     loc = self._line_directive(stmt, loc)
                 if kind == "line":
                     continue

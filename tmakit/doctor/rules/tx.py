@@ -155,10 +155,12 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
     truth, expected, delivered, active = bad[0]
     parts = "; ".join(f"line {ev.inst.line}: {text}" for ev, b, text, s in active if s < 0) or "no copy completes on it"
     if expected > delivered:
+        fix = (f"expect exactly the bytes that land: expect_tx({delivered}) (TensorMap.box_bytes per box, counted in "
+               "every CTA a multicast writes)" if delivered else
+               "post expect_tx on the barrier the copies complete on (a stale or wrong barrier index?)")
         k.add(RULE_MANY, "error", f"barrier {k.name(key)}{where} expects {expected} B per phase but the copies completing "
-              f"on it deliver {delivered} B ({parts}): the phase never completes and the waiters hang",
-              f"expect exactly the bytes that land: expect_tx({delivered}) (TensorMap.box_bytes per box, counted in "
-              "every CTA a multicast writes)", "tx", anchor, barrier=key, value=expected)
+              f"on it deliver {delivered} B ({parts}): the phase never completes and the waiters hang", fix, "tx",
+              anchor, barrier=key, value=expected)
     else:
         k.add(RULE_FEW, "error", f"barrier {k.name(key)}{where} expects {expected} B per phase but {delivered} B land on "
               f"it ({parts}): the phase completes before the data has landed (a race), and the late bytes count "

@@ -246,6 +246,18 @@ def test_ptxas_assembles_what_ptx_to_cubin_is_given(monkeypatch):
         assemble.ptx_to_cubin(ins.ptx.replace("mbarrier.pending_count", "mbarrier.no_such_op"), "sm_90a")
 
 
+@pytest.mark.skipif(assemble._nvjitlink() is None, reason="nvJitLink is not installed (pip install nvidia-nvjitlink); "
+                    "the ptxas path is tested above")
+def test_nvjitlink_assembles_what_ptx_to_cubin_is_given():
+    assert assemble.assembler() == "nvjitlink"
+    code, ins = _scenario(4)
+    assert assemble.ptx_to_cubin(ins.ptx, "sm_90a")[:4] == b"\x7fELF"
+    from tmakit.errors import CompileError
+
+    with pytest.raises(CompileError, match="no_such_op"):
+        assemble.ptx_to_cubin(ins.ptx.replace("mbarrier.pending_count", "mbarrier.no_such_op"), "sm_90a")
+
+
 def test_bind_checked_and_tmakit_check_reach_the_hang_doctor(monkeypatch):
     from _fake_driver import fake_kernel_of
 

@@ -1,6 +1,7 @@
 """`tmakit lint` as issue 29 specifies it: FILE (.cu or .ptx) --entry --map PARAM="describe_tensor kwargs"
 [--cluster X,Y,Z] [--arch] [--json]; exit 0 clean, 1 with findings, 2 on a usage error; and lint()'s argument
-errors. The bug is the one the tx rule's seeds come from (expect_tx larger than the box: NVIDIA/cutlass#1466)."""
+errors. The bug: expect_tx of two boxes where one lands (the tx.too_many rule; its seed is tile-ai/tilelang#1828
+in tests/lint_seeds.py)."""
 from __future__ import annotations
 
 import json

@@ -180,6 +180,7 @@ class FakeDriver:
     def cuMemcpyHtoDAsync(self, d, s, n, st): return self._copy("cuMemcpyHtoDAsync", d, s, n, True, False)
     def cuMemcpyDtoHAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoHAsync", d, s, n, False, True)
     def cuMemcpyDtoDAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoDAsync", d, s, n, True, True)
+    def cuMemcpyDtoH(self, d, s, n): return self._copy("cuMemcpyDtoH", d, s, n, False, True)
 
     def _memset(self, ptr, value, count, size, pitch=None):
         pitch = pitch or size

@@ -7,7 +7,8 @@ acyclic): ``errors``, ``arch``, ``dtypes`` -> ``_driver`` (the CUresult chokepoi
 ``transfer`` -> ``tensormap`` (spec, rules, encode, tensor_map, describe, im2col, suggest, order) and ``layout``
 (CPU model of every TMA mode, wgmma descriptors) -> ``kernel_signature``, ``launch_args``, ``launch`` ->
 ``build`` (compile, disk cache, modules) -> ``ops`` (plans: load_tiles, copy, transpose, gemm, attention,
-modes) -> ``cli``.
+modes) -> ``cli``. ``doctor`` (lint, the hang doctor's PTX rewrite, the CUtensorMap decoder) sits beside
+``build``: it reads PTX; ``launch`` reaches its hang side only for checked launches.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .dtypes import DataType
 from .errors import (
     CompileError,
     CudaDriverError,
+    HangError,
     InvalidArgumentError,
     LaunchError,
     TensorMapError,
@@ -47,13 +49,15 @@ from .tensormap import (
     encode_tiled,
 )
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
+from .doctor import DecodedTensorMap, Finding, LintReport, decode_tensormap, lint
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Arch", "DataType", "Interleave", "L2Promotion", "OOBFill", "Swizzle",
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
-    "InvalidArgumentError",
+    "InvalidArgumentError", "HangError",
+    "lint", "LintReport", "Finding", "decode_tensormap", "DecodedTensorMap",
     "describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",

@@ -1,4 +1,4 @@
-"""The ``tmakit`` command: info, describe, swizzle, corpus-check.
+"""The ``tmakit`` command: info, describe, swizzle, corpus-check, lint, decode (the last two: tmakit/doctor/commands.py).
 
 Every error exits 2 with one message: on stderr in text mode, on stdout as JSON under ``--json``
 (``{"valid": false, "error": {...}}``); indices in numpy order (outermost first), and an invalid tensor map shows
@@ -225,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_ranged(0, 2**63 - 1), default=12345)
     p.add_argument("--device", type=_ranged(0, 1023), default=0)
     p.add_argument("--json", action="store_true")
+    from .doctor.commands import add_parsers
+
+    add_parsers(sub)
     return ap
 
 
@@ -305,7 +308,10 @@ def _run(argv: list[str]) -> int:
         else:
             sys.stderr.write(f"{err.usage}tmakit: error: {err}\n")
         return 2
-    handlers = {"info": cmd_info, "describe": cmd_describe, "swizzle": cmd_swizzle, "corpus-check": cmd_corpus_check}
+    from .doctor.commands import cmd_decode, cmd_lint
+
+    handlers = {"info": cmd_info, "describe": cmd_describe, "swizzle": cmd_swizzle, "corpus-check": cmd_corpus_check,
+                "lint": cmd_lint, "decode": cmd_decode}
     try:
         return handlers[args.command](args, console)
     except TmakitError as err:

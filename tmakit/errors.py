@@ -7,6 +7,7 @@ TmakitError
  +-- CompileError           NVRTC/ptxas rejected a kernel (log, options, numbered source)
  +-- LaunchError            a kernel launch was refused before reaching the driver
  +-- InvalidArgumentError   a Python-level argument is of the wrong type/value (also a ValueError)
+ +-- HangError              a checked launch (``checked=True``) found an mbarrier wait that never completed
 """
 from __future__ import annotations
 
@@ -93,3 +94,18 @@ class CompileError(TmakitError):
 
 class LaunchError(TmakitError):
     """A launch was refused before the driver saw it (argument count/type, shared memory, device)."""
+
+
+class HangError(TmakitError):
+    """A checked launch's bounded wait expired: ``record`` holds what the waiting thread saw (block, thread, the
+    barrier's symbol and offset, the parity it waited for, the barrier's state, the last expect_tx posted on it),
+    ``findings`` the lint's findings for that barrier. The kernel ran to its end with its waits released, so the
+    context is still usable; its outputs are not."""
+
+    def __init__(self, kernel: str, record: Any, findings: Sequence[Any] = ()):
+        self.kernel, self.record, self.findings = kernel, record, list(findings)
+        lines = [f"kernel {kernel} hung: {record}"]
+        if self.findings:
+            lines.append("the lint's findings for this barrier:")
+            lines += [f"  - {f}" for f in self.findings]
+        super().__init__("\n".join(lines))

@@ -59,6 +59,7 @@ class Module:
     def __init__(self, code: Any, device: int = 0):
         self.code, self.device = code, int(device)
         self._kernels: dict[str, Kernel] = {}
+        self._checked: tuple[Module, Any] | None = None  # the hang doctor's twin, made on first checked bind
         _driver.make_current(self.device)
         self.image = choose_image(code, _driver.device_arch(self.device))
         if self.image == "ptx":
@@ -91,8 +92,28 @@ class Module:
             found = self._kernels[name] = Kernel(self, name, func, self.code.params(name))
         return found
 
+    def checked_kernel(self, name: str) -> tuple[Kernel, Any]:
+        """``(kernel, instrumented)``: kernel ``name`` of this module's hang-doctor twin, its mbarrier waits bounded
+        (tmakit.doctor.instrument), assembled and loaded once per module."""
+        if self._checked is None:
+            from dataclasses import replace
+
+            from ..doctor.assemble import ptx_to_cubin
+            from ..doctor.instrument import instrument
+
+            ins = instrument(self.code.ptx)
+            cubin = ptx_to_cubin(ins.ptx, self.code.arch.sm, self.code.name)
+            code = replace(self.code, code=cubin, kind="cubin", ptx=ins.ptx, cache_key=self.code.cache_key + "+checked",
+                           from_cache=False, _entries={})
+            self._checked = (Module(code, self.device), ins)
+        module, ins = self._checked
+        return module.kernel(name), ins
+
     def close(self) -> None:
         self._kernels.clear()
+        if self._checked is not None:
+            self._checked[0].close()
+            self._checked = None
         self._finalizer()
 
     @property

@@ -44,11 +44,13 @@ class Plan:
     names: tuple[str, ...] = ()  # the buffers plan(...) takes, in order
 
     def __init__(self, result: Any, views: Sequence[ArrayView], kernel: Any = None, args: Sequence[Any] = (),
-                 **launch_options: Any) -> None:
+                 checked: bool | None = None, **launch_options: Any) -> None:
+        """``checked=True`` binds the hang doctor's twin (``Kernel.bind(..., checked=True)``: bounded mbarrier
+        waits, ``HangError``); None follows TMAKIT_CHECK."""
         self.result = result
         self._views = tuple(views)  # the buffers (their owners stay alive with the plan)
         self._args = list(args)
-        self._launch = kernel.bind(*args, **launch_options) if kernel is not None else None
+        self._launch = kernel.bind(*args, checked=checked, **launch_options) if kernel is not None else None
 
     @property
     def backend(self) -> Any:

@@ -57,7 +57,8 @@ def _tuning_int(name: str, value: Any, low: int, high: int, rule: str = "") -> i
 
 
 def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, blocks: int | None = None,
-              chunk_bytes: int = 32768, stages: int = 3, source_eviction: Any = "normal") -> CopyPlan:
+              chunk_bytes: int = 32768, stages: int = 3, source_eviction: Any = "normal",
+              checked: bool | None = None) -> CopyPlan:
     """A prepared ``dst[...] = src`` for contiguous device arrays of the same shape and dtype, asynchronous on
     ``stream``: ``plan()`` copies, ``plan(dst2, src2)`` copies other buffers of the same geometry.
 
@@ -108,7 +109,7 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
         k = kernel("copy.cu", "tmakit_copy", choice, d.device)
         threads, path, shared_mem = _KERNEL_THREADS[choice.name], "cp.async", 0
         grid = blocks or -(-nbytes // _CP_ASYNC_CHUNK)  # one 8 KiB chunk per block, as on the TMA path
-    return CopyPlan(CopyResult(choice, path, nbytes, grid), (d, s), k, (d.ptr, s.ptr, nbytes),
+    return CopyPlan(CopyResult(choice, path, nbytes, grid), (d, s), k, (d.ptr, s.ptr, nbytes), checked=checked,
                     grid=(grid, 1, 1), block=(threads, 1, 1), shared_mem=shared_mem, stream=stream)
 
 

@@ -90,7 +90,8 @@ class LoadTilesPlan(Plan):
 
     op, names = "load_tiles", ("array",)
 
-    def __init__(self, tm: Any, view: Any, choice: BackendChoice, coords: np.ndarray, geo: Any, align: int) -> None:
+    def __init__(self, tm: Any, view: Any, choice: BackendChoice, coords: np.ndarray, geo: Any, align: int,
+                 checked: bool | None = None) -> None:
         device = int(tm.device)
         _driver.ensure_context(device)
         n = len(coords)
@@ -102,8 +103,8 @@ class LoadTilesPlan(Plan):
         k = kernel("tile_load.cu", "tmakit_tile_load", choice, device)
         args = (tm, self._coords.ptr, np.int32(n), np.int32(tm.rank), np.uint32(geo.box_bytes),
                 np.uint32(geo.smem_bytes), np.uint32(align), np.uint32(POISON), self._out.ptr)
-        super().__init__(None, (view,) if view is not None else (), k, args, grid=(min(n, _MAX_BLOCKS), 1, 1),
-                         block=(_THREADS, 1, 1), shared_mem=geo.smem_bytes + align)
+        super().__init__(None, (view,) if view is not None else (), k, args, checked=checked,
+                         grid=(min(n, _MAX_BLOCKS), 1, 1), block=(_THREADS, 1, 1), shared_mem=geo.smem_bytes + align)
 
     @property
     def backend(self) -> BackendChoice:
@@ -143,12 +144,13 @@ class LoadTilesPlan(Plan):
 
 
 def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",
-                    **describe_kwargs: Any) -> LoadTilesPlan:
+                    checked: bool | None = None, **describe_kwargs: Any) -> LoadTilesPlan:
     """Prepare loading the box at each of ``coords`` (shape (n, rank), numpy order) on the GPU.
 
     ``tensor_map_or_array`` is a TensorMap, or a device array described with ``box`` (numpy order) and
     ``describe_kwargs`` (swizzle=, oob_fill=, element_strides=, ...). ``backend`` is "auto", "tma" or
-    "cp.async"; the one that runs is ``plan.backend``.
+    "cp.async"; the one that runs is ``plan.backend``. ``checked=True``: the hang doctor's bounded waits
+    (``HangError``; docs/DEBUGGING.md).
     """
     tm = _as_tensor_map(tensor_map_or_array, box, describe_kwargs)
     if getattr(tm, "mode", "tiled") != "tiled":
@@ -183,7 +185,7 @@ def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, b
         view = _checks.view(owner, "array") if owner is not None else None
     except TmakitError:  # an owner that is no array view (then plan(array) checks shape and dtype only)
         view = None
-    return LoadTilesPlan(tm, view, choice, at, geo, align)
+    return LoadTilesPlan(tm, view, choice, at, geo, align, checked)
 
 
 def load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",

@@ -342,7 +342,8 @@ def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
-                   source_row_classes: bool = True, max_blocks: int | None = None) -> TransposePlan:
+                   source_row_classes: bool = True, max_blocks: int | None = None,
+                   checked: bool | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 
@@ -428,7 +429,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
     tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
-                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream)
+                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked)
 
 
 def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, eviction: L2Eviction, min_blocks: int | None,

@@ -1,0 +1,86 @@
+"""Every kernel tmakit ships lints clean (0 errors, 0 warnings; notes say what needs a map or a cluster to check),
+and the lint takes under a second per kernel once its PTX is compiled. GEMM and attention are also linted with
+the tensor maps and cluster their plans launch them with, which lets the tx-byte rule count every copy.
+
+The builds are the ones tests/test_device_headers.py compiles (the same disk-cache keys), for both engines.
+"""
+from __future__ import annotations
+
+import importlib
+import time
+from pathlib import Path
+
+import pytest
+
+from _fake_driver import FakeTorchTensor
+from tmakit.arrays import as_array_view
+from tmakit.backend import Backend
+from tmakit.build import compile_cuda
+from tmakit.doctor import lint, lint_ptx
+from tmakit.doctor.ptx import parse_module
+from tmakit.tensormap import describe_tensor
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNELS = sorted(p.name for p in (ROOT / "cuda_src").glob("*.cu"))
+PTX = sorted(p.name for p in (ROOT / "ptx").glob("*.ptx"))
+
+
+def _entries(ptx: str) -> list[str]:
+    return [f.name for f in parse_module(ptx).functions.values() if f.kind == "entry"]
+
+
+def _assert_clean(ptx: str, label: str, **kwargs) -> None:
+    for entry in _entries(ptx):
+        report = lint_ptx(ptx, entry=entry, source=label, **kwargs)
+        assert report.clean, str(report)
+        best = min(_timed(ptx, entry, label, kwargs) for _ in range(2))  # the best of two: CI machines are shared
+        assert best < 1.0, f"{label} {entry}: lint took {best:.2f} s"
+
+
+def _timed(ptx: str, entry: str, label: str, kwargs: dict) -> float:
+    start = time.perf_counter()
+    lint_ptx(ptx, entry=entry, source=label, **kwargs)
+    return time.perf_counter() - start
+
+
+@pytest.mark.parametrize("forced", [False, True], ids=["default", "forced_cp_async"])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_shipped_kernel_lints_clean(kernel, arch, forced):
+    code = compile_cuda(kernel, arch=arch, defines={"TMAKIT_FORCE_CP_ASYNC": 1} if forced else None)
+    _assert_clean(code.ptx, f"{kernel} {arch}{' forced cp.async' if forced else ''}", arch=arch)
+
+
+@pytest.mark.parametrize("name", PTX)
+def test_shipped_ptx_lints_clean(name):
+    _assert_clean((ROOT / "ptx" / name).read_text(), name)
+
+
+def test_gemm_lints_clean_with_its_plans_maps_and_cluster():
+    gemm = importlib.import_module("tmakit.ops.gemm")
+    cfg = gemm.default_config(Backend.TMA)
+    view = lambda shape: as_array_view(FakeTorchTensor(shape, dtype="bfloat16", itemsize=2), "x")  # noqa: E731
+    ta, tb, tc = gemm.gemm_tensor_maps(view((4096, 4096)), view((4096, 4096)), view((4096, 4096)), cfg, encode=False)
+    defines = {**Backend.TMA.defines, **cfg.defines}
+    report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": tb, "map_c": tc},
+                  cluster=(cfg.cluster, 1, 1), defines=defines)
+    assert report.findings == [], str(report)
+    # the same kernel with a B map of twice the box: every CTA's full barrier gets more bytes than it expects
+    wide = describe_tensor(shape=(4096, 4096), dtype="bf16", box=(256, 64), swizzle="128B")
+    report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": wide, "map_c": tc},
+                  cluster=(cfg.cluster, 1, 1), defines=defines)
+    assert report.rules("error") == {"tx.too_few"} and len(report.errors) == cfg.cluster, str(report)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_attention_lints_clean_with_its_plans_maps(head_dim):
+    attention = importlib.import_module("tmakit.ops.attention")
+    cfg = attention.default_config(Backend.TMA, head_dim, True)
+
+    def tmap(rows: int):
+        return describe_tensor(shape=(2, 4, 1024, head_dim), dtype="bf16", box=(1, 1, rows, 64), swizzle="128B")
+
+    maps = {"q_map": tmap(cfg.block_m), "k_map": tmap(cfg.block_n), "v_map": tmap(cfg.block_n),
+            "o_map": tmap(cfg.block_m // 2)}
+    report = lint("attention.cu", entry=cfg.entry, maps=maps, defines={**Backend.TMA.defines, **cfg.defines})
+    assert report.findings == [], str(report)

@@ -8,7 +8,9 @@ the decision plan_transpose makes, the copy's from plan_copy's defaults), for sm
 path (sm_80, and forced on sm_90a where the issue of slow compiles showed it).
 - cold: the first compile, NVRTC running (each variant compiled into its own empty cache folder, so nothing of
   ~/.cache/tmakit is used or touched; the time includes writing the entry);
-- warm: the same call again, served from that cache (reading and checking the entry).
+- warm: the same call again, served from that cache (reading and checking the entry);
+- checked: what the first checked bind of a module adds (the hang doctor's twin: tmakit.doctor.instrument
+  rewrites the PTX, ptxas or nvJitLink assembles it); later checked binds of the module look the twin up.
 Output: a rich table (stderr shows progress), ``--json`` the rows as JSON on stdout, ``--save`` also
 benchmarks/results/compile_times.{md,json} (device, date, commit, host) for docs/PERFORMANCE.md.
 """
@@ -29,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import write_results  # noqa: E402
 
 import tmakit  # noqa: E402
+from tmakit.doctor.assemble import ptx_to_cubin  # noqa: E402
+from tmakit.doctor.instrument import instrument  # noqa: E402
 
 
 def _transpose(shape: tuple[int, int], dtype: str, arch: str, backend: str) -> dict:
@@ -92,11 +96,15 @@ def measure(source: str, arch: str, defines: dict, warm_repeats: int) -> dict:
                 hit = tmakit.compile_cuda(source, arch=arch, defines=defines)
                 warm.append(time.perf_counter() - t0)
                 assert hit.from_cache, "the second compile must come from the cache"
+            t0 = time.perf_counter()
+            twin = ptx_to_cubin(instrument(code.ptx).ptx, code.arch.sm, code.name)
+            checked = time.perf_counter() - t0
+            assert twin, "the checked twin must assemble"
         finally:
             for key, value in saved.items():
                 os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
     return {"cold_s": round(cold, 2), "warm_ms": round(statistics.median(warm) * 1e3, 1),
-            "cubin_kib": round(len(code.code) / 1024, 1)}
+            "checked_s": round(checked, 2), "cubin_kib": round(len(code.code) / 1024, 1)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,16 +136,17 @@ def main(argv: list[str] | None = None) -> int:
             progress.advance(task)
     host = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} {platform.python_version()}"
     notes = [f"host: {host}; NVRTC {'.'.join(map(str, nvrtc_version()))}",
-             "cold: NVRTC runs (empty cache folder); warm: the same call served from the disk cache (median)"]
+             "cold: NVRTC runs (empty cache folder); warm: the same call served from the disk cache (median); "
+             "checked: the hang doctor's twin, instrumented and assembled (once per module)"]
     if args.json:
         print(json.dumps({"host": host, "rows": rows, "notes": notes}, indent=1))
     else:
         table = Table(title="compile times (NVRTC -> cubin)")
-        for column in ("variant", "source", "arch", "cubin KiB", "cold s", "warm ms"):
+        for column in ("variant", "source", "arch", "cubin KiB", "cold s", "warm ms", "checked s"):
             table.add_column(column, justify="left" if column in ("variant", "source", "arch") else "right")
         for r in rows:
             table.add_row(r["variant"], r["source"], r["arch"], f"{r['cubin_kib']:.1f}", f"{r['cold_s']:.2f}",
-                          f"{r['warm_ms']:.1f}")
+                          f"{r['warm_ms']:.1f}", f"{r['checked_s']:.2f}")
         Console().print(table)
         Console().print(notes[0], highlight=False)
     if args.save:

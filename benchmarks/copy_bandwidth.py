@@ -135,6 +135,7 @@ def _scaled(rows: int, cols: int, esize: int, gib: float) -> tuple[int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="also write the results into this folder")
+    parser.add_argument("--name", default=NAME, help=f"results file stem (default {NAME}; e.g. {NAME}_h200)")
     parser.add_argument("--quick", action="store_true", help="128 MiB at most, fewer repetitions")
     parser.add_argument("--gib", type=float, default=1.0, help="the largest array in GiB (default 1)")
     parser.add_argument("--rounds", type=_at_least_one, default=3, help="interleaved rounds per case (default 3)")
@@ -267,9 +268,9 @@ def main() -> int:
     targets = ([RESULTS] if default_run else []) + ([args.out] if args.out else [])
     for folder in targets:
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{NAME}.md").write_text("\n".join(lines) + "\n")
-        (folder / f"{NAME}.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"wrote {NAME}.md/.json to {[str(t) for t in targets] or 'nowhere (no --out)'}")
+        (folder / f"{args.name}.md").write_text("\n".join(lines) + "\n")
+        (folder / f"{args.name}.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"wrote {args.name}.md/.json to {[str(t) for t in targets] or 'nowhere (no --out)'}")
     worst = {}
     for r in rows_out:
         if r["variant"] in ("tmakit copy (tma)", "tmakit transpose (auto)") and r["vs torch copy"] == r["vs torch copy"]:

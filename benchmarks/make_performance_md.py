@@ -217,35 +217,56 @@ def transfer_bandwidth(d: dict) -> dict:
             "pipeline": pipeline}
 
 
-def compile_times(d: dict | None) -> dict:
-    if d is None:
-        return {"table": "No run recorded yet: `PYTHONPATH=. python benchmarks/compile_times.py --save` writes "
-                         "`benchmarks/results/compile_times.json` on the machine it runs on."}
-    out = [[r["variant"], r["source"], r["arch"], f"{r['cubin_kib']:.1f}", f"{r['cold_s']:.2f}", f"{r['warm_ms']:.1f}"]
-           for r in d["rows"]]
+def compile_times(d: dict) -> dict:
+    out = [[r["variant"], r["source"], r["arch"], f"{r['cubin_kib']:.1f}", f"{r['cold_s']:.2f}", f"{r['warm_ms']:.1f}",
+            f"{r['checked_s']:.2f}"] for r in d["rows"]]
     return {"table": f"{run_line(d)} {d['notes'][0][0].upper() + d['notes'][0][1:]}.\n\n" +
-                     table(["variant", "source", "arch", "cubin KiB", "cold s", "warm ms"], out, {3, 4, 5})}
+                     table(["variant", "source", "arch", "cubin KiB", "cold s", "warm ms", "checked s"], out,
+                           {3, 4, 5, 6})}
+
+
+def checked_overhead(d: dict) -> dict:
+    out = [[r["case"], f"{r['unchecked ms']:.3f}", f"{r['checked ms']:.3f}", f"{r['overhead']:+.1%}",
+            goal(r["overhead"], 0.03, "goal <= 3%"), "yes" if r["same output"] else "NO"] for r in d["rows"]]
+    return {"run": run_line(d),
+            "table": table(["case", "unchecked ms", "checked ms", "overhead", "goal", "same output"], out, {1, 2, 3})}
 
 
 SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
-    "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times}
-OPTIONAL = {"compile_times"}  # a section that says "not measured yet" without its file
+    "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
+    "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth}
+# sections that say "not measured yet" without their file: (the script, its arguments) that writes it
+OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
+            "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
+            "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200")}
+
+
+def _not_measured(name: str) -> str:
+    script, args = OPTIONAL[name]
+    return (f"No run recorded yet: `PYTHONPATH=. python benchmarks/{script}{' ' + args if args else ''}` writes "
+            f"`benchmarks/results/{name}.json`{' on the card it names' if name.endswith('_h200') else ''}.")
 
 
 def build(results: Path = RESULTS, template: Path = TEMPLATE) -> str:
     """The page: the template with every placeholder filled from the results files."""
     values: dict[str, str] = {}
+    missing: set[str] = set()
     for name, render in SECTIONS.items():
         path = results / f"{name}.json"
-        if not path.exists() and name not in OPTIONAL:
-            raise SystemExit(f"make_performance_md: {path} is missing (rerun benchmarks/{name}.py)")
-        data = json.loads(path.read_text()) if path.exists() else None
-        values.update({f"{name}.{part}": text for part, text in render(data).items()})
+        if not path.exists():
+            if name not in OPTIONAL:
+                raise SystemExit(f"make_performance_md: {path} is missing (rerun benchmarks/{name}.py)")
+            missing.add(name)
+            continue
+        values.update({f"{name}.{part}": text for part, text in render(json.loads(path.read_text())).items()})
 
     def fill(match: re.Match) -> str:
         key = match.group(1)
+        section, part = key.split(".", 1)
+        if section in missing:  # the table says how to measure it; the other parts say nothing
+            return _not_measured(section) if part == "table" else ""
         if key not in values:
             raise SystemExit(f"make_performance_md: the template asks for {{{{{key}}}}}, which no results file gives "
                              f"(known: {', '.join(sorted(values))})")

@@ -19,15 +19,16 @@
 //
 // Sector-aligned runs. A dst row that starts 16 bytes into a 32-byte sector (a dst pitch of 16 mod 32 bytes
 // puts every other row there) would begin and end each tile's run with half a sector, the other half written
-// by another block at another time, which costs a large part of the bandwidth (docs/PERFORMANCE.md). So the host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other
-// row) and marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source
-// rows before it (the prefix, one more box in the same stage) and writes a shifted class's rows over
-// [r0 - V, r0 + H - V): every run starts and ends on a sector boundary, but for the first tile row, whose
+// by another block at another time, which costs a large part of the bandwidth (docs/PERFORMANCE.md). So the
+// host splits dst rows into `row_classes` (1, or 2 by parity, each its own tensor map of every other row) and
+// marks the classes whose rows start mid-sector in `shifted`; a tile then also loads the V source rows before
+// it (the prefix, one more box in the same stage) and writes a shifted class's rows over [r0 - V, r0 + H - V):
+// every run starts and ends on a sector boundary, but for the first tile row, whose
 // runs stay unshifted (see turn_and_store), and a dst that is not 16-byte aligned (nothing to align to).
 //
 // Line-aligned source rows. A tile row is 128 bytes of one source row; where the source base lies inside a
-// 128-byte line and the pitch is whole lines, every tile row would straddle two lines. The host then passes `lead` and the tile columns after the first start that many elements early (see the
-// kernel's parameters).
+// 128-byte line and the pitch is whole lines, every tile row would straddle two lines. The host then passes
+// `lead` and the tile columns after the first start that many elements early (see the kernel's parameters).
 // A pitch of 64 mod 128 leaves every other row straddling whatever the columns; evict_last on the source
 // loads (TMAKIT_TRANSPOSE_SOURCE_EVICTION) keeps the other halves for the next tile column instead.
 //

@@ -158,7 +158,7 @@ def test_cli_decode_and_learn(tmp_path, capsys):
     assert any("stand-in" in n for n in doc["notes"])
     assert main(["decode", CUTLASS_947.replace("2048,2097152", "2050,2097152"), "--json"]) == 1  # breaks a rule
     assert json.loads(capsys.readouterr().out)["violations"]
-    assert main(["decode"]) == 2 and "is required" in capsys.readouterr().out
+    assert main(["decode"]) == 2 and "is required" in capsys.readouterr().err
 
 
 def test_field_reads_signed_values():

@@ -112,4 +112,10 @@ def test_the_performance_page_refuses_what_it_cannot_fill(tmp_path):
     (results / "gemm.json").unlink()
     with pytest.raises(SystemExit, match=r"gemm.json is missing"):
         module.build(results, template)
-    assert "No run recorded yet" in module.compile_times(None)["table"]  # the one optional section
+    shutil.copy(ROOT / "benchmarks" / "results" / "gemm.json", results)
+    for name in module.OPTIONAL:  # an optional section without its file says how to measure it, and nothing else
+        (results / f"{name}.json").unlink(missing_ok=True)
+        template.write_text(f"a {{{{{name}.run}}}} b\n{{{{{name}.table}}}}\n")
+        page = module.build(results, template)
+        script = module.OPTIONAL[name][0]
+        assert f"a  b\nNo run recorded yet: `PYTHONPATH=. python benchmarks/{script}" in page, page

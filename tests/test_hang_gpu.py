@@ -97,3 +97,28 @@ def test_seeded_hang_returns_with_the_barrier_parity_and_bytes(scenario):
 def test_a_launch_without_a_hang_is_not_reported():
     host, _, tmap = _source()
     _check_twin_runs(tmap, host)
+
+
+@pytest.mark.parametrize("op", ["gemm", "attention"])
+def test_the_checked_twins_of_the_tensor_core_kernels_compute_what_the_unchecked_do(op):
+    # plan_gemm / plan_attention(checked=True) bind the instrumented twin of the real kernel: same bytes out,
+    # fresh random data, poisoned outputs, and a second launch of each.
+    torch = pytest.importorskip("torch", reason="torch makes the operands")
+    import tmakit
+
+    torch.manual_seed(secrets.randbits(31))
+    for _ in range(2):
+        if op == "gemm":
+            a = torch.randn(777, 1000, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(1000, 520, device="cuda", dtype=torch.bfloat16).T.contiguous()  # (N, K)
+            outs = [torch.full((777, 520), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+            for out, checked in zip(outs, (False, True)):
+                tmakit.ops.plan_gemm(a, b, out, b_major="k", checked=checked)()
+        else:
+            q, k, v = (torch.randn(1, 4, 700, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+            outs = [torch.full_like(q, float("nan")) for _ in range(2)]
+            for out, checked in zip(outs, (False, True)):
+                tmakit.ops.plan_attention(q, k, v, out, causal=True, checked=checked)()
+        torch.cuda.synchronize()
+        assert not outs[1].isnan().any()
+        assert torch.equal(outs[0], outs[1])

@@ -72,7 +72,7 @@ def test_the_twin_exits_0_and_a_ptx_file_lints_the_same(files, capsys):
     assert main(["lint", str(ptx), "--entry", "load_tile", "--map", MAP.replace("a=", "load_tile_param_0=")]) == 1
     assert "tx.too_many" in capsys.readouterr().out  # bound by its PTX name
     assert main(["lint", str(ptx), "--entry", "load_tile", "--map", MAP]) == 2  # a .ptx has no C names
-    assert "load_tile_param_0" in capsys.readouterr().out
+    assert "load_tile_param_0" in capsys.readouterr().err
 
 
 def test_without_maps_the_box_is_unknown_and_the_doctor_says_so(files, capsys):
@@ -94,7 +94,7 @@ def test_without_maps_the_box_is_unknown_and_the_doctor_says_so(files, capsys):
 def test_usage_errors_exit_2_and_say_what_is_wrong(files, capsys, argv, words):
     argv = [a.replace("{bug}", str(files["bug"])) for a in argv]
     assert main(["lint", *argv]) == 2
-    assert words in capsys.readouterr().out
+    assert words in capsys.readouterr().err  # usage errors go to stderr; --json keeps them on stdout
     assert main(["lint", *argv, "--json"]) == 2
     doc = json.loads(capsys.readouterr().out)
     assert doc["valid"] is False and words in json.dumps(doc)

@@ -283,13 +283,15 @@ class AttentionPlan:
     same geometry (and writes ``plan.lse`` again); both return ``(out, lse)``."""
 
     def __init__(self, cfg: AttentionConfig, choice: BackendChoice, layout: str, dims: tuple, causal: bool,
-                 scale: float, out: Any, lse: Any, device: int, stream: Any = None):
+                 scale: float, out: Any, lse: Any, device: int, stream: Any = None,
+                 checked: bool | None = None):
         self.config, self.backend, self.layout, self.causal, self.scale = cfg, choice, layout, causal, scale
         self.batch, self.heads, self.sq, self.sk, self.head_dim = dims
         self.out, self.lse, self.device, self._stream = out, lse, device, stream
         self.maps: tuple = ()
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
         self._launch: Any = None
+        self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -315,7 +317,7 @@ class AttentionPlan:
                 strides += [sb // 2, sh // 2, ss // 2]
             args = (q.ptr, k.ptr, v.ptr, o.ptr, lse, *strides, *common)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream)
+                                         stream=self._stream, checked=self._checked)
 
     def __call__(self, q: Any = None, k: Any = None, v: Any = None, out: Any = None, *, lse: Any = None) -> tuple:
         if q is not None or k is not None or v is not None or out is not None or lse is not None:
@@ -352,8 +354,10 @@ def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
                    layout: str = "bhsd", backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
-                   warps: int | None = None, lse: Any = None, stream: Any = None) -> AttentionPlan:
-    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run)."""
+                   warps: int | None = None, lse: Any = None, stream: Any = None,
+                   checked: bool | None = None) -> AttentionPlan:
+    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
+    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
     layout = _parse_layout(layout)
     if not isinstance(causal, bool):
         raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
@@ -385,7 +389,8 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
                                    "split the batch")
     ov = ov or _checks.view(out, "out")
     _checks.refuse_overlap([("out", ov), ("lse", lv)], [("q", qv), ("k", kv), ("v", vv)])
-    plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D), causal, float(scale), out, lse, qv.device, stream)
+    plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D), causal, float(scale), out, lse, qv.device, stream,
+                         checked)
     plan._bind(qv, kv, vv, ov, lse)
     return plan
 

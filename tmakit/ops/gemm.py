@@ -209,13 +209,15 @@ class GemmPlan:
     geometry (re-addressed tensor maps); both return the output."""
 
     def __init__(self, cfg: GemmConfig, choice: BackendChoice, dims: tuple[int, int, int], alpha: float, beta: float,
-                 out: Any, device: int, stream: Any = None):
+                 out: Any, device: int, stream: Any = None,
+                 checked: bool | None = None):
         self.config, self.backend = cfg, choice
         self.m, self.n, self.k = dims
         self.alpha, self.beta, self.out, self.device, self._stream = alpha, beta, out, device, stream
         self.maps: tuple = ()
         self._kernel = kernel("gemm.cu", cfg.entry, choice, device, **cfg.defines)
         self._launch: Any = None
+        self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
 
     @property
     def tiles(self) -> tuple[int, int]:
@@ -248,7 +250,8 @@ class GemmPlan:
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
             args = (a.ptr, b.ptr, c.ptr, M, N, K, lda, ldb, ldc, *scal)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
+                                         stream=self._stream, checked=self._checked,
+                                         cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
 
     def __call__(self, a: Any = None, b: Any = None, c: Any = None) -> Any:
         if a is not None or b is not None or c is not None:
@@ -310,8 +313,9 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8,
-              stream: Any = None) -> GemmPlan:
-    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run)."""
+              stream: Any = None, checked: bool | None = None) -> GemmPlan:
+    """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
+    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -329,7 +333,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
                          shared_mem_limit=limit)
     check_config(cfg, limit)
     out = c if c is not None else _empty(a, dims[:2], odt)
-    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream)
+    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
     return plan
 

@@ -9,6 +9,9 @@
 - Lagging waiters: several threads wait, then a subset of them (an elected lane, a leader warp) releases the
   partner, with no warp/CTA barrier between; a waiter that has not yet seen the phase may then see the barrier
   two phases on and wait for a parity that never comes again (NVIDIA/cutlass#3654, triton-lang/triton#10035).
+  A wgmma.mma_async issued after the wait and completed (wgmma.wait_group) before the signal synchronises the
+  signaller's warpgroup: the tensor cores run it only once all four warps have issued it (PTX ISA 9.7.15.5.2,
+  "all threads in the warpgroup"), so a warpgroup's thread 0 may release for its warpgroup.
 """
 from __future__ import annotations
 
@@ -121,6 +124,8 @@ def _lagging_waiters(k: Kernel, producers) -> None:
     # a warp-synchronous instruction makes every lane of its warp wait for the others (.sync)
     warp_syncs = {i.index for i in insts if (i.head == "bar" and "warp" in i.opcode)
                   or (i.head in _WARP_COLLECTIVE and ("sync" in i.opcode.split(".") or i.head == "wgmma"))}
+    mma = {i.index for i in insts if i.head == "wgmma" and "mma_async" in i.opcode}
+    mma_waits = {i.index for i in insts if i.head == "wgmma" and "wait_group" in i.opcode}
     for w in k.by_kind("wait"):
         loop = k.loop(w.inst)
         if loop < 0 or w.barrier is None:
@@ -131,7 +136,7 @@ def _lagging_waiters(k: Kernel, producers) -> None:
                 continue
             if not k.cfg.reachable_without(w.index, x.index, set(), forward_only=True):
                 continue
-            if all(_hazard(k, w, x, size, producers, body, cta_syncs, warp_syncs) for size in k.block_sizes):
+            if all(_hazard(k, w, x, size, producers, body, cta_syncs, warp_syncs, (mma, mma_waits)) for size in k.block_sizes):
                 n_w = len(k.thread_set(w.inst, k.block_sizes[-1]) or ())
                 k.add("phase.lagging_waiter", "error", f"{n_w} threads wait on barrier {k.name(w.barrier)} (line "
                       f"{w.inst.line}), then a subset of them signals at line {x.inst.line} ({x.kind} on "
@@ -142,7 +147,7 @@ def _lagging_waiters(k: Kernel, producers) -> None:
                 return
 
 
-def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs) -> bool:
+def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs, warpgroup) -> bool:
     tw, tx = k.thread_set(w.inst, size), k.thread_set(x.inst, size)
     if tw is None or tx is None or not tx or not tx < tw:
         return False
@@ -158,6 +163,10 @@ def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs) 
     if all(t // 32 in signal_warps for t in others) and \
             not k.cfg.reachable_without(w.index, x.index, warp_syncs, forward_only=True):
         return False  # every laggard shares a warp with a signaller, and the warp synchronises in between
+    signal_groups = {t // 128 for t in tx}
+    if all(t // 128 in signal_groups for t in others) and \
+            all(not k.cfg.reachable_without(w.index, x.index, cut, forward_only=True) for cut in warpgroup):
+        return False  # every laggard shares a warpgroup with a signaller, which saw a wgmma of the whole group complete
     return True
 
 

@@ -101,6 +101,13 @@ class FakeDriver:
         return (OK, self.streams[int(h)]) if int(h) in self.streams else (BAD_HANDLE, None)
 
     def cuStreamSynchronize(self, h): self.complete_all(); return (OK,)
+
+    def cuStreamWriteValue64(self, s, addr, value, flags):
+        if not self._in_dev(int(addr), 8):
+            self.errors.append("cuStreamWriteValue64 out of bounds")
+            return (INVALID,)
+        ctypes.memmove(int(addr), int(getattr(value, "value", value)).to_bytes(8, "little"), 8)
+        return (OK,)
     def cuStreamWaitEvent(self, s, e, flags): self._log("cuStreamWaitEvent"); return (OK,)
 
     def cuEventCreate(self, flags):
@@ -181,6 +188,7 @@ class FakeDriver:
     def cuMemcpyDtoHAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoHAsync", d, s, n, False, True)
     def cuMemcpyDtoDAsync(self, d, s, n, st): return self._copy("cuMemcpyDtoDAsync", d, s, n, True, True)
     def cuMemcpyDtoH(self, d, s, n): return self._copy("cuMemcpyDtoH", d, s, n, False, True)
+    def cuMemcpyHtoD(self, d, s, n): return self._copy("cuMemcpyHtoD", d, s, n, True, False)
 
     def _memset(self, ptr, value, count, size, pitch=None):
         pitch = pitch or size

@@ -3,8 +3,9 @@
 1 tx too high (expect_tx of two boxes, one copy), 2 tx too low (the phase completes early; the next phase, a
 plain arrive, never completes: its tx-count is left negative), 3 a parity that never flips (the producer waits
 on a fresh empty barrier for parity 0 instead of 1, the consumer for the full one: neither comes), 4 a missing
-release (consumers never arrive on the empty barrier), 5 every thread arriving on a count-1 barrier (128
-arrivals complete 128 phases: parity 0 again), 6 a multicast counted for one CTA (rank 0 multicasts to itself
+release (consumers never arrive on the empty barrier), 5 every thread arriving on a barrier initialised for
+64 (128 arrivals complete two phases, so the wait for parity 0 finds phase 2, of parity 0, in progress; on a
+count-1 barrier a warp's 32 arrivals at once fault instead of hanging, as measured on the H100), 6 a multicast counted for one CTA (rank 0 multicasts to itself
 only; rank 1 expects the box). Every scenario loads boxes of a (rows, 64) bf16 tensor (128B swizzle, 8192-byte
 boxes) and copies what landed to ``out`` (``blocks x tiles x 8192`` bytes), so the twin is checked against the
 source. tests/test_hang_gpu.py runs them; tests/test_hang_doctor.py assembles their instrumented PTX.
@@ -31,7 +32,7 @@ extern "C" __global__ void __launch_bounds__(128) hang(const __grid_constant__ T
   __shared__ u64 full, empty;
   const int tid = threadIdx.x;
   unsigned char* mine = out + (size_t)blockIdx.x * 3 * 8192;
-  if (tid == 0) { bar_init(&full, 1); bar_init(&empty, SCENARIO == 5 ? 1 : 96); fence_init(); }
+  if (tid == 0) { bar_init(&full, 1); bar_init(&empty, SCENARIO == 5 ? 64 : 96); fence_init(); }
 #if SCENARIO == 6
   asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else

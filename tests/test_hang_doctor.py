@@ -5,20 +5,21 @@ option reaches the launch from ``bind``, ``TMAKIT_CHECK`` and the plans. tests/t
 """
 from __future__ import annotations
 
+import re
 import struct
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
-from _fake_driver import device_view, fake, fake_launch  # noqa: F401 - fixtures
+from _fake_driver import OK, device_view, fake, fake_launch  # noqa: F401 - fixtures
 from conftest import requires_ptxas
 from hang_kernels import SCENARIOS, SOURCE
 
 from tmakit import ops
 from tmakit.build import compile_cuda
 from tmakit.doctor import assemble, hang
-from tmakit.doctor.instrument import BUFFER_BYTES, RECORD_FIELDS, SYMBOL, TABLE_OFFSET, instrument
+from tmakit.doctor.instrument import BUFFER_BYTES, RECORD_BYTES, RECORD_FIELDS, SYMBOL, instrument
 from tmakit.doctor.ptx import parse_module
 from tmakit.errors import HangError, InvalidArgumentError, UnsupportedDeviceError
 
@@ -51,8 +52,11 @@ def test_every_seeded_hang_instruments_and_assembles(scenario):
     text = ins.ptx
     for site in ins.sites:  # each wait: its probe, then the branch past the slow path on success
         assert f"$TMKD_OK_{site.index}:" in text and f"$TMKD_GIVE_{site.index}:" in text
-    assert text.count("mbarrier.pending_count") == len(ins.sites)
+    assert text.count("atom.global.cas.b32") == len(ins.sites)  # each wait's give-up, inline
     assert len(ins.expects) == code.ptx.count("expect_tx") and text.count("st.global.v4.u32") >= len(ins.expects)
+    # every arrive and every copy that completes bytes on a barrier is skipped once the thread gave up
+    mutating = [line for line in text.splitlines() if re.search(r"\b(mbarrier\.arrive|cp\.async\.bulk\.tensor)", line)]
+    assert mutating and all(line.strip().startswith("@%tmkd_x ") for line in mutating), mutating
 
 
 @requires_ptxas
@@ -104,16 +108,21 @@ def test_instrumenting_twice_is_refused():
 
 
 def _record(**fields) -> bytes:
-    raw = bytearray(TABLE_OFFSET)
+    raw = bytearray(RECORD_BYTES)
     for name, value in fields.items():
         if isinstance(value, tuple):
             for i, v in enumerate(value):
                 struct.pack_into("<I", raw, 4 * (RECORD_FIELDS[name] + i), v)
-        elif name in ("state", "elapsed_ns"):
+        elif name in ("gridid", "wait_state"):
             struct.pack_into("<Q", raw, 4 * RECORD_FIELDS[name], value)
         else:
             struct.pack_into("<I", raw, 4 * RECORD_FIELDS[name], value)
     return bytes(raw)
+
+
+def _expect(address: int, nbytes: int, site: int, block: int, gridid: int) -> tuple:
+    """An expect_tx table entry as the kernel writes it (and the thread that gives up copies it)."""
+    return (address, nbytes, site | (block + 1) << 16, gridid & 0xFFFFFFFF)
 
 
 def _scenario(n: int):
@@ -127,25 +136,40 @@ def compiled():
     return {n: _scenario(n) for n in (0, 1)}
 
 
+UNITS_PER_S = 1e9 / (1 << 20)  # the kernel's clock: units of 2^20 ns
+
+
 def test_a_record_reads_as_words():
     code, ins = _scenario(1)
-    full = ins.symbols.index("_ZZ4hangE4full")
-    bases = tuple(0x400 + 16 * i for i in range(len(ins.symbols)))
-    raw = _record(flag=1, site=0, ctaid=(3, 0, 0), tid=(5, 0, 0), address=bases[full], parity=0, phase=0,
-                  state=0x1234, pending=1, elapsed_ns=1_000_000_000, nsyms=len(ins.symbols), symbols=bases)
-    entry = struct.pack("<IIII", bases[full], 16384, 0, 4)
-    record = hang.decode_record(raw, "hang", ins, lambda address: entry, {})
+    full = ins.symbols["hang"].index("_ZZ4hangE4full")
+    bases = tuple(0x400 + 16 * i for i in range(len(ins.symbols["hang"])))
+    device = _record(nsyms=len(bases), symbols=bases)
+    fields = dict(flag=1, site=0, ctaid=(3, 0, 0), tid=(5, 0, 0), address=bases[full], parity=0, phase=0,
+                  elapsed=round(UNITS_PER_S), nctaid=(4, 1, 1), gridid=7)
+    raw = _record(**fields)
+    entry = struct.pack("<IIII", *_expect(bases[full], 16384, 0, 3, gridid=7))
+    record = hang.decode_record(raw, "hang", ins, {}, device, entry)
     text = str(record)
     assert record.barrier == "_ZZ4hangE4full" and record.block == (3, 0, 0) and record.thread == (5, 0, 0)
     assert "waited 1000 ms" in text and "for parity 0" in text and "phase of parity 0 is the current one" in text
     assert "posted 16384 bytes" in text and f"PTX line {ins.sites[0].ptx_line}" in text
-    # an entry left by another barrier (or none) is not reported as this barrier's
-    other = hang.decode_record(raw, "hang", ins, lambda address: struct.pack("<IIII", 0x999, 8, 0, 4), {})
-    assert other.last_expect is None and "no expect_tx was posted" in str(other)
+    # the slot the host reads: block 3's row, the barrier's slot in it
+    assert hang.table_offset(raw) == 256 + 16 * (3 * 16 + (bases[full] >> 3) % 16)
+    # an entry of another barrier, another block, an earlier launch (or none) is not this barrier's
+    for other_entry in (_expect(0x999, 8, 0, 3, 7), _expect(bases[full], 8, 0, 2, 7), _expect(bases[full], 8, 0, 3, 6),
+                        (0, 0, 0, 0)):
+        other = hang.decode_record(raw, "hang", ins, {}, device, struct.pack("<IIII", *other_entry))
+        assert other.last_expect is None and "no expect_tx was posted" in str(other)
+    # a thread of cluster rank 1 sees its shared addresses with the rank above bit 24; block 0 wrote the bases
+    ranked = hang.decode_record(_record(**{**fields, "address": 0x1000000 + bases[full]}), "hang", ins, {}, device)
+    assert ranked.barrier == "_ZZ4hangE4full"
+    # without the device record the barrier is named by its shared address
+    assert hang.decode_record(raw, "hang", ins, {}).barrier == f"shared address 0x{bases[full]:x}"
 
 
 class _FakeBound:
-    """A bound launch whose 'kernel' writes ``record`` into the hang buffer when launched."""
+    """A bound launch whose 'kernel' does what the instrumented kernel does when a wait gives up: writes
+    ``record`` into the module's mailbox (whose device address the host put in the record header), flag last."""
 
     def __init__(self, driver, address, record, args=()):
         from tmakit import _driver
@@ -155,49 +179,69 @@ class _FakeBound:
         cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = 4, 1, 1
         cfg.hStream = _driver.bindings().CUstream(0)
         self._config, self.launches = cfg, 0
+        self.device, self.entry = None, None
 
     def __call__(self, stream=None):
         import ctypes
 
         self.launches += 1
-        flag, self.seen_timeout = struct.unpack_from("<II", self.driver.view_bytes(self.address, 8))
-        assert flag == 0  # reset before the launch
+        flag, self.seen_timeout, mailbox = struct.unpack_from("<IIQ", ctypes.string_at(self.address, 16))
+        assert flag == 0 and mailbox  # the header says "no hang yet" and where the mailbox is
+        if self.device is not None:  # what block 0 and the expect_tx write into the device record
+            ctypes.memmove(self.address + 4 * RECORD_FIELDS["nsyms"], self.device[4 * RECORD_FIELDS["nsyms"]:],
+                           RECORD_BYTES - 4 * RECORD_FIELDS["nsyms"])
+            if self.entry is not None and self.record is not None:
+                ctypes.memmove(self.address + hang.table_offset(self.record), self.entry, 16)
         if self.record is not None:
-            ctypes.memmove(self.address, self.record, len(self.record))
+            ctypes.memmove(mailbox + 4, self.record[4:], len(self.record) - 4)
+            ctypes.memmove(mailbox, self.record[:4], 4)  # the flag last
+            ctypes.memmove(self.address, b"\1\0\0\0", 4)  # and the device flag (the winner's CAS)
 
 
-def _checked(fake, record, monkeypatch, code, ins, args=()):
+class _FakeModule:
+    pass
+
+
+def _checked(fake, record, monkeypatch, code, ins, args=(), deferred=False, module=None):
     import ctypes
 
     buf = ctypes.create_string_buffer(BUFFER_BYTES)
     address = ctypes.addressof(buf)
     fake.dev[address] = (buf, 0)
-    fake.view_bytes = lambda p, n: ctypes.string_at(p, n)
-    monkeypatch.setattr(hang.HangBuffer, "of", classmethod(lambda cls, module: cls(address, BUFFER_BYTES)))
+    monkeypatch.setattr(hang, "record_address", lambda module: address)
     bound = _FakeBound(fake, address, record, args)
+    module = module or _FakeModule()
 
     class K:
-        name, module = "hang", None
+        name, device = "hang", 0
 
+    K.module = module
     bound.kernel = K()
-    return hang.CheckedLaunch(K(), bound, ins, code.ptx, 1.0), bound, buf
+    return hang.CheckedLaunch(K(), bound, ins, code.ptx, 1.0, deferred=deferred), bound, buf
+
+
+def _hung(ins, **extra) -> tuple[bytes, bytes]:
+    """A record of a consumer of block 0 hung on the full barrier, and the device record's symbol bases."""
+    bases = tuple(0x400 + 16 * i for i in range(len(ins.symbols["hang"])))
+    full = bases[ins.symbols["hang"].index("_ZZ4hangE4full")]
+    fields = dict(flag=1, site=ins.sites[0].index, ctaid=(0, 0, 0), tid=(7, 0, 0), address=full, parity=0, phase=0,
+                  elapsed=round(1.5 * UNITS_PER_S), nctaid=(4, 1, 1), gridid=9)
+    return _record(**{**fields, **extra}), _record(nsyms=len(bases), symbols=bases)
 
 
 def test_checked_launch_raises_hang_error_with_the_lint_of_that_barrier(compiled, fake, monkeypatch):
     code, ins = compiled[1]
-    bases = tuple(0x400 + 16 * i for i in range(len(ins.symbols)))
-    full = bases[ins.symbols.index("_ZZ4hangE4full")]
-    wait_site = next(s for s in ins.sites)
-    record = _record(flag=1, site=wait_site.index, ctaid=(0, 0, 0), tid=(7, 0, 0), address=full, parity=0, phase=0,
-                     state=0, pending=0, elapsed_ns=1_500_000_000, nsyms=len(ins.symbols), symbols=bases)
+    record, device = _hung(ins)
     launch, bound, buf = _checked(fake, record, monkeypatch, code, ins)
-    with pytest.raises(HangError, match=r"kernel hang hung: block \(0, 0, 0\) thread \(7, 0, 0\) waited 1500 ms") as err:
+    bound.device = device
+    with pytest.raises(HangError, match=r"kernel hang hung: block \(0, 0, 0\) thread \(7, 0, 0\) waited 1501 ms") as err:
         launch()
     assert err.value.record.barrier == "_ZZ4hangE4full" and "full barrier" in err.value.record.role
     assert err.value.record.source_line and err.value.record.source_line.startswith("hang.cu:")
     # no map was bound, so the lint says what it cannot count (notes are left out), and nothing false
     assert all(f.severity != "note" for f in err.value.findings)
-    assert bound.launches == 1 and bound.seen_timeout == 1000  # the timeout (ms) reached the device
+    units = struct.unpack_from("<I", bytes(buf), 4)[0]
+    assert bound.launches == 1 and units == 1_000_000_000 >> 20  # the timeout (1 s) reached the device, in units
 
 
 def test_checked_launch_with_the_maps_names_the_tx_finding(compiled, fake, monkeypatch):
@@ -205,10 +249,9 @@ def test_checked_launch_with_the_maps_names_the_tx_finding(compiled, fake, monke
 
     code, ins = compiled[1]
     tmap = describe_map({"shape": (192, 64), "dtype": "bf16", "box": (64, 64), "swizzle": "128B"})
-    bases = tuple(0x400 + 16 * i for i in range(len(ins.symbols)))
-    full = bases[ins.symbols.index("_ZZ4hangE4full")]
-    record = _record(flag=1, site=0, address=full, nsyms=len(ins.symbols), symbols=bases)
-    launch, _, _ = _checked(fake, record, monkeypatch, code, ins, args=(tmap, 0))
+    record, device = _hung(ins)
+    launch, bound, _ = _checked(fake, record, monkeypatch, code, ins, args=(tmap, 0))
+    bound.device = device
     with pytest.raises(HangError, match=r"tx\.too_many.*expects 16384 B per phase but .* deliver 8192 B") as err:
         launch()
     assert {f.rule for f in err.value.findings} == {"tx.too_many"}
@@ -222,6 +265,61 @@ def test_checked_launch_without_a_hang_returns(compiled, fake, monkeypatch):
     assert bound.launches == 2
 
 
+def test_a_deferred_launch_raises_later_for_the_launch_that_hung(compiled, fake, monkeypatch):
+    import tmakit
+
+    code, ins = compiled[1]
+    record, device = _hung(ins, ctaid=(1, 0, 0))
+    launch, bound, buf = _checked(fake, record, monkeypatch, code, ins, deferred=True)
+    bound.device = device
+    bound.entry = struct.pack("<IIII", *_expect(_u32(record, "address"), 16384, 0, 1, gridid=9))
+    syncs = []
+    monkeypatch.setattr(type(fake), "cuStreamSynchronize", lambda self, h: syncs.append(h) or (OK,), raising=False)
+    bound.record = None
+    launch()  # the first writes the module's header (waiting for the stream once)
+    syncs.clear()
+    launch()  # nothing flagged, nothing waited for
+    assert launch._stream is not None and syncs == []
+    bound.record = record
+    launch()  # hangs on the GPU: the call does not wait
+    assert syncs == []
+    with pytest.raises(HangError, match=r"block \(1, 0, 0\).*posted 16384 bytes"):
+        tmakit.check_hangs()  # waits for the stream and raises for the launch that hung
+    assert launch._stream is None and len(syncs) == 1
+    bound.record = None
+    launch()  # the header is written again (the device flag was left set): the next launch is clean
+    launch.check()
+    assert bytes(buf[:4]) == b"\0\0\0\0" and bound.launches == 4
+    bound.record = record
+    launch()  # its mailbox is flagged at once here: the next launch raises for it
+    bound.record = None
+    with pytest.raises(HangError):
+        launch()
+
+
+def _u32(raw: bytes, field: str) -> int:
+    return struct.unpack_from("<I", raw, 4 * RECORD_FIELDS[field])[0]
+
+
+def test_bindings_of_one_module_share_its_record(compiled, fake, monkeypatch):
+    code, ins = compiled[0]
+    module = _FakeModule()
+    first, bound, _ = _checked(fake, None, monkeypatch, code, ins, module=module)
+    second, _, _ = _checked(fake, None, monkeypatch, code, ins, module=module)
+    assert first._record is second._record
+
+
+@pytest.mark.parametrize("checked", ["yes", 2, "sync"])
+def test_checked_takes_true_false_or_deferred(monkeypatch, checked):
+    from _fake_driver import fake_kernel_of
+
+    from tmakit.kernel_signature import ParamInfo
+
+    kernel, _, _ = fake_kernel_of(monkeypatch, [ParamInfo(0, 0, 4, "p0", ".u32", 4)])
+    with pytest.raises(InvalidArgumentError, match=r'checked=.*must be True, False, "deferred" or None'):
+        kernel.bind(7, grid=1, block=32, checked=checked)
+
+
 @pytest.mark.parametrize("timeout", [0, -1, 1e9, True, "2"])
 def test_timeout_is_checked(timeout):
     with pytest.raises(InvalidArgumentError, match=r"timeout=.*seconds in \(0, 3600\]"):
@@ -231,31 +329,46 @@ def test_timeout_is_checked(timeout):
 def test_no_assembler_says_how_to_get_one(monkeypatch):
     monkeypatch.setattr(assemble, "_nvjitlink", lambda: None)
     monkeypatch.setattr(assemble, "_ptxas", lambda: None)
-    with pytest.raises(UnsupportedDeviceError, match="nvidia-nvjitlink.*ptxas"):
+    with pytest.raises(UnsupportedDeviceError, match="ptxas.*nvidia-nvjitlink"):
         assemble.ptx_to_cubin(".version 8.0", "sm_90a")
 
 
 @requires_ptxas
 def test_ptxas_assembles_what_ptx_to_cubin_is_given(monkeypatch):
     monkeypatch.setattr(assemble, "_nvjitlink", lambda: None)
+    assert assemble.assembler() == assemble._ptxas()  # ptxas first: it compiles the module whole, as NVRTC did
     code, ins = _scenario(4)
     assert assemble.ptx_to_cubin(ins.ptx, "sm_90a")[:4] == b"\x7fELF"
     from tmakit.errors import CompileError
 
     with pytest.raises(CompileError, match="checked.ptx"):
-        assemble.ptx_to_cubin(ins.ptx.replace("mbarrier.pending_count", "mbarrier.no_such_op"), "sm_90a")
+        assemble.ptx_to_cubin(ins.ptx.replace("membar.sys", "membar.no_such_scope"), "sm_90a")
+
+
+def test_nvjitlink_is_refused_for_an_overaligned_dynamic_shared_array(monkeypatch):
+    # nvJitLink links relocatable code: a dynamic shared array lands 16-byte aligned whatever its .align says
+    # (on the H100 an __align__(1024) buffer landed at 0x410 and its 128B-swizzled TMA faulted).
+    monkeypatch.setattr(assemble, "_ptxas", lambda: None)
+    monkeypatch.setattr(assemble, "_nvjitlink", lambda: object())  # refused before nvJitLink is called
+    code, ins = _scenario(4)
+    assert assemble.overaligned_extern_shared(ins.ptx) == [("smem", 1024)]
+    with pytest.raises(UnsupportedDeviceError, match=r"smem is declared 1024-byte aligned.*ptxas"):
+        assemble.ptx_to_cubin(ins.ptx, "sm_90a")
+    shipped = compile_cuda("tile_load.cu", arch="sm_90a").ptx  # tmakit's kernels align by hand: 16 is enough
+    assert assemble.overaligned_extern_shared(shipped) == []
 
 
 @pytest.mark.skipif(assemble._nvjitlink() is None, reason="nvJitLink is not installed (pip install nvidia-nvjitlink); "
                     "the ptxas path is tested above")
-def test_nvjitlink_assembles_what_ptx_to_cubin_is_given():
+def test_nvjitlink_assembles_what_ptx_to_cubin_is_given(monkeypatch):
+    monkeypatch.setattr(assemble, "_ptxas", lambda: None)
     assert assemble.assembler() == "nvjitlink"
-    code, ins = _scenario(4)
+    ins = instrument(compile_cuda("tile_load.cu", arch="sm_90a").ptx)
     assert assemble.ptx_to_cubin(ins.ptx, "sm_90a")[:4] == b"\x7fELF"
     from tmakit.errors import CompileError
 
-    with pytest.raises(CompileError, match="no_such_op"):
-        assemble.ptx_to_cubin(ins.ptx.replace("mbarrier.pending_count", "mbarrier.no_such_op"), "sm_90a")
+    with pytest.raises(CompileError, match="no_such_scope"):
+        assemble.ptx_to_cubin(ins.ptx.replace("membar.sys", "membar.no_such_scope"), "sm_90a")
 
 
 def test_bind_checked_and_tmakit_check_reach_the_hang_doctor(monkeypatch):
@@ -264,17 +377,21 @@ def test_bind_checked_and_tmakit_check_reach_the_hang_doctor(monkeypatch):
     from tmakit.kernel_signature import ParamInfo
 
     calls = []
-    monkeypatch.setattr(hang, "checked_bind", lambda kernel, args, options, timeout: calls.append(
-        (kernel.name, args, options, timeout)) or "checked")
+    monkeypatch.setattr(hang, "checked_bind", lambda kernel, args, options, timeout, deferred=False: calls.append(
+        (kernel.name, args, options, timeout, deferred)) or "checked")
     kernel, drv, _ = fake_kernel_of(monkeypatch, [ParamInfo(0, 0, 4, "p0", ".u32", 4)])
     assert kernel.bind(7, grid=1, block=32, checked=True, timeout=0.5) == "checked"
     assert calls[-1][1:] == ((7,), {"grid": 1, "block": 32, "shared_mem": 0, "stream": None, "cluster": None,
-                                    "keep_args": True}, 0.5)
+                                    "keep_args": True}, 0.5, False)
     kernel.bind(7, grid=1, block=32)  # off by default
     assert len(calls) == 1
     monkeypatch.setenv("TMAKIT_CHECK", "1")
     kernel2, _, _ = fake_kernel_of(monkeypatch, [ParamInfo(0, 0, 4, "p0", ".u32", 4)])
-    assert kernel2.bind(7, grid=1, block=32) == "checked" and len(calls) == 2
+    assert kernel2.bind(7, grid=1, block=32) == "checked" and len(calls) == 2 and calls[-1][-1] is False
+    monkeypatch.setenv("TMAKIT_CHECK", "deferred")
+    kernel3, _, _ = fake_kernel_of(monkeypatch, [ParamInfo(0, 0, 4, "p0", ".u32", 4)])
+    assert kernel3.bind(7, grid=1, block=32) == "checked" and calls[-1][-1] is True
+    assert kernel3.bind(7, grid=1, block=32, checked=True) == "checked" and calls[-1][-1] is False
 
 
 def test_plans_pass_checked_to_their_bound_launch(fake_launch):
@@ -284,3 +401,38 @@ def test_plans_pass_checked_to_their_bound_launch(fake_launch):
     ops.plan_copy(device_view(0x50000, (64, 64)), device_view(0x60000, (64, 64)))
     options = [k.bound[0].options for k in fake_launch]
     assert [o["checked"] for o in options] == [True, True, None]
+
+
+GUARDED_PTX = """.version 8.0
+.target sm_90a
+.address_size 64
+.visible .entry guarded(.param .u32 n)
+{
+.reg .pred %p<3>;
+.reg .b32 %r<6>;
+.reg .b64 %rd<3>;
+.shared .align 8 .b64 bar;
+ld.param.u32 %r1, [n];
+mov.u32 %r2, bar;
+setp.eq.u32 %p1, %r1, 0;
+@%p1 mbarrier.init.shared::cta.b64 [%r2], 1;
+@%p1 mbarrier.arrive.expect_tx.shared::cta.b64 %rd1, [%r2], 128;
+@!%p1 mbarrier.arrive.shared::cta.b64 %rd2, [%r2];
+mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%r2], 64;
+$WAIT:
+mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r2], 0;
+@!%p2 bra $WAIT;
+ret;
+}
+"""
+
+
+@requires_ptxas
+def test_guarded_arrives_keep_their_own_predicate_and_assemble():
+    ins = instrument(GUARDED_PTX)
+    _assemble(ins.ptx, "sm_90a")
+    text = ins.ptx
+    assert "and.pred %tmkd_x, %tmkd_x, %p1;" in text  # @%p1 op: runs when p1 and not gone
+    assert "not.pred %tmkd_y, %p1;" in text  # @!%p1 op: runs when !p1 and not gone
+    assert len(ins.expects) == 2 and len(ins.sites) == 1
+    assert text.count("@%tmkd_x st.global.v4.u32") == 2  # the table entry only when the expect_tx was made

@@ -59,7 +59,7 @@ def _check_twin_runs(tmap, host) -> None:
 EXPECT = {
     1: dict(barriers={"full"}, parity=0, tx=16384, rule="tx.too_many"),
     2: dict(barriers={"full"}, parity=1, tx=4096, rule="tx.too_few"),
-    3: dict(barriers={"full", "empty"}, parity=0, tx=8192, rule=None),
+    3: dict(barriers={"full", "empty"}, parity=0, tx="none", rule=None),  # the producer hangs before any expect_tx
     4: dict(barriers={"full", "empty"}, parity=None, tx=8192, rule=None),
     5: dict(barriers={"empty"}, parity=0, tx=None, rule="arrivals.too_many"),
     6: dict(barriers={"full"}, parity=0, tx=8192, rule="tx.too_many"),
@@ -86,7 +86,9 @@ def test_seeded_hang_returns_with_the_barrier_parity_and_bytes(scenario):
         assert record.parity == want["parity"], str(err.value)
     if scenario == 6:
         assert record.rank == 1 and record.block == (1, 0, 0), str(err.value)
-    if role == "full" and want["tx"] is not None:
+    if role == "full" and want["tx"] == "none":
+        assert record.last_expect is None and "no expect_tx was posted" in str(err.value), str(err.value)
+    elif role == "full" and want["tx"] is not None:
         assert record.last_expect is not None and record.last_expect[0] == want["tx"], str(err.value)
         assert f"posted {want['tx']} bytes" in str(err.value)
     if want["rule"] is not None:
@@ -122,3 +124,17 @@ def test_the_checked_twins_of_the_tensor_core_kernels_compute_what_the_unchecked
         torch.cuda.synchronize()
         assert not outs[1].isnan().any()
         assert torch.equal(outs[0], outs[1])
+
+
+def test_a_deferred_checked_launch_reports_the_hang_from_check_and_the_context_lives_on():
+    host, dev, tmap = _source()
+    out = DeviceArray.zeros((2 * TILES * TILE_BYTES,), np.uint8)
+    launch = _kernel(1).bind(tmap, out, **_launch_options(1), checked="deferred", timeout=TIMEOUT)
+    start = time.perf_counter()
+    launch()  # returns without waiting for the kernel
+    assert time.perf_counter() - start < TIMEOUT
+    with pytest.raises(HangError) as err:
+        launch.check()
+    assert time.perf_counter() - start < TIMEOUT + 5
+    assert err.value.record.last_expect is not None and err.value.record.last_expect[0] == 16384, str(err.value)
+    _check_twin_runs(tmap, host)

@@ -184,8 +184,14 @@ def test_png_timeline(tmp_path):
 def test_example_exits_0_without_gpu(monkeypatch, capsys):
     from tmakit import _driver
 
+    import tmakit
+
+    def no_gpu(*_args, **_kwargs):
+        raise tmakit.UnsupportedDeviceError("no CUDA GPU here (the test says so)")
+
     monkeypatch.setattr(_driver, "gpu_available", lambda: False)
     example = _load_example()
+    monkeypatch.setattr(example.tmakit, "device_limits", no_gpu)  # what the example asks first, GPU or not
     assert example.main([]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
 

@@ -49,7 +49,7 @@ from .tensormap import (
     encode_tiled,
 )
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
-from .doctor import DecodedTensorMap, Finding, LintReport, decode_tensormap, lint
+from .doctor import DecodedTensorMap, Finding, LintReport, check_hangs, decode_tensormap, lint
 
 __version__ = "0.1.0"
 
@@ -57,7 +57,7 @@ __all__ = [
     "Arch", "DataType", "Interleave", "L2Promotion", "OOBFill", "Swizzle",
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
     "InvalidArgumentError", "HangError",
-    "lint", "LintReport", "Finding", "decode_tensormap", "DecodedTensorMap",
+    "lint", "LintReport", "Finding", "decode_tensormap", "DecodedTensorMap", "check_hangs",
     "describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",

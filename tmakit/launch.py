@@ -52,8 +52,10 @@ class Kernel:
         self._dynamic_smem_limit: int | None = None  # read from the function on first use
         # Like CUDA_LAUNCH_BLOCKING: wait after every launch so an asynchronous fault names this kernel.
         self._blocking = os.environ.get("TMAKIT_LAUNCH_BLOCKING", "0") not in ("", "0")
-        # TMAKIT_CHECK=1: every launch is a checked one (bounded mbarrier waits, HangError: tmakit.doctor.hang)
-        self._checked = os.environ.get("TMAKIT_CHECK", "0") not in ("", "0")
+        # TMAKIT_CHECK=1 (or =deferred): every launch is a checked one (bounded mbarrier waits, HangError:
+        # tmakit.doctor.hang)
+        env = os.environ.get("TMAKIT_CHECK", "0").strip().lower()
+        self._checked: bool | str = "deferred" if env == "deferred" else env not in ("", "0")
         # The hot path calls the binding directly and tests the CUresult inline; any failure still goes
         # through _driver.check (in _launch_failed), so errors read like every other driver error.
         self._launch = _driver.driver().cuLaunchKernelEx
@@ -115,7 +117,7 @@ class Kernel:
             _driver.call("cuStreamSynchronize", config.hStream)
 
     def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-             cluster: Any = None, keep_args: bool = True, checked: bool | None = None,
+             cluster: Any = None, keep_args: bool = True, checked: bool | str | None = None,
              timeout: float | None = None) -> "BoundLaunch":
         """Check the configuration and pack the arguments once; ``bound()`` launches exactly this,
         ``bound.update(index, value)`` replaces one argument, ``bound(stream=s)`` launches on another stream.
@@ -127,15 +129,20 @@ class Kernel:
 
         ``checked=True`` (default: the TMAKIT_CHECK environment variable) binds the hang doctor's twin of the
         kernel instead: every mbarrier wait gives up after ``timeout`` seconds (default 2), each launch waits for
-        its stream, and a wait that expired raises ``HangError`` naming the block, thread, barrier, parity and
-        bytes (docs/DEBUGGING.md)."""
+        its record, and a wait that expired raises ``HangError`` naming the block, thread, barrier, parity and
+        bytes (docs/DEBUGGING.md). ``checked="deferred"``: launches do not wait; a hang raises from a later launch
+        of the binding, its ``check()`` or ``tmakit.check_hangs()``."""
         if checked is None:
             checked = self._checked
+        if checked not in (True, False, "deferred"):
+            raise InvalidArgumentError("checked", checked, 'must be True, False, "deferred" or None',
+                                       'checked=True (raise from the launch) or checked="deferred"')
         if checked:
             from .doctor.hang import checked_bind
 
             return checked_bind(self, args, dict(grid=grid, block=block, shared_mem=shared_mem, stream=stream,
-                                                 cluster=cluster, keep_args=keep_args), timeout)
+                                                 cluster=cluster, keep_args=keep_args), timeout,
+                                deferred=checked == "deferred")
         self._require_module()
         config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
         with self._lock:  # packed in the kernel's buffer, copied into the bound launch's own

@@ -5,7 +5,8 @@ doctor (``Kernel.bind(..., checked=True)``) bounds every mbarrier wait and names
 with the public thread it comes from."""
 from .check import lint_ptx
 from .decode import DecodedTensorMap, decode_tensormap
+from .hang import check_hangs
 from .lint import lint
 from .report import Finding, LintReport
 
-__all__ = ["DecodedTensorMap", "Finding", "LintReport", "decode_tensormap", "lint", "lint_ptx"]
+__all__ = ["DecodedTensorMap", "Finding", "LintReport", "check_hangs", "decode_tensormap", "lint", "lint_ptx"]

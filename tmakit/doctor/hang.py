@@ -1,21 +1,31 @@
-"""The hang doctor's host side: a checked launch resets the kernel's record, launches, waits for the stream, and
-turns a record into ``HangError`` (what the waiting thread saw, in words, plus the lint's findings for that
-barrier).
+"""The hang doctor's host side. Each instrumented module has one record: a device header (flag, timeout, and the
+device address of the module's mailbox, 256 bytes of mapped pinned host memory) written when it must change
+(the first bind, another timeout, after a hang), never per launch; the thread whose wait gives up writes the
+record into the mailbox, flag last. A checked launch is the launch alone: nothing else enters the stream. A flagged mailbox becomes ``HangError`` (what the waiting thread saw, in words, plus the lint's findings
+for that barrier).
 
 ``Kernel.bind(..., checked=True)`` (and ``TMAKIT_CHECK=1``) builds one: the module's PTX rewritten by
-``instrument`` and assembled once per module (``Module.checked_kernel``), bound like any launch. The record
-is read after every launch, so a checked launch synchronises its stream (one wait per launch).
+``instrument`` and assembled once per module (``Module.checked_kernel``), bound like any launch. Two ways to
+learn of a hang:
+- ``checked=True``: each launch waits for its stream and raises from the call;
+- ``checked="deferred"`` (``TMAKIT_CHECK=deferred``): a launch does not wait; it raises when the mailbox of an
+  earlier launch of the module is flagged, and ``check()`` / ``tmakit.check_hangs()`` wait for every launch in
+  flight and raise. The launches that were in flight with a hung one give up at once (the device flag stays set
+  until the host has read the record) and their outputs are garbage too.
+Bindings of one module share its record: a hang in one is raised by whichever collects it first.
 """
 from __future__ import annotations
 
 import ctypes
 import struct
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _driver
 from ..errors import HangError, InvalidArgumentError
-from .instrument import RECORD_FIELDS, SYMBOL, TABLE_BLOCKS, TABLE_OFFSET, TABLE_SLOTS, Instrumented
+from .instrument import (CLOCK_SHIFT, HEADER_BYTES, RECORD_BYTES, RECORD_FIELDS, SYMBOL, TABLE_BLOCKS, TABLE_OFFSET,
+                         TABLE_SLOTS, Instrumented)
 
 DEFAULT_TIMEOUT_S = 2.0
 
@@ -33,8 +43,6 @@ class HangRecord:
     role: str  # "full barrier (TMA bytes land on it)", ... where the lint can tell
     parity: int | None  # the phase parity it waited for (None: a wait on an arrival token)
     phase: int  # the barrier's current phase parity
-    state: int  # the raw 64-bit mbarrier word (PTX ISA: opaque)
-    pending: int  # mbarrier.pending_count of that word
     elapsed_ms: float
     ptx_line: int
     source_line: str | None
@@ -45,8 +53,7 @@ class HangRecord:
         wait = f"for parity {self.parity}" if self.parity is not None else "on an arrival token"
         text = (f"block {self.block} thread {self.thread}" + (f" (cluster rank {self.rank})" if self.rank else "")
                 + f" waited {self.elapsed_ms:.0f} ms at {where} on barrier {self.barrier} [{self.role}] {wait}; the "
-                f"barrier is in a phase of parity {self.phase} (raw state 0x{self.state:016x}, "
-                f"pending count {self.pending} as mbarrier.pending_count reads it)")
+                f"barrier is in a phase of parity {self.phase}")
         if self.parity is not None and self.parity == self.phase:
             text += f": the phase of parity {self.parity} is the current one, and it never completed"
         elif self.parity is not None:
@@ -59,28 +66,6 @@ class HangRecord:
         return text
 
 
-class HangBuffer:
-    """The instrumented module's record (the ``__tmakit_hang`` global), reset before and read after a launch."""
-
-    def __init__(self, address: int, size: int):
-        self.address, self.size = int(address), int(size)
-
-    @classmethod
-    def of(cls, module: Any) -> "HangBuffer":
-        """The record of a loaded instrumented module."""
-        return cls(*(int(v) for v in _driver.call("cuModuleGetGlobal", module.handle, SYMBOL.encode())))
-
-    def reset(self, stream: Any, timeout_ms: int) -> None:
-        _driver.call("cuMemsetD8Async", self.address, 0, TABLE_OFFSET, stream)
-        _driver.call("cuMemsetD32Async", self.address + 4 * RECORD_FIELDS["timeout_ms"], timeout_ms, 1, stream)
-
-    def read(self, offset: int, size: int) -> bytes:
-        """Bytes of the record (after the launch's stream has been synchronised)."""
-        buf = ctypes.create_string_buffer(size)
-        _driver.call("cuMemcpyDtoH", ctypes.addressof(buf), self.address + offset, size)
-        return buf.raw
-
-
 def _u32(raw: bytes, field: str, k: int = 0) -> int:
     return struct.unpack_from("<I", raw, 4 * (RECORD_FIELDS[field] + k))[0]
 
@@ -89,9 +74,15 @@ def _u64(raw: bytes, field: str) -> int:
     return struct.unpack_from("<Q", raw, 4 * RECORD_FIELDS[field])[0]
 
 
+# a shared address as a thread sees it may carry its CTA's rank in the cluster above bit 24 (sm_90: block 0
+# wrote the bases, another rank's thread hung); the shared window itself is far smaller
+_CTA_OFFSET = 0xFFFFFF
+
+
 def _symbol_of(address: int, names: list[str], bases: list[int], sizes: dict) -> str:
     best = None
-    for name, base in zip(names, bases):
+    address &= _CTA_OFFSET
+    for name, base in zip(names, (b & _CTA_OFFSET for b in bases)):
         size = sizes.get(name)
         if base <= address and (size is None or address < base + size):
             if best is None or base > best[1]:
@@ -102,33 +93,43 @@ def _symbol_of(address: int, names: list[str], bases: list[int], sizes: dict) ->
     return best[0] + (f"+{off}" if off else "")
 
 
-def decode_record(raw: bytes, kernel: str, ins: Instrumented, table: Any, static: dict) -> HangRecord:
-    """A ``HangRecord`` from the record's bytes; ``table(entry) -> 16 bytes`` reads one expect_tx slot;
-    ``static[site] = (barrier name, role, source line)`` from the lint of the original PTX."""
+def decode_record(raw: bytes, kernel: str, ins: Instrumented, static: dict, device: bytes | None = None,
+                  entry: bytes | None = None) -> HangRecord:
+    """A ``HangRecord`` from the mailbox's bytes; ``device``: the device record (the shared variables' bases block 0
+    wrote), ``entry``: the hung block's expect_tx table slot for the barrier; ``static[site] = (barrier name,
+    role, source line)`` from the lint of the original PTX."""
     site = _u32(raw, "site")
-    nsyms = min(_u32(raw, "nsyms"), len(ins.symbols))
-    bases = [_u32(raw, "symbols", i) for i in range(nsyms)]
+    names = ins.symbols.get(ins.sites[site].function, []) if site < len(ins.sites) else []
+    nsyms = min(_u32(device, "nsyms"), len(names)) if device is not None else 0
+    bases = [_u32(device, "symbols", i) for i in range(nsyms)] if device is not None else []
     address = _u32(raw, "address")
     block = tuple(_u32(raw, "ctaid", i) for i in range(3))
-    name = _symbol_of(address, ins.symbols[:nsyms], bases, ins.symbol_sizes)
+    name = _symbol_of(address, names[:nsyms], bases, ins.symbol_sizes)
     barrier_static, role, source = static.get(site, (name, "role unknown", None))
     parity = _u32(raw, "parity")
-    last = None
-    if table is not None:
-        entry = table(address)
-        got_addr, got_bytes, got_site, got_block = struct.unpack("<IIII", entry)
-        if got_block and got_addr == address and got_site < len(ins.expects):
-            last = (got_bytes, ins.expects[got_site].ptx_line)
+    last = None  # the block's last expect_tx on this barrier, if this launch (%gridid) and this block posted it
+    if entry is not None:
+        got_addr, got_bytes, got_tag, got_grid = struct.unpack("<IIII", entry)
+        linear = linear_block(raw)
+        if got_grid == _u64(raw, "gridid") & 0xFFFFFFFF and got_addr == address \
+                and got_tag >> 16 == (linear + 1) & 0xFFFF and (got_tag & 0xFFFF) < len(ins.expects):
+            last = (got_bytes, ins.expects[got_tag & 0xFFFF].ptx_line)
     return HangRecord(kernel, block, tuple(_u32(raw, "tid", i) for i in range(3)), _u32(raw, "rank"), name, address,
-                      role, None if parity == 0xFFFFFFFF else parity, _u32(raw, "phase"), _u64(raw, "state"),
-                      _u32(raw, "pending"), _u64(raw, "elapsed_ns") / 1e6,
+                      role, None if parity == 0xFFFFFFFF else parity, _u32(raw, "phase"),
+                      _u32(raw, "elapsed") * (1 << CLOCK_SHIFT) / 1e6,
                       ins.sites[site].ptx_line if site < len(ins.sites) else 0, source, last)
 
 
-def table_entry(block: tuple[int, int, int], grid: tuple[int, int, int], address: int) -> int:
-    """Byte offset of the expect_tx slot the kernel writes for (block, barrier address)."""
-    linear = block[0] + grid[0] * (block[1] + grid[1] * block[2])
-    return TABLE_OFFSET + 16 * ((linear % TABLE_BLOCKS) * TABLE_SLOTS + (address >> 3) % TABLE_SLOTS)
+def linear_block(raw: bytes) -> int:
+    block = tuple(_u32(raw, "ctaid", i) for i in range(3))
+    grid = tuple(_u32(raw, "nctaid", i) for i in range(3))
+    return block[0] + grid[0] * (block[1] + grid[1] * block[2])
+
+
+def table_offset(raw: bytes) -> int:
+    """Byte offset in the device record of the hung block's expect_tx slot for the hung barrier."""
+    row = linear_block(raw) % TABLE_BLOCKS
+    return TABLE_OFFSET + 16 * (row * TABLE_SLOTS + (_u32(raw, "address") >> 3) % TABLE_SLOTS)
 
 
 def timeout_ms(timeout: Any) -> int:
@@ -137,28 +138,104 @@ def timeout_ms(timeout: Any) -> int:
     return max(1, int(round(timeout * 1000)))
 
 
+def record_address(module: Any) -> int:
+    """The device address of a loaded instrumented module's record (the ``__tmakit_hang`` global)."""
+    return int(_driver.call("cuModuleGetGlobal", module.handle, SYMBOL.encode())[0])
+
+
+class _ModuleRecord:
+    """One instrumented module's record and mailbox (every checked binding of the module shares them): the
+    device header (flag, timeout, mailbox address) is written when it must change (the first bind, another
+    timeout, after a hang), never per launch: any stream operation between two launches cost the attention
+    kernel 4-5% (two small copies, or three stream memory writes, measured)."""
+
+    def __init__(self, module: Any, device: int):
+        from ..memory import pinned_empty
+
+        self.address = record_address(module)
+        self.mailbox = pinned_empty(RECORD_BYTES, "uint8", mapped=True, device=device)
+        self.mailbox[:] = 0
+        self.header = pinned_empty(2, "uint64", device=device)
+        self.timeout_ms: int | None = None  # what the device header holds; None: to be written
+
+    def flagged(self) -> bool:
+        return bool(self.mailbox[:4].any())
+
+    def prepare(self, handle: Any, timeout: int) -> None:
+        """Make the device header say flag 0, ``timeout`` and the mailbox."""
+        _driver.call("cuStreamSynchronize", handle)  # rare: nothing of this module may be reading the header
+        units = max(1, timeout * 1_000_000 >> CLOCK_SHIFT)  # the kernel's clock counts 2^CLOCK_SHIFT ns
+        self.header[:] = (units << 32, self.mailbox.base.device_pointer)
+        _driver.call("cuMemcpyHtoD", self.address, self.header.ctypes.data, HEADER_BYTES)
+        self.timeout_ms = timeout
+
+    def take(self) -> tuple[bytes, bytes, bytes]:
+        """The flagged record, the device record (symbol bases) and the hung block's expect_tx slot for the hung
+        barrier (read once the launches of the module are done: ``check`` or the event waited for); the header is
+        then written again before the next launch."""
+        raw = self.mailbox.tobytes()
+        self.mailbox[:4] = 0
+        self.timeout_ms = None
+        device = ctypes.create_string_buffer(RECORD_BYTES)
+        _driver.call("cuMemcpyDtoH", ctypes.addressof(device), self.address, RECORD_BYTES)
+        entry = ctypes.create_string_buffer(16)
+        _driver.call("cuMemcpyDtoH", ctypes.addressof(entry), self.address + table_offset(raw), 16)
+        return raw, device.raw, entry.raw
+
+
+_RECORDS: "weakref.WeakKeyDictionary[Any, _ModuleRecord]" = weakref.WeakKeyDictionary()
+_IN_FLIGHT: "weakref.WeakSet[CheckedLaunch]" = weakref.WeakSet()
+
+
+def check_hangs() -> None:
+    """Wait for every deferred checked launch still in flight and raise ``HangError`` for the first that hung
+    (``checked="deferred"``; a ``checked=True`` launch has already raised from its call)."""
+    for launch in list(_IN_FLIGHT):
+        launch.check()
+
+
 class CheckedLaunch:
-    """A bound launch whose mbarrier waits are bounded: ``checked()`` launches, waits for the stream, and raises
-    ``HangError`` when a wait expired. ``update`` and ``args`` are the bound launch's."""
+    """A bound launch whose mbarrier waits are bounded. ``checked()`` launches; a wait that expired raises
+    ``HangError`` from that call (``deferred=False``) or from a later call or ``check()`` (``deferred=True``).
+    ``update`` and ``args`` are the bound launch's."""
 
     def __init__(self, kernel: Any, bound: Any, ins: Instrumented, original_ptx: str, timeout: float,
-                 cluster: Any = None):
+                 cluster: Any = None, deferred: bool = False):
         self.kernel, self._bound, self._ins, self._ptx = kernel, bound, ins, original_ptx
         self._timeout_ms = timeout_ms(timeout)
-        self._buffer = HangBuffer.of(bound.kernel.module)
-        self._cluster = cluster
+        module = bound.kernel.module
+        record = _RECORDS.get(module)
+        if record is None:
+            record = _RECORDS[module] = _ModuleRecord(module, bound.kernel.device)
+        self._record = record
+        self._cluster, self.deferred = cluster, bool(deferred)
+        self._stream: Any = None  # the stream of the launches not yet waited for
 
     def __call__(self, stream: Any = None) -> None:
         from ..streams import stream_handle
 
+        record = self._record
+        if self.deferred and record.flagged():  # an earlier launch gave up: let it run to its end, then read
+            self.check()
         config = self._bound._config
         handle = _driver.driver().CUstream(stream_handle(stream)) if stream is not None else config.hStream
-        self._buffer.reset(handle, self._timeout_ms)
-        self._bound(stream)
-        _driver.call("cuStreamSynchronize", handle)
-        raw = self._buffer.read(0, TABLE_OFFSET)
-        if _u32(raw, "flag"):
-            self._raise(raw, (config.gridDimX, config.gridDimY, config.gridDimZ))
+        if record.timeout_ms != self._timeout_ms:
+            record.prepare(handle, self._timeout_ms)
+        self._bound(stream)  # nothing else enters the stream: no event, no copy (either costs a few %)
+        self._stream = handle
+        if self.deferred:
+            _IN_FLIGHT.add(self)
+        else:
+            self.check()
+
+    def check(self) -> None:
+        """Wait for this binding's stream; raise ``HangError`` if a launch of the module hung."""
+        if self._stream is not None:
+            _driver.call("cuStreamSynchronize", self._stream)
+            self._stream = None
+        _IN_FLIGHT.discard(self)
+        if self._record.flagged():
+            self._raise(self._record.take())
 
     def update(self, index: int, value: Any) -> None:
         self._bound.update(index, value)
@@ -167,11 +244,10 @@ class CheckedLaunch:
     def args(self) -> tuple:
         return self._bound.args
 
-    def _raise(self, raw: bytes, grid: tuple[int, int, int]) -> None:
-        block = tuple(_u32(raw, "ctaid", i) for i in range(3))
-        table = lambda address: self._buffer.read(table_entry(block, grid, address), 16)  # noqa: E731
+    def _raise(self, taken: tuple[bytes, bytes, bytes]) -> None:
+        raw, device, entry = taken
         static, findings = self._static()
-        record = decode_record(raw, self.kernel.name, self._ins, table, static)
+        record = decode_record(raw, self.kernel.name, self._ins, static, device, entry)
         site_name = static.get(_u32(raw, "site"), (None,))[0]
         related = [f for f in findings if f.severity != "note" and (f.barrier is None or f.barrier == site_name)]
         raise HangError(self.kernel.name, record, related)
@@ -208,9 +284,10 @@ class CheckedLaunch:
         return static, findings
 
 
-def checked_bind(kernel: Any, args: tuple, options: dict, timeout: float | None) -> CheckedLaunch:
+def checked_bind(kernel: Any, args: tuple, options: dict, timeout: float | None,
+                 deferred: bool = False) -> CheckedLaunch:
     """``kernel.bind(*args, **options)`` on the instrumented twin of its module."""
     checked, ins = kernel.module.checked_kernel(kernel.name)
     bound = checked.bind(*args, checked=False, **options)
     return CheckedLaunch(kernel, bound, ins, kernel.module.code.ptx,
-                         DEFAULT_TIMEOUT_S if timeout is None else timeout, options.get("cluster"))
+                         DEFAULT_TIMEOUT_S if timeout is None else timeout, options.get("cluster"), deferred)

@@ -44,7 +44,7 @@ class Plan:
     names: tuple[str, ...] = ()  # the buffers plan(...) takes, in order
 
     def __init__(self, result: Any, views: Sequence[ArrayView], kernel: Any = None, args: Sequence[Any] = (),
-                 checked: bool | None = None, **launch_options: Any) -> None:
+                 checked: bool | str | None = None, **launch_options: Any) -> None:
         """``checked=True`` binds the hang doctor's twin (``Kernel.bind(..., checked=True)``: bounded mbarrier
         waits, ``HangError``); None follows TMAKIT_CHECK."""
         self.result = result

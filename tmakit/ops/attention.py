@@ -284,7 +284,7 @@ class AttentionPlan:
 
     def __init__(self, cfg: AttentionConfig, choice: BackendChoice, layout: str, dims: tuple, causal: bool,
                  scale: float, out: Any, lse: Any, device: int, stream: Any = None,
-                 checked: bool | None = None):
+                 checked: bool | str | None = None):
         self.config, self.backend, self.layout, self.causal, self.scale = cfg, choice, layout, causal, scale
         self.batch, self.heads, self.sq, self.sk, self.head_dim = dims
         self.out, self.lse, self.device, self._stream = out, lse, device, stream
@@ -355,7 +355,7 @@ def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
                    layout: str = "bhsd", backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
                    warps: int | None = None, lse: Any = None, stream: Any = None,
-                   checked: bool | None = None) -> AttentionPlan:
+                   checked: bool | str | None = None) -> AttentionPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
     layout = _parse_layout(layout)

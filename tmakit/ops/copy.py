@@ -58,7 +58,7 @@ def _tuning_int(name: str, value: Any, low: int, high: int, rule: str = "") -> i
 
 def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, blocks: int | None = None,
               chunk_bytes: int = 32768, stages: int = 3, source_eviction: Any = "normal",
-              checked: bool | None = None) -> CopyPlan:
+              checked: bool | str | None = None) -> CopyPlan:
     """A prepared ``dst[...] = src`` for contiguous device arrays of the same shape and dtype, asynchronous on
     ``stream``: ``plan()`` copies, ``plan(dst2, src2)`` copies other buffers of the same geometry.
 

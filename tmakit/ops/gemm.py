@@ -210,7 +210,7 @@ class GemmPlan:
 
     def __init__(self, cfg: GemmConfig, choice: BackendChoice, dims: tuple[int, int, int], alpha: float, beta: float,
                  out: Any, device: int, stream: Any = None,
-                 checked: bool | None = None):
+                 checked: bool | str | None = None):
         self.config, self.backend = cfg, choice
         self.m, self.n, self.k = dims
         self.alpha, self.beta, self.out, self.device, self._stream = alpha, beta, out, device, stream
@@ -313,7 +313,7 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8,
-              stream: Any = None, checked: bool | None = None) -> GemmPlan:
+              stream: Any = None, checked: bool | str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
     b_kmajor = _parse_b_major(b_major)

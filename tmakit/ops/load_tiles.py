@@ -91,7 +91,7 @@ class LoadTilesPlan(Plan):
     op, names = "load_tiles", ("array",)
 
     def __init__(self, tm: Any, view: Any, choice: BackendChoice, coords: np.ndarray, geo: Any, align: int,
-                 checked: bool | None = None) -> None:
+                 checked: bool | str | None = None) -> None:
         device = int(tm.device)
         _driver.ensure_context(device)
         n = len(coords)
@@ -144,7 +144,7 @@ class LoadTilesPlan(Plan):
 
 
 def plan_load_tiles(tensor_map_or_array: Any, coords: Any, *, box: Any = None, backend: Any = "auto",
-                    checked: bool | None = None, **describe_kwargs: Any) -> LoadTilesPlan:
+                    checked: bool | str | None = None, **describe_kwargs: Any) -> LoadTilesPlan:
     """Prepare loading the box at each of ``coords`` (shape (n, rank), numpy order) on the GPU.
 
     ``tensor_map_or_array`` is a TensorMap, or a device array described with ``box`` (numpy order) and

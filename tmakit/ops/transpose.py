@@ -343,7 +343,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
                    source_row_classes: bool = True, max_blocks: int | None = None,
-                   checked: bool | None = None) -> TransposePlan:
+                   checked: bool | str | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
 

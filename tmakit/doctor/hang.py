@@ -171,8 +171,8 @@ class _ModuleRecord:
 
     def take(self) -> tuple[bytes, bytes, bytes]:
         """The flagged record, the device record (symbol bases) and the hung block's expect_tx slot for the hung
-        barrier (read once the launches of the module are done: ``check`` or the event waited for); the header is
-        then written again before the next launch."""
+        barrier (read after ``check`` has waited for the stream); the header is then written again before the
+        next launch."""
         raw = self.mailbox.tobytes()
         self.mailbox[:4] = 0
         self.timeout_ms = None

@@ -155,7 +155,6 @@ class _ModuleRecord:
         self.address = record_address(module)
         self.mailbox = pinned_empty(RECORD_BYTES, "uint8", mapped=True, device=device)
         self.mailbox[:] = 0
-        self.header = pinned_empty(2, "uint64", device=device)
         self.timeout_ms: int | None = None  # what the device header holds; None: to be written
 
     def flagged(self) -> bool:
@@ -165,8 +164,8 @@ class _ModuleRecord:
         """Make the device header say flag 0, ``timeout`` and the mailbox."""
         _driver.call("cuStreamSynchronize", handle)  # rare: nothing of this module may be reading the header
         units = max(1, timeout * 1_000_000 >> CLOCK_SHIFT)  # the kernel's clock counts 2^CLOCK_SHIFT ns
-        self.header[:] = (units << 32, self.mailbox.base.device_pointer)
-        _driver.call("cuMemcpyHtoD", self.address, self.header.ctypes.data, HEADER_BYTES)
+        header = ctypes.create_string_buffer(struct.pack("<IIQ", 0, units, self.mailbox.base.device_pointer))
+        _driver.call("cuMemcpyHtoD", self.address, ctypes.addressof(header), HEADER_BYTES)
         self.timeout_ms = timeout
 
     def take(self) -> tuple[bytes, bytes, bytes]:

@@ -229,7 +229,7 @@ def _expect_block(n: int, opcode: str, operands: str, pred: str, wide: set[str])
     return lines
 
 
-def _prologue(waits: bool, expects: bool) -> str:
+def _prologue(expects: bool) -> str:
     """Function-scope registers: the wait state (COUNT_BITS, GONE), and for expect_tx the block's row of the
     table, its tag ((linear block id + 1) << 16) and the launch (the low 32 bits of %gridid)."""
     word = lambda name: 4 * RECORD_FIELDS[name]  # noqa: E731
@@ -299,7 +299,7 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
             edits.setdefault(inst.line - 1, []).append(("expect", (n, wide)))
         for inst in guarded:
             edits.setdefault(inst.line - 1, []).append(("guard", inst.opcode))
-        edits.setdefault(first - 1, []).append(("prologue", (bool(waits), bool(expects))))
+        edits.setdefault(first - 1, []).append(("prologue", bool(expects)))
         if waits:  # so the host can name "bars+8": one thread, a few stores, per launch
             edits.setdefault(func.insts[0].line - 1, []).insert(0, ("symbols", symbols))
         result.symbols[func.name] = symbols
@@ -314,7 +314,7 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
         for kind, args in todo:
             if kind == "prologue":  # the function body's "{" is on this line: the registers after it
                 at = text.index("{") + 1
-                text = text[:at] + _prologue(*args) + text[at:]
+                text = text[:at] + _prologue(args) + text[at:]
             elif kind == "symbols":
                 text = _symbols_writer(args) + "\n" + text
             elif kind == "guard":

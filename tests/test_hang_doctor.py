@@ -19,6 +19,7 @@ from hang_kernels import SCENARIOS, SOURCE
 from tmakit import ops
 from tmakit.build import compile_cuda
 from tmakit.doctor import assemble, hang
+from tmakit.doctor.flatten import flatten_wait_scopes
 from tmakit.doctor.instrument import BUFFER_BYTES, RECORD_BYTES, RECORD_FIELDS, SYMBOL, instrument
 from tmakit.doctor.ptx import parse_module
 from tmakit.errors import HangError, InvalidArgumentError, UnsupportedDeviceError
@@ -52,7 +53,9 @@ def test_every_seeded_hang_instruments_and_assembles(scenario):
     text = ins.ptx
     for site in ins.sites:  # each wait: its probe, then the branch past the slow path on success
         assert f"$TMKD_OK_{site.index}:" in text and f"$TMKD_GIVE_{site.index}:" in text
-    assert text.count("atom.global.cas.b32") == len(ins.sites)  # each wait's give-up, inline
+    assert text.count("atom.global.cas.b32") == len(ins.sites)  # each wait's give-up, in the function's tail
+    # the slow paths sit after the last instruction of the function, out of its loops
+    assert text.index("$TMKD_TAIL_0:") > text.rindex("ret;")
     assert len(ins.expects) == code.ptx.count("expect_tx") and text.count("st.global.v4.u32") >= len(ins.expects)
     # every arrive and every copy that completes bytes on a barrier is skipped once the thread gave up
     mutating = [line for line in text.splitlines() if re.search(r"\b(mbarrier\.arrive|cp\.async\.bulk\.tensor)", line)]
@@ -97,6 +100,30 @@ def test_scoped_labels_of_inline_asm_waits_stay_apart():
                                                                     ["LAB_WAIT#2"]]
     ins = instrument(ptx)
     assert len(ins.sites) == 2
+    if assemble.shutil.which("ptxas"):
+        _assemble(ins.ptx, "sm_90a")
+
+
+def test_scopes_around_a_wait_are_lifted_line_for_line():
+    """The tail's branches back need the wait at function scope: its scope's braces go, its registers and labels
+    get names of their own (ranges too), a child scope that shadows a name keeps it, other scopes stay."""
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n .reg .b32 %r<4>;\n"
+           " .shared .align 8 .b64 bar;\n mov.u32 %r1, bar;\n"
+           " {\n .reg .pred p;\n .reg .b32 %t<2>;\n { .reg .pred p; setp.eq.u32 p, %r1, 0; }\n"
+           " W: mbarrier.try_wait.parity.shared::cta.b64 p, [%r1], 0; // p stays in { }\n"
+           " selp.u32 %t1, 1, 0, p;\n @!p bra W;\n }\n"
+           " { .reg .pred p; setp.eq.u32 p, %r2, 0; }\n ret;\n}\n")
+    flat = flatten_wait_scopes(ptx)
+    assert flat.count("\n") == ptx.count("\n")
+    lines = flat.splitlines()
+    assert lines[8].strip() == "" and lines[15].strip() == ""  # the lifted scope's braces
+    assert ".reg .pred p_tmkd1;" in flat and ".reg .b32 %t_tmkd1_<2>;" in flat
+    assert "W_tmkd1: mbarrier.try_wait.parity.shared::cta.b64 p_tmkd1, [%r1], 0; // p stays in { }" in flat
+    assert "selp.u32 %t_tmkd1_1, 1, 0, p_tmkd1;" in flat and "@!p_tmkd1 bra W_tmkd1;" in flat
+    assert flat.count("{ .reg .pred p; setp.eq.u32 p, %r") == 2  # the shadowing child and the sibling
+    assert flatten_wait_scopes(flat) == flat  # nothing left to lift
+    ins = instrument(ptx)
+    assert [s.ptx_line for s in ins.sites] == [13]
     if assemble.shutil.which("ptxas"):
         _assemble(ins.ptx, "sm_90a")
 

@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError
+from .flatten import flatten_wait_scopes
 from .ptx import Module, parse_module
 
 SYMBOL = "__tmakit_hang"
@@ -118,12 +119,13 @@ COUNT_BITS, CLOCK_BITS, CLOCK_SHIFT = 8, 23, 20
 GONE = 0x80000000
 
 
-def _wait_block(n: int, opcode: str, operands: str, pred: str, wide: set[str], sm90: bool) -> list[str]:
-    """The wait, its failure count and, on one failed probe in CHECK_EVERY, the flag and the clock; the thread
-    that gives up first writes the record. Inline and with the fewest temporaries the record allows (one 32-bit,
-    one 64-bit): at a consumer's wait the register file is nearly full, and both a call to an out-of-line slow
-    path (the ABI's saves) and a roomier inline one made ptxas spill in the attention kernel's loop (4-6% slower,
-    measured; this form: under 3%)."""
+def _wait_block(n: int, opcode: str, operands: str, pred: str, wide: set[str], sm90: bool) -> tuple[list[str], list[str]]:
+    """``(inline, tail)``: the wait and its failure count inline; on one failed probe in CHECK_EVERY the thread
+    branches to ``tail`` (placed after the function's last instruction), which looks at the flag and the clock
+    and, the first thread to time out, writes the record, then branches back. The slow path stays out of the loop
+    body because there it costs time even untaken: the attention kernel ran 0.4-0.6% faster checked with it in the
+    tail than inline (docs/PERFORMANCE.md); a call to it (the ABI's saves) was slower still. The wait must be at
+    function scope (``flatten_wait_scopes``): the tail branches back to labels beside it."""
     ops = [o.strip() for o in operands.split(",")]
     done, addr = ops[0], ops[1]
     generic = ".shared" not in opcode
@@ -146,44 +148,51 @@ def _wait_block(n: int, opcode: str, operands: str, pred: str, wide: set[str], s
     rec += ["mov.u32 %tmkd_v, %cluster_ctarank;" if sm90 else "mov.u32 %tmkd_v, 0;",
             f"st.global.u32 [%tmkd_m+{word('rank')}], %tmkd_v;",
             "mov.u64 %tmkd_g, %gridid;", f"st.global.u64 [%tmkd_m+{word('gridid')}], %tmkd_g;",
-            *_address_into("%tmkd_v", addr, generic, wide), f"st.global.u32 [%tmkd_m+{word('address')}], %tmkd_v;",
-            "mbarrier.test_wait.parity.shared.b64 %tmkd_q, [%tmkd_v], 0;", "selp.u32 %tmkd_v, 1, 0, %tmkd_q;",
+            *_address_into("%tmkd_u", addr, generic, wide), f"st.global.u32 [%tmkd_m+{word('address')}], %tmkd_u;",
+            "mbarrier.test_wait.parity.shared.b64 %tmkd_q, [%tmkd_u], 0;", "selp.u32 %tmkd_v, 1, 0, %tmkd_q;",
             f"st.global.u32 [%tmkd_m+{word('phase')}], %tmkd_v;", *parity,
             # every field before the flag: the host reads the mailbox once the flag is set
             "membar.sys;", "mov.u32 %tmkd_v, 1;", "st.volatile.global.u32 [%tmkd_m], %tmkd_v;"]
-    return [
+    inline = [
         f"{pred}{opcode} {operands};",
         f"@{done} bra $TMKD_OK_{n};",
         "{",
-        ".reg .pred %tmkd_q;", ".reg .b32 %tmkd_v;", ".reg .b64 %tmkd_m, %tmkd_g;",
-        # only every CHECK_EVERY-th failed probe looks at the flag and the clock; the others retry at once
+        ".reg .pred %tmkd_q;", ".reg .b32 %tmkd_v;",
+        # only every CHECK_EVERY-th failed probe leaves for the tail; the others retry at once
         "add.u32 %tmkd_v, %tmkd_n, 1;", f"bfi.b32 %tmkd_n, %tmkd_v, %tmkd_n, 0, {COUNT_BITS};",
         f"and.b32 %tmkd_v, %tmkd_n, {CHECK_EVERY - 1};", "setp.ne.u32 %tmkd_q, %tmkd_v, 0;",
         f"@%tmkd_q bra $TMKD_SKIP_{n};",
-        f"setp.ge.u32 %tmkd_q, %tmkd_n, {GONE};", f"@%tmkd_q bra $TMKD_GIVE_{n};",  # gave up before: at once
-        f"ld.volatile.global.u32 %tmkd_v, [{SYMBOL}];",  # another thread gave up: this one too
-        "setp.ne.u32 %tmkd_q, %tmkd_v, 0;", f"@%tmkd_q bra $TMKD_GIVE_{n};",
-        "mov.u64 %tmkd_m, %globaltimer;", f"shr.u64 %tmkd_m, %tmkd_m, {CLOCK_SHIFT};", "cvt.u32.u64 %tmkd_v, %tmkd_m;",
-        f"and.b32 %tmkd_v, %tmkd_v, {clock};", "max.u32 %tmkd_v, %tmkd_v, 1;",  # now (0 means "not started")
-        "cvt.u64.u32 %tmkd_m, %tmkd_v;",
-        f"bfe.u32 %tmkd_v, %tmkd_n, {COUNT_BITS}, {CLOCK_BITS};",  # this wait's start
-        "setp.eq.u32 %tmkd_q, %tmkd_v, 0;", "@%tmkd_q cvt.u32.u64 %tmkd_v, %tmkd_m;",  # the first look starts it
-        f"@%tmkd_q bfi.b32 %tmkd_n, %tmkd_v, %tmkd_n, {COUNT_BITS}, {CLOCK_BITS};", f"@%tmkd_q bra $TMKD_SKIP_{n};",
-        "{", ".reg .b32 %tmkd_u;", "cvt.u32.u64 %tmkd_u, %tmkd_m;", "sub.u32 %tmkd_v, %tmkd_u, %tmkd_v;",
-        f"and.b32 %tmkd_v, %tmkd_v, {clock};",  # elapsed
-        f"ld.global.u32 %tmkd_u, [{SYMBOL}+{word('timeout')}];", "setp.lt.u32 %tmkd_q, %tmkd_v, %tmkd_u;", "}",
-        f"@%tmkd_q bra $TMKD_SKIP_{n};",
-        "{", ".reg .b32 %tmkd_u;", f"atom.global.cas.b32 %tmkd_u, [{SYMBOL}], 0, 1;",  # the first writes the record
-        "setp.ne.u32 %tmkd_q, %tmkd_u, 0;", "}", f"@%tmkd_q bra $TMKD_GIVE_{n};",
-        *rec,
+        "}",
+        f"bra $TMKD_TAIL_{n};",
         f"$TMKD_GIVE_{n}:",
         f"mov.pred {done}, 1;",  # treat the wait as completed: every thread runs on to the end
         f"or.b32 %tmkd_n, %tmkd_n, {GONE};",
         f"$TMKD_SKIP_{n}:",
-        "}",
         f"$TMKD_OK_{n}:",
         f"@{done} and.b32 %tmkd_n, %tmkd_n, {GONE};",  # a new wait: count and clock from 0 (the gone bit stays)
     ]
+    tail = [
+        f"$TMKD_TAIL_{n}:",
+        "{",
+        ".reg .pred %tmkd_q;", ".reg .b32 %tmkd_v, %tmkd_u;", ".reg .b64 %tmkd_m, %tmkd_g;",
+        f"setp.ge.u32 %tmkd_q, %tmkd_n, {GONE};", f"@%tmkd_q bra $TMKD_GIVE_{n};",  # gave up before: at once
+        f"ld.volatile.global.u32 %tmkd_v, [{SYMBOL}];",  # another thread gave up: this one too
+        "setp.ne.u32 %tmkd_q, %tmkd_v, 0;", f"@%tmkd_q bra $TMKD_GIVE_{n};",
+        "mov.u64 %tmkd_m, %globaltimer;", f"shr.u64 %tmkd_m, %tmkd_m, {CLOCK_SHIFT};", "cvt.u32.u64 %tmkd_u, %tmkd_m;",
+        f"and.b32 %tmkd_u, %tmkd_u, {clock};", "max.u32 %tmkd_u, %tmkd_u, 1;",  # now (0 means "not started")
+        f"bfe.u32 %tmkd_v, %tmkd_n, {COUNT_BITS}, {CLOCK_BITS};",  # this wait's start
+        "setp.eq.u32 %tmkd_q, %tmkd_v, 0;",  # the first look starts it
+        f"@%tmkd_q bfi.b32 %tmkd_n, %tmkd_u, %tmkd_n, {COUNT_BITS}, {CLOCK_BITS};", f"@%tmkd_q bra $TMKD_SKIP_{n};",
+        "sub.u32 %tmkd_v, %tmkd_u, %tmkd_v;", f"and.b32 %tmkd_v, %tmkd_v, {clock};",  # elapsed
+        f"ld.global.u32 %tmkd_u, [{SYMBOL}+{word('timeout')}];", "setp.lt.u32 %tmkd_q, %tmkd_v, %tmkd_u;",
+        f"@%tmkd_q bra $TMKD_SKIP_{n};",
+        f"atom.global.cas.b32 %tmkd_u, [{SYMBOL}], 0, 1;",  # the first writes the record
+        "setp.ne.u32 %tmkd_q, %tmkd_u, 0;", f"@%tmkd_q bra $TMKD_GIVE_{n};",
+        *rec,
+        f"bra $TMKD_GIVE_{n};",
+        "}",
+    ]
+    return inline, tail
 
 
 def _mutates_a_barrier(inst) -> bool:
@@ -267,10 +276,11 @@ def _symbols_writer(symbols: list[str]) -> str:
 
 def instrument(ptx: str, module: Module | None = None) -> Instrumented:
     """The PTX with every mbarrier wait bounded and every expect_tx remembered (see the module docstring)."""
-    module = module or parse_module(ptx)
     if SYMBOL in ptx:
         raise InvalidArgumentError("ptx", SYMBOL, "is already instrumented", "instrument the original PTX once")
-    lines = ptx.split("\n")
+    flat = flatten_wait_scopes(ptx)  # same lines, so sites name the original PTX's lines
+    module = parse_module(flat) if flat != ptx or module is None else module
+    lines = flat.split("\n")
     sm90 = module.target.startswith("sm_9") or module.target.startswith("sm_1")
     result = Instrumented("")
     edits: dict[int, list[tuple[str, object]]] = {}  # 0-based line -> edits
@@ -289,7 +299,7 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
         for inst in waits:
             n = len(result.sites)
             result.sites.append(Site(n, func.name, inst.line, inst.opcode))
-            edits.setdefault(inst.line - 1, []).append(("wait", (n, wide, sm90)))
+            edits.setdefault(inst.line - 1, []).append(("wait", (n, wide, sm90, last - 1)))
         for inst in expects:
             n = len(result.expects)
             if n >= 0xFFFF:  # the table entry keeps the site in 16 bits
@@ -300,12 +310,15 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
         for inst in guarded:
             edits.setdefault(inst.line - 1, []).append(("guard", inst.opcode))
         edits.setdefault(first - 1, []).append(("prologue", bool(expects)))
+        if waits:  # after every wait of the function (lines are edited in order)
+            edits.setdefault(last - 1, []).append(("tails", None))
         if waits:  # so the host can name "bars+8": one thread, a few stores, per launch
             edits.setdefault(func.insts[0].line - 1, []).insert(0, ("symbols", symbols))
         result.symbols[func.name] = symbols
         for name in symbols:
             result.symbol_sizes[name] = module.variables[name].size
     out: list[str] = []
+    tails: dict[int, list[str]] = {}  # closing line of a function -> its waits' slow paths
     for number, text in enumerate(lines):
         todo = edits.get(number)
         if not todo:
@@ -322,9 +335,17 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
                 text = pattern.sub(lambda m: "\n".join(_guarded(m.group(2) + m.group(3), m.group(1) or "")), text,
                                    count=1)
             elif kind == "wait":
-                n, wide, sm90_ = args
-                text = _WAIT.sub(lambda m: "\n".join(_wait_block(n, m.group(2), m.group(3), m.group(1) or "",
-                                                                 wide, sm90_)), text, count=1)
+                n, wide, sm90_, close = args
+
+                def rewrite(m: re.Match, n: int = n, wide: set[str] = wide, sm90_: bool = sm90_,
+                            close: int = close) -> str:
+                    inline, tail = _wait_block(n, m.group(2), m.group(3), m.group(1) or "", wide, sm90_)
+                    tails.setdefault(close, []).extend(tail)
+                    return "\n".join(inline)
+                text = _WAIT.sub(rewrite, text, count=1)
+            elif kind == "tails":  # the function body's closing "}": the slow paths before it
+                at = text.rindex("}")
+                text = text[:at] + "\n".join(tails.get(number, [])) + "\n" + text[at:]
             else:
                 n, wide = args
                 text = _EXPECT.sub(lambda m: "\n".join(_expect_block(n, m.group(2), m.group(3), m.group(1) or "",

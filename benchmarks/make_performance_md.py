@@ -238,11 +238,13 @@ SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
     "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
-    "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth}
+    "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
+    "checked_overhead_h200": checked_overhead}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
-            "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200")}
+            "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
+            "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200")}
 
 
 def _not_measured(name: str) -> str:

@@ -119,13 +119,14 @@ COUNT_BITS, CLOCK_BITS, CLOCK_SHIFT = 8, 23, 20
 GONE = 0x80000000
 
 
-def _wait_block(n: int, opcode: str, operands: str, pred: str, wide: set[str], sm90: bool) -> tuple[list[str], list[str]]:
+def _wait_block(n: int, opcode: str, operands: str, pred: str, wide: set[str],
+                sm90: bool) -> tuple[list[str], list[str]]:
     """``(inline, tail)``: the wait and its failure count inline; on one failed probe in CHECK_EVERY the thread
     branches to ``tail`` (placed after the function's last instruction), which looks at the flag and the clock
     and, the first thread to time out, writes the record, then branches back. The slow path stays out of the loop
-    body because there it costs time even untaken: the attention kernel ran 0.4-0.6% faster checked with it in the
-    tail than inline (docs/PERFORMANCE.md); a call to it (the ABI's saves) was slower still. The wait must be at
-    function scope (``flatten_wait_scopes``): the tail branches back to labels beside it."""
+    body because there it costs time even untaken: checked, the attention kernel's overhead fell by 0.3-0.9 points
+    with it in the tail rather than inline (docs/PERFORMANCE.md); a call (the ABI's saves) cost more. The wait must
+    be at function scope (``flatten_wait_scopes``): the tail branches back to labels beside it."""
     ops = [o.strip() for o in operands.split(",")]
     done, addr = ops[0], ops[1]
     generic = ".shared" not in opcode

@@ -99,8 +99,9 @@ def interleaved_host_times_us(fns: dict[str, Callable[[], object]], iterations: 
 
 
 def write_results(name: str, title: str, rows: list[dict], notes: list[str], out_dir: str | None,
-                  also_json: bool = True) -> Path:
-    """Write benchmarks/results/<name>.md (and .json unless ``also_json=False``), and copy them to ``out_dir``."""
+                  also_json: bool = True, extra: dict | None = None) -> Path:
+    """Write benchmarks/results/<name>.md (and .json unless ``also_json=False``, with ``extra``'s keys beside the
+    rows), and copy them to ``out_dir``."""
     RESULTS.mkdir(exist_ok=True)
     meta = {"benchmark": name, "device": device_name(), "date": datetime.date.today().isoformat(), "commit": commit()}
     columns = list(rows[0]) if rows else []
@@ -114,7 +115,7 @@ def write_results(name: str, title: str, rows: list[dict], notes: list[str], out
     written = [md]
     if also_json:
         written.append(RESULTS / f"{name}.json")
-        written[-1].write_text(json.dumps({**meta, "rows": rows, "notes": notes}, indent=1))
+        written[-1].write_text(json.dumps({**meta, "rows": rows, "notes": notes, **(extra or {})}, indent=1))
     if out_dir:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         for path in written:

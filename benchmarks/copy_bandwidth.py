@@ -18,12 +18,19 @@ The default run writes benchmarks/results/copy_bandwidth.md and .json (device, d
 any run writes the same files into --out. The tmakit variants are plans (``ops.plan_copy`` /
 ``ops.plan_transpose``), prepared before the timing; the copy also runs a few TMA tunings (chunk bytes,
 ring stages, source eviction: plan arguments) beside the default.
+
+Beside the named cases, a sweep of --sweep random transposes (default 40) drawn from --seed (printed and written
+into the results): element size 1, 2, 4 or 8 bytes, rows and columns of any count (odd pitches included) with
+16 MiB to --gib GiB in all; tmakit's transpose (auto) beside torch's copy of the same bytes, checked first; the
+results give the sweep's minimum, geometric mean and worst five ratios.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import json
+import math
+import random
 import statistics
 import sys
 import time
@@ -32,6 +39,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import commit, time_ms  # noqa: E402
+from _sweep import log_uniform, summary  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 NAME = "copy_bandwidth"
@@ -124,6 +132,20 @@ def _planned(make: Callable[[], Callable[[], object]]) -> Callable[[], object]:
         return refuse
 
 
+def sweep_transposes(seed: int, count: int, gib: float) -> list[tuple[int, int, int]]:
+    """``count`` random (rows, cols, element bytes) of 16 MiB to ``gib`` GiB, from ``seed``."""
+    rng = random.Random(seed)
+    shapes = []
+    lo, hi = 16 * 2**20, max(16 * 2**20, int(gib * 2**30))
+    for _ in range(count):
+        esize = rng.choice((1, 2, 4, 8))
+        elements = log_uniform(rng, lo, hi) // esize
+        # the aspect ratio log-uniform in [1/256, 256], both sides at least 1
+        rows = max(1, min(elements, int(round(math.sqrt(elements) * math.exp(rng.uniform(-1, 1) * math.log(16))))))
+        shapes.append((rows, max(1, elements // rows), esize))
+    return shapes
+
+
 def _scaled(rows: int, cols: int, esize: int, gib: float) -> tuple[int, int]:
     """The shape scaled (both sides by the same factor, odd counts kept odd) to at most `gib` GiB."""
     factor = min(1.0, (gib * 2**30 / (rows * cols * esize)) ** 0.5)
@@ -142,9 +164,13 @@ def main() -> int:
     parser.add_argument("--batch", type=_at_least_one, default=1,
                         help="calls back to back per timed sample: 1 (default) times single calls, each with the "
                              "host time before its kernel starts; more hides the host time, as in a stream of calls")
+    parser.add_argument("--sweep", type=int, default=40, help="random transposes beside the named cases (default 40)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep (default 0)")
     parser.add_argument("--only", default="",
                         help="comma-separated pieces of case labels to run (e.g. 'copy,10007x'); default every case")
     args = parser.parse_args()
+    if args.sweep < 0:
+        parser.error("--sweep must be at least 0")
     only = [piece for piece in args.only.split(",") if piece]
     try:
         import torch
@@ -204,7 +230,18 @@ def main() -> int:
                 variants[f"tmakit transpose ({backend})"] = _planned(
                     lambda b=backend, d=dst, s=src: ops.plan_transpose(d, s, backend=b, stream=stream))
             yield (f"transpose {rows}x{cols} {esize} B", nbytes, variants, src.t(), dst)
+        for rows, cols, esize in sweep:
+            nbytes = rows * cols * esize
+            src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device="cuda").view(dtypes[esize])
+            src = src.view(rows, cols)
+            dst = torch.empty(cols, rows, dtype=src.dtype, device="cuda")
+            flat, base = src.view(-1), torch.empty(rows * cols, dtype=src.dtype, device="cuda")
+            variants = {"torch dst.copy_(src) (same bytes)": lambda d=base, s=flat: d.copy_(s),
+                        "tmakit transpose (auto)": _planned(lambda d=dst, s=src: ops.plan_transpose(d, s, stream=stream))}
+            yield (f"sweep transpose {rows}x{cols} {esize} B", nbytes, variants, src.t(), dst)
 
+    sweep = sweep_transposes(args.seed, 0 if args.quick else args.sweep, gib)
+    print(f"sweep: {len(sweep)} transposes from seed {args.seed}", flush=True)
     rows_out = []
     for label, nbytes, variants, want, out in cases():
         if only and not any(piece in label for piece in only):
@@ -252,19 +289,27 @@ def main() -> int:
             "statistic": "per round: median over samples of CUDA-event time / batch; reported: medians over rounds, "
                          "ratios to torch's copy of the same bytes taken within a round",
             "results": rows_out}
+    swept = [(r["case"][len("sweep transpose "):], r["vs torch copy"]) for r in rows_out
+             if r["case"].startswith("sweep") and r["variant"] == "tmakit transpose (auto)"]
+    meta["sweep"] = summary(args.seed, [(c, v if v == v else 0.0) for c, v in swept])  # NaN: wrong or refused
+    print(f"sweep: {meta['sweep']}")
     lines = ["# Copy / transpose bandwidth", "", f"- device: {meta['device']}", f"- date: {meta['date']}",
              f"- git commit: {meta['git_commit']}",
              f"- arrays of at most {gib:g} GiB; GB/s counts bytes read + written; median of {reps} samples of "
              f"{args.batch} call(s) after {warmup} warm-up, in each of {args.rounds} interleaved rounds; 'vs torch "
              "copy': torch's dst.copy_(src) of the same bytes timed in the same round (goals: copy >= 0.98x, "
-             "transpose >= 0.85x); path: the backend that ran and how dst was written", "",
+             "transpose >= 0.85x); path: the backend that ran and how dst was written",
+             f"- sweep: {meta['sweep']['count']} random transposes from seed {args.seed}, 16 MiB to {gib:g} GiB: min "
+             f"{meta['sweep']['min']}, geomean {meta['sweep']['geomean']} x torch copy; worst {meta['sweep']['worst']}",
+             "",
              "| case | variant | path | ms | GB/s | vs torch copy | each round | note |",
              "|---|---|---|---:|---:|---:|---|---|"]
     for r in rows_out:
         each = " ".join(f"{v:.2f}" for v in r["vs torch copy per round"])
         lines.append(f"| {r['case']} | {r['variant']} | {r['path']} | {r['ms']:.3f} | {r['GB/s']:.0f} | "
                      f"{r['vs torch copy']:.3f}x | {each} | {r['note']} |")
-    default_run = not (args.quick or args.batch != 1 or args.gib != 1.0 or args.rounds != 3 or only)
+    default_run = not (args.quick or args.batch != 1 or args.gib != 1.0 or args.rounds != 3 or only
+                       or args.sweep != 40 or args.seed != 0)
     targets = ([RESULTS] if default_run else []) + ([args.out] if args.out else [])
     for folder in targets:
         folder.mkdir(parents=True, exist_ok=True)
@@ -274,10 +319,11 @@ def main() -> int:
     worst = {}
     for r in rows_out:
         if r["variant"] in ("tmakit copy (tma)", "tmakit transpose (auto)") and r["vs torch copy"] == r["vs torch copy"]:
-            kind = "copy" if r["case"].startswith("copy") else "transpose"
+            kind = "copy" if r["case"].startswith("copy") else "sweep" if r["case"].startswith("sweep") else "transpose"
             worst[kind] = min(worst.get(kind, 9.0), r["vs torch copy"])
     print("worst ratio to torch copy of tmakit copy (tma) / transpose (auto):", worst)
-    return 0
+    wrong = [r for r in rows_out if r["note"].startswith("WRONG")]
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -5,17 +5,26 @@ Each row: medians of CUDA-event timings of back-to-back launches after warm-up, 
 by round; TFLOP/s = 2 M N K / time; the output's max error against a float32 product, relative to its largest
 entry. Operands of the main shape (8192^3 bf16) are 128 MiB each, beyond the 50 MB L2.
 
-    python benchmarks/gemm.py [--quick] [--out DIR] [--rounds N] [--tune]
+Beside the named shapes, a sweep of --sweep random shapes (default 40) drawn from --seed (printed and written into
+the results): M, N, K log-uniform in [256, 16384], multiples of 8, bf16 or fp16, B K- or N-major; every output
+is checked against a float32 product before it is timed (a wrong one fails the run); the results give the sweep's
+minimum, geometric mean and worst five ratios.
+
+    python benchmarks/gemm.py [--quick] [--out DIR] [--rounds N] [--tune] [--sweep N] [--seed S]
 """
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import log_uniform, summary  # noqa: E402
+
+TOLERANCE = 2e-2  # max |error| / max |reference| of a 16-bit output with fp32 accumulation
 
 # (label, backend, M, N, K, dtype, b_major, plan keyword arguments)
 SHAPES = [
@@ -49,6 +58,17 @@ def _padded(torch, rows: int, cols: int, dtype):
     return buf[:, :cols]
 
 
+def sweep_shapes(seed: int, count: int) -> list[tuple]:
+    """``count`` random problems in SHAPES' form, from ``seed``."""
+    rng = random.Random(seed)
+    shapes = []
+    for _ in range(count):
+        m, n, k = (log_uniform(rng, 256, 16384, 8) for _ in range(3))
+        dtype, major = rng.choice(("bfloat16", "float16")), rng.choice("kn")
+        shapes.append((f"{m}x{n}x{k}", "tma", m, n, k, dtype, major, {}))
+    return shapes
+
+
 def measure(shape, rounds: int) -> dict:
     import torch
 
@@ -59,12 +79,13 @@ def measure(shape, rounds: int) -> dict:
     a = _padded(torch, m, k, tdt)
     b = _padded(torch, n, k, tdt) if b_major == "k" else _padded(torch, k, n, tdt)
     c = _padded(torch, m, n, tdt)
+    c.fill_(float("nan"))  # poisoned: a tile the kernel skips shows
     plan = plan_gemm(a, b, c, b_major=b_major, backend=backend, **kw)
     plan()
     bm = b.T if b_major == "k" else b
     ref = a.float() @ bm.float()
     torch.cuda.synchronize()
-    err = ((c.float() - ref).abs().max() / ref.abs().max()).item()
+    err = ((c.float() - ref).abs().max() / ref.abs().max()).nan_to_num(float("inf")).item()
     del ref
     cub = torch.empty(m, n, device="cuda", dtype=tdt)
     cublas = lambda: torch.matmul(a, bm, out=cub)  # noqa: E731
@@ -93,25 +114,44 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also copy the results files here")
     parser.add_argument("--name", default="gemm", help="results file stem (benchmarks/results/NAME.json)")
     parser.add_argument("--tune", action="store_true", help="also the main shape with other tile plans")
+    parser.add_argument("--sweep", type=int, default=40, help="random shapes beside the named ones (default 40)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep (default 0)")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.sweep < 0:
+        parser.error("--sweep must be at least 0")
     torch = torch_with_gpu("benchmarks/gemm.py", "the cuBLAS peer")
     if torch is None:
         return 0
     shapes = [s for s in SHAPES if s[0] == "8192^3"] if args.quick else list(SHAPES)
+    sweep = [] if args.quick else sweep_shapes(args.seed, args.sweep)
+    print(f"sweep: {len(sweep)} shapes from seed {args.seed}", flush=True)
     rows = []
-    for shape in shapes + (TUNE if args.tune else []):
-        row = measure(shape, args.rounds)
-        print({k: row[k] for k in ("shape", "backend", "b_major", "tile", "TFLOP/s", "cuBLAS TFLOP/s", "x cuBLAS",
-                                   "max rel err")}, flush=True)
-        rows.append(row)
+    from rich.progress import Progress
+
+    todo = [(s, "named") for s in shapes + (TUNE if args.tune else [])] + [(s, "sweep") for s in sweep]
+    with Progress(transient=True) as progress:
+        task = progress.add_task("GEMM shapes", total=len(todo))
+        for shape, kind in todo:
+            row = {"set": kind, **measure(shape, args.rounds)}
+            row["ok"] = row["max rel err"] <= TOLERANCE
+            progress.console.print({k: row[k] for k in ("shape", "backend", "b_major", "tile", "TFLOP/s",
+                                                        "cuBLAS TFLOP/s", "x cuBLAS", "max rel err", "ok")})
+            rows.append(row)
+            progress.advance(task)
+    swept = summary(args.seed, [(f"{r['shape']} {r['dtype']} B {r['b_major']}", r["x cuBLAS"])
+                                for r in rows if r["set"] == "sweep"])
+    print(f"sweep: min {swept['min']}, geomean {swept['geomean']}, worst {swept['worst']}")
     notes = ["FLOPs = 2 M N K; medians of interleaved rounds of back-to-back launches after warm-up",
              "cuBLAS = torch.matmul(a, b, out=) on the same operands (b_major n: b; k: b.T, cuBLAS's TN case)",
              "cp.async rows: the sm_80 path (cp.async ring + ldmatrix + mma.sync) forced on this GPU",
-             "1000x4097x2048: operands are row-padded views (4097 is not a multiple of 8 elements)"]
-    write_results(args.name, "GEMM: tmakit vs cuBLAS (torch.matmul)", rows, notes, args.out)
-    return 0
+             "1000x4097x2048: operands are row-padded views (4097 is not a multiple of 8 elements)",
+             f"sweep: {swept['count']} shapes from seed {args.seed} (M, N, K log-uniform in [256, 16384], multiples of 8, "
+             f"bf16/fp16, B K- or N-major): min {swept['min']}, geomean {swept['geomean']} x cuBLAS",
+             f"ok: max rel err <= {TOLERANCE} on a NaN-poisoned output"]
+    write_results(args.name, "GEMM: tmakit vs cuBLAS (torch.matmul)", rows, notes, args.out, extra={"sweep": swept})
+    return 0 if all(r["ok"] for r in rows) else 1
 
 
 if __name__ == "__main__":

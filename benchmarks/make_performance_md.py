@@ -59,8 +59,21 @@ def goal(value: float, limit: float, text: str) -> str:
 
 # ---- one function per results file: {part: markdown} --------------------------------------------------------
 
+def sweep(d: dict, peer: str) -> str:
+    """The sweep's summary line and its worst cases."""
+    sw = d.get("sweep")
+    if not sw or not sw.get("count"):
+        return "No sweep in this run."
+    text = (f"Sweep of {sw['count']} random cases (seed {sw['seed']}): min {ratio(sw['min'])}, geomean "
+            f"{ratio(sw['geomean'])} {peer}; worst: " + ", ".join(f"{label} {ratio(r)}" for label, r in sw["worst"]) + ".")
+    if sw.get("unsupported"):
+        text += (f" Not run (a head dim the kernel refuses), {len(sw['unsupported'])} of "
+                 f"{sw['count'] + len(sw['unsupported'])} drawn: " + ", ".join(sw["unsupported"]) + ".")
+    return text
+
+
 def gemm(d: dict) -> dict:
-    rows, dtypes = d["rows"], {"bfloat16": "bf16", "float16": "fp16"}
+    rows, dtypes = [r for r in d["rows"] if r.get("set") != "sweep"], {"bfloat16": "bf16", "float16": "fp16"}
     out = [[r["shape"], "tma" if r["backend"] == "tma" else f"{r['backend']} (forced)", dtypes.get(r["dtype"], r["dtype"]),
             r["b_major"], f"{r['TFLOP/s']:.0f}", f"{r['cuBLAS TFLOP/s']:.0f}", ratio(r["x cuBLAS"]), sci(r["max rel err"])]
            for r in rows]
@@ -70,19 +83,21 @@ def gemm(d: dict) -> dict:
             "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B)",
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
-            "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a"}
+            "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",
+            "sweep": sweep(d, "x cuBLAS")}
 
 
 def attention(d: dict) -> dict:
     out = []
-    for r in d["rows"]:
+    for r in (r for r in d["rows"] if r.get("set") != "sweep"):
         shape = f"B{r['B']} H{r['H']} S{r['S']} D{r['D']}" + (" fp16" if r["dtype"] == "float16" else "") + \
                 (" (B, S, H, D)" if r["layout"] == "bshd" else "")
         out.append([shape, "tma" if r["backend"] == "tma" else f"{r['backend']} (forced)", "yes" if r["causal"] else "no",
                     sig(r["ms"]), f"{r['TFLOP/s']:.0f}", f"{r['SDPA TFLOP/s']:.0f}", ratio(r["x SDPA"]),
                     sci(r["rel err vs SDPA"])])
     return {"run": run_line(d), "table": table(["shape", "backend", "causal", "ms", "TFLOP/s", "SDPA TFLOP/s", "vs SDPA",
-                                                "rel err vs SDPA"], out, {3, 4, 5, 6, 7})}
+                                                "rel err vs SDPA"], out, {3, 4, 5, 6, 7}),
+            "sweep": sweep(d, "x SDPA")}
 
 
 def tma_modes_vs_model(d: dict) -> dict:
@@ -161,7 +176,8 @@ def _case_label(case: str) -> str:
 def copy_bandwidth(d: dict) -> dict:
     by_case: dict[str, dict[str, dict]] = {}
     for r in d["results"]:
-        by_case.setdefault(r["case"], {})[r["variant"]] = r
+        if not r["case"].startswith("sweep"):  # the sweep is summarised apart
+            by_case.setdefault(r["case"], {})[r["variant"]] = r
     columns = [("tmakit auto (path)", ("tmakit copy (tma)", "tmakit transpose (auto)")),
                ("tmakit cp.async", ("tmakit copy (cp.async)", "tmakit transpose (cp.async)")),
                ("Triton TMA", ("triton TMA copy", "triton TMA transpose 128x64")),
@@ -199,7 +215,7 @@ def copy_bandwidth(d: dict) -> dict:
                       "then the median over rounds",
             "table": table(["case"] + [c for c, _ in columns], out, {1, 2, 3, 4, 5}),
             "copy_variants": table(["case", "variant", "vs torch copy"], extra, {2}) if extra else "(none in this run)",
-            "transpose_summary": summary}
+            "transpose_summary": summary, "sweep": sweep(d, "x torch copy").replace("cases", "transposes")}
 
 
 def transfer_bandwidth(d: dict) -> dict:

@@ -38,3 +38,26 @@ def test_compile_times_measures_cold_and_warm_compiles_as_json():
     assert 0 < row["warm_ms"] < row["cold_s"] * 1000
     done = _run(BENCHMARKS / "compile_times.py", "--only", "no such variant")
     assert done.returncode == 2 and "matches no variant" in done.stderr
+
+
+def test_sweeps_draw_reproducible_shapes_and_summarise_them():
+    import random
+
+    sys.path.insert(0, str(BENCHMARKS.parent))
+    from benchmarks import gemm
+    from benchmarks._sweep import log_uniform, summary
+
+    rng = random.Random(3)
+    values = [log_uniform(rng, 256, 16384, 8) for _ in range(500)]
+    assert all(256 <= v <= 16384 and v % 8 == 0 for v in values)
+    assert sum(v < 2048 for v in values) > 100 and sum(v > 4096 for v in values) > 100  # log-uniform: both ends
+    assert gemm.sweep_shapes(5, 40) == gemm.sweep_shapes(5, 40) != gemm.sweep_shapes(6, 40)
+    assert len(gemm.sweep_shapes(5, 40)) == 40
+    s = summary(5, [("a", 0.5), ("b", 2.0), ("c", 1.0)], worst=2)
+    assert s == {"seed": 5, "count": 3, "min": 0.5, "geomean": 1.0, "worst": [["a", 0.5], ["c", 1.0]]}
+
+
+@pytest.mark.parametrize("script", ["gemm.py", "attention.py", "copy_bandwidth.py"])
+def test_sweeps_refuse_a_negative_count(script):
+    done = _run(BENCHMARKS / script, "--sweep", "-1")
+    assert done.returncode == 2 and "--sweep must be at least 0" in done.stderr

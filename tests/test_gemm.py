@@ -105,6 +105,25 @@ def test_defaults_are_the_tuned_plan() -> None:
     assert default_config(Backend.CP_ASYNC, shared_mem_limit=166912).stages == 3
 
 
+def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
+    """BN and the cluster are chosen per problem by the turns each resident CTA takes, weighted by a tile's cost;
+    what the caller gives is kept."""
+    turns = gemm_mod.tile_turns
+    assert turns(8192, 8192, 256, 2, 132) == 16  # 64 x 32 tiles over 132 CTAs: 15.5 -> 16 turns
+    assert turns(2000, 3000, 256, 2, 132) == 2 and turns(2000, 3000, 128, 2, 132) == 3  # 192 / 384 tiles
+    assert turns(100, 100, 256, 2, 132) == 1  # one cluster (two CTAs, one of them past the rows)
+    choose = gemm_mod.choose_tile
+    assert choose(8192, 8192, 132) == (256, 2)  # whole turns either way: the wider tile
+    assert choose(2000, 3000, 132) == (128, 2)  # 2 turns of 256 cost more than 3 of 128
+    assert choose(984, 480, 132)[0] == 128  # 16 tiles of 256 leave 116 SMs idle
+    assert choose(984, 480, 132, block_n=256) == (256, 2) and choose(984, 480, 132, cluster=1) == (128, 1)
+    assert default_config(Backend.TMA, m=984, n=480, sms=132).block_n == 128
+    assert default_config(Backend.TMA, m=984, n=480, sms=132, block_n=256, cluster=1).block_n == 256
+    assert default_config(Backend.TMA, m=984, n=480, sms=132, shared_mem_limit=101376).block_n == 128
+    assert default_config(Backend.CP_ASYNC, m=984, n=480, sms=132) == default_config(Backend.CP_ASYNC)
+    assert (default_config(Backend.TMA).block_n, default_config(Backend.TMA).cluster) == (256, 2)  # no problem given
+
+
 def test_shared_memory_budget_refuses_too_many_stages() -> None:
     cfg = default_config(Backend.TMA, stages=5)
     with pytest.raises(InvalidArgumentError, match=r"stages.*48 KiB; 5 stages need 2\d\d\.\d KiB, 227\.0 KiB available"):

@@ -87,13 +87,44 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
     return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
+# Per-problem tile choice (tma): the kernel is persistent with a static round robin, so a problem takes
+# ceil(CTAs / resident CTAs) turns of one tile each. Relative time of one tile (per K step) measured on the H100
+# over 40 random shapes (seed 7, M, N, K in [256, 16384]): a 128-wide tile ~0.6 of a 256-wide one; a 2-CTA cluster
+# (B multicast) ~0.95 of a lone CTA. Picking the cheapest turn count took the sweep's geomean from 0.71x to 0.85x
+# cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
+_TILE_COST = {256: 1.0, 128: 0.6}
+_CLUSTER_COST = {2: 0.95, 1: 1.0}
+
+
+def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
+    """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
+    ctas = -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
+    return -(-ctas // max(cluster, sms // cluster * cluster))
+
+
+def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
+                widths: tuple[int, ...] = (256, 128)) -> tuple[int, int]:
+    """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
+    cluster is kept. Ties go to the wider tile, then to the cluster."""
+    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))]
+    return min(options, key=lambda o: (tile_turns(m, n, o[0], o[1], sms) * _TILE_COST.get(o[0], 1.0)
+                                       * _CLUSTER_COST.get(o[1], 1.0), -o[0], -o[1]))
+
+
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
-                   group_m: int = 8, shared_mem_limit: int = 232448) -> GemmConfig:
-    """The tuned defaults: 128 x 256 x 64 tiles, as many ring stages as fit (4 with a 16-bit output on the H100),
-    2-CTA clusters on tma."""
-    bn = block_n or (256 if shared_mem_limit >= 150 * 1024 else 128)
-    cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+                   group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
+                   sms: int | None = None) -> GemmConfig:
+    """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
+    H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
+    1) not given are chosen by ``choose_tile``; without them, 256 and 2. cp.async: BN 256 where 150 KiB of shared
+    memory fit, else 128, no cluster."""
+    wide = shared_mem_limit >= 150 * 1024
+    if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
+        bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,))
+    else:
+        bn = block_n or (256 if wide else 128)
+        cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     if stages is None:
         stages = 2
         for s in (4, 3):
@@ -330,7 +361,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     limit = shared_mem_limit(choice.arch, av.device)
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
-                         shared_mem_limit=limit)
+                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sm_count(av.device))
     check_config(cfg, limit)
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked)
@@ -343,5 +374,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     return plan_gemm(a, b, out, **options)()
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
-           "plan_gemm", "shared_mem_limit", "stage_descriptors"]
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
+           "plan_gemm", "shared_mem_limit", "stage_descriptors", "tile_turns"]

@@ -106,7 +106,8 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     choice = choose_backend(backend, arch=arch)
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
-                               block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit)
+                               block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
+                               m=m, n=n, sms=device_limits(arch=choice.arch).sm_count)
     _gemm.check_config(cfg, limit)
     maps: tuple = ()
     if choice.backend is Backend.TMA:

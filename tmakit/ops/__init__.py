@@ -10,10 +10,14 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 - ``describe_gemm``, ``describe_attention``, ``describe_transpose``: what those plans decide, without a GPU
+
+The one-shot ops keep the plans they make, by geometry (``_plan_cache``: a bounded cache; a seen geometry
+re-points its plan); ``clear_plan_cache()`` drops them, ``plan_cache_info()`` counts them.
 """
 from __future__ import annotations
 
 from ._plan import Plan
+from ._plan_cache import clear_plan_cache, plan_cache_info
 from .attention import AttentionPlan, attention, plan_attention
 from .copy import CopyPlan, CopyResult, copy, plan_copy
 from .gemm import GemmPlan, gemm, plan_gemm
@@ -24,6 +28,6 @@ from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose,
 
 __all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "LoadTilesPlan",
            "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TilePlan", "TransposePlan",
-           "TransposeResult", "attention", "copy", "describe_attention", "describe_gemm", "describe_transpose", "gemm",
-           "load_tiles", "plan_attention", "plan_copy", "plan_gemm", "plan_load_tiles", "plan_transpose",
-           "ptx_tile_copy", "transpose"]
+           "TransposeResult", "attention", "clear_plan_cache", "copy", "describe_attention", "describe_gemm", "describe_transpose", "gemm",
+           "load_tiles", "plan_attention", "plan_cache_info", "plan_copy", "plan_gemm", "plan_load_tiles",
+           "plan_transpose", "ptx_tile_copy", "transpose"]

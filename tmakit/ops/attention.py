@@ -54,6 +54,7 @@ from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
 from ._kernels import kernel
+from ._plan_cache import cached
 
 HEAD_DIMS = (64, 128)
 DTYPES = ("bfloat16", "float16")
@@ -396,8 +397,15 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
 
 
 def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[Any, Any]:
-    """Plan and run once: returns ``(out, lse)`` (asynchronous on the plan's stream)."""
-    return plan_attention(q, k, v, out, **options)()
+    """Plan and run once: returns ``(out, lse)`` (asynchronous on the plan's stream). A geometry seen before
+    re-points the plan made then (``tmakit.ops._plan_cache``)."""
+    lse = options.pop("lse", None)  # a buffer: part of the geometry, not an option
+
+    def make() -> tuple:
+        plan = plan_attention(q, k, v, out, lse=lse, **options)
+        return plan, plan()
+    return cached("attention", (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)), options, make,
+                  lambda plan, views: plan(q, k, v, out, lse=lse))
 
 
 __all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",

@@ -30,6 +30,7 @@ from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
 from ._kernels import kernel, sm_count
+from ._plan_cache import cached
 
 DTYPES = ("bfloat16", "float16")
 OUT_DTYPES = ("bfloat16", "float16", "float32")
@@ -370,8 +371,12 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
 
 
 def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
-    """Plan and run once: returns the output (asynchronous on the plan's stream)."""
-    return plan_gemm(a, b, out, **options)()
+    """Plan and run once: returns the output (asynchronous on the plan's stream). A geometry seen before
+    re-points the plan made then (``tmakit.ops._plan_cache``)."""
+    def make() -> tuple:
+        plan = plan_gemm(a, b, out, **options)
+        return plan, plan()
+    return cached("gemm", (("a", a), ("b", b), ("c", out)), options, make, lambda plan, views: plan(a, b, out))
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _driver
 from .._sequences import is_sequence
 from ..arch import Arch
 from ..arrays import ArrayView
@@ -92,11 +93,22 @@ class GemmDescription(OpDescription):
         return self.a_stage_bytes + self.config.block_n * _gemm.BLOCK_K * 2
 
 
+def _sm_count(arch: Arch) -> int | None:
+    """GPU 0's SM count when it is of ``arch``; else the usual count of the architecture's TMA parts."""
+    if _driver.gpu_available():
+        limits = device_limits(0)
+        if (limits.arch.major, limits.arch.minor) == (arch.major, arch.minor) and limits.sm_count:
+            return limits.sm_count
+    return 132 if arch.major == 9 else None
+
+
 def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: str = "k", out_dtype: str | None = None,
                   arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
-                  stages: int | None = None, cluster: int | None = None, group_m: int = 8) -> GemmDescription:
+                  stages: int | None = None, cluster: int | None = None, group_m: int = 8,
+                  sms: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
-    architecture's shared memory), the three TMA maps, the kernel variant."""
+    architecture's shared memory; BN and the cluster chosen for ``sms`` SMs), the three TMA maps, the kernel
+    variant. ``sms`` None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     name = _half(dtype)
     b_kmajor = _gemm._parse_b_major(b_major)
@@ -107,7 +119,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, sms=device_limits(arch=choice.arch).sm_count)
+                               m=m, n=n, sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
     _gemm.check_config(cfg, limit)
     maps: tuple = ()
     if choice.backend is Backend.TMA:

@@ -18,7 +18,10 @@
 //                  converted into 128-byte-wide swizzled slabs through the warpgroup's StorePipeline (two slab
 //                  buffers), each slab a TMA store (clipped at the edges of C).
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
-//     of tiles sweep N together, so the A and B panels in flight stay in L2.
+//     of tiles sweep N together, so the A and B panels in flight stay in L2. Split-K (splits > 1, an fp32
+//     build): each tile's k-blocks are cut into `splits` ranges, each range a unit whose partial product goes
+//     to its own slice of an fp32 workspace (the C map), and tmakit_gemm_splitk_reduce sums the slices into C
+//     with alpha and beta: for outputs of few tiles and long K, where the tiles alone leave most SMs idle.
 //   tmakit_gemm_cp_async (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the same BM x BN tiles and the same
 //     128B-swizzled shared-memory images, filled by cp.async (zero fill past the edges) through a STAGES-deep
 //     tmakit::Pipeline (CpAsyncBlockProducer: cp.async.wait_group + block barrier), 8 warps of 64 x BN/4 each on
@@ -173,7 +176,7 @@ typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warp
 extern "C" __global__ void __launch_bounds__(384, 1)
     tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
                     const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
-                    long long ldc, float alpha, float beta, int group_m) {
+                    long long ldc, float alpha, float beta, int group_m, int splits, int split_rows) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace gemm;
@@ -187,8 +190,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
   const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
   const int unit_rows = (tiles_m + kCluster - 1) / kCluster;
-  const int units = unit_rows * tiles_n;
-  const int k_blocks = (K + kBK - 1) / kBK;
+  // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
+  // into rows s * split_rows + ... of C, an fp32 workspace tmakit_gemm_splitk_reduce adds up (every split has
+  // at least one k-block: the host keeps splits <= k-blocks).
+  const int units = unit_rows * tiles_n * splits;
+  const int k_total = (K + kBK - 1) / kBK;
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
   if (threadIdx.x == 0) {
@@ -207,9 +213,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       Ring::State p = make_producer_start_state<kStages>();
       for (int u = first_unit; u < units; u += unit_stride) {
         int row, col;
-        unit_coords(u, unit_rows, tiles_n, group_m, row, col);
+        const int split = u % splits;
+        unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
         const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
-        for (int kb = 0; kb < k_blocks; ++kb) {
+        const int kb_end = (split + 1) * k_total / splits;
+        for (int kb = split * k_total / splits; kb < kb_end; ++kb) {
           ring.producer_acquire(p);
           Mbarrier& full = ring.producer_expect(p, kStageBytes);
           uint8_t* a_st = smem + p.index * kStageBytes;
@@ -252,21 +260,23 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
     for (int u = first_unit; u < units; u += unit_stride) {
       int row, col;
-      unit_coords(u, unit_rows, tiles_n, group_m, row, col);
+      const int split = u % splits;
+      unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
       const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
+      const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       Ring::State done = c;  // the oldest stage not yet released
-      for (int kb = 0; kb < k_blocks; ++kb) {
+      for (int kb = kb_begin; kb < kb_end; ++kb) {
         ring.consumer_wait(c);
         const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBK / 16; ++kk) {
           wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
-                                                                   wgmma_desc_rebase(desc_b(kk), b_st), kb > 0 || kk > 0);
+                                                                   wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
         }
         wgmma_commit_group();
         wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
-        if (kb > 0) {
+        if (kb > kb_begin) {
           release(done);
           done.advance();
         }
@@ -278,6 +288,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;
+      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       if (row0 < M) {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
@@ -295,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int i = 4 * jj + 2 * h;
               const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
               const int gm = row0 + r, gn = slab_n0 + cl;
-              const long long at = static_cast<long long>(gm) * ldc + gn;
+              const long long at = static_cast<long long>(split * split_rows + gm) * ldc + gn;
               const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < M && gn < N);
               const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < M && gn + 1 < N);
               if (direct) {
@@ -315,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           store.publish();
           if (store.issuer() && !direct && slab_n0 < N)
-            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, row0, 0, 0, 0}}, buf);
+            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
       }
@@ -495,3 +506,21 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_gemm_tma
 #endif
 }
+
+// Split-K's second step: C = alpha * (the splits' fp32 partial products, summed) + beta * C, in C's dtype. The
+// partials are `splits` slices of `slice` elements, rows `w_pitch` elements apart; one thread per output element
+// (memory-bound: the partials are read once).
+extern "C" __global__ void __launch_bounds__(256)
+    tmakit_gemm_splitk_reduce(const float* __restrict__ w, long long w_pitch, long long slice, void* c_ptr, int M,
+                              int N, long long ldc, int splits, float alpha, float beta) {
+  const long long total = static_cast<long long>(M) * N;
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < total; i += gridDim.x * 256ll) {
+    const int m = static_cast<int>(i / N), n = static_cast<int>(i % N);
+    const float* p = w + m * w_pitch + n;
+    float acc = 0.f;
+    for (int s = 0; s < splits; ++s) acc += p[s * slice];
+    const long long at = static_cast<long long>(m) * ldc + n;
+    gemm::store_c(c_ptr, at, gemm::epilogue_value(acc, alpha, beta, c_ptr, at, true));
+  }
+}
+

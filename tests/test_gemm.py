@@ -53,7 +53,7 @@ def test_gemm_variants_compile(backend: Backend, arch: str, bf16: bool, kmajor: 
     promised instructions, the other is a trap."""
     cfg = default_config(backend, bf16=bf16, b_kmajor=kmajor, shared_mem_limit=232448 if arch == "sm_90a" else 166912)
     code = compile_cuda("gemm.cu", arch=arch, defines={**backend.defines, **cfg.defines})
-    assert sorted(code.entry_names()) == ["tmakit_gemm_cp_async", "tmakit_gemm_tma"]
+    assert sorted(code.entry_names()) == ["tmakit_gemm_cp_async", "tmakit_gemm_splitk_reduce", "tmakit_gemm_tma"]
     entries = _entries(code.ptx)
     ptx, other = entries[cfg.entry], entries[({"tmakit_gemm_tma", "tmakit_gemm_cp_async"} - {cfg.entry}).pop()]
     assert "trap;" in other and "mma" not in other and "cp.async" not in other
@@ -314,6 +314,42 @@ def test_every_tma_configuration_on_the_gpu(cfg) -> None:
     case = dict(backend="tma", dtype="bfloat16" if cfg.bf16 else "float16", kmajor=cfg.b_kmajor, m=m, n=n, k=k,
                 out_f32=cfg.out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
     _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster)
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(12))
+def test_split_k_on_the_gpu(i) -> None:
+    """Split-K (chosen or forced): small outputs with long K, every dtype, major, output type, tile and cluster,
+    N off 4 (the workspace's last slab stored from registers) and off 8 (padded C), alpha/beta; 3 runs on
+    poisoned outputs each."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(1000 + i)
+    m, n, k = rng.randint(1, 700), rng.choice((rng.randint(1, 700), 8 * rng.randint(1, 80))), rng.randint(600, 9000)
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i % 2 == 0, m=m, n=n, k=k,
+                out_f32=i % 3 == 0, alpha=rng.choice((1.0, -2.0, 0.0)), beta=rng.choice((0.0, 0.5)),
+                pad=rng.choice((0, 8)), special=None)
+    options = dict(block_n=(128, 256)[i % 2], cluster=(1, 2)[(i // 2) % 2])
+    if i % 4 == 3:
+        options["splits"] = min(-(-k // 64), rng.randint(2, 24))  # forced, past the chosen count
+    _check_gemm(torch, case, runs=3, seed=_seed(), **options)
+
+
+def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
+    choose = gemm_mod.choose_splits
+    assert choose(384, 344, 8800, 128, 2, 132) == 11  # 12 CTAs: 11 ranges of >= 8 k-blocks fill the SMs
+    assert choose(8192, 8192, 8192, 256, 2, 132) == 1  # the tiles fill the SMs
+    assert choose(384, 344, 300, 128, 2, 132) == 1  # 5 k-blocks: nothing to split
+    assert choose(128, 128, 100000, 128, 1, 132) == 16  # at most 16 slices
+    cfg = default_config(Backend.TMA, m=384, n=344, k=8800, sms=132)
+    assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.defines["TMAKIT_GEMM_OUT_F32"]) == (128, 2, 11, 1)
+    assert default_config(Backend.TMA, m=384, n=344, k=8800, sms=132, splits=1).splits == 1
+    assert default_config(Backend.CP_ASYNC, m=384, n=344, k=8800, sms=132).splits == 1
+    for bad in (0, 65, 2.0, True):
+        with pytest.raises(InvalidArgumentError, match=r"splits=.*must be an int in \[1, 64\]"):
+            check_config(gemm_mod.GemmConfig(Backend.TMA, True, True, False, 128, 4, 2, 8, bad), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"splits=2: .*1 on the cp.async backend"):
+        check_config(gemm_mod.GemmConfig(Backend.CP_ASYNC, True, True, False, 128, 2, 1, 8, 2), 232448)
 
 
 @pytest.mark.requires_sm90

@@ -19,9 +19,17 @@ from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 from ..arrays import device_array_view
-from ..streams import stream_handle
+from ..streams import Stream, stream_handle
 
 CAPACITY = 16
+# TMAKIT_CHECK as os.environ holds it: os.environ.get encodes the name and decodes the value on every call (about
+# a third of a key); CPython's os.environ keeps its encoded dict, _data, in step with every change made through it.
+_ENVIRON_DATA = getattr(os.environ, "_data", None)
+_CHECK = b"TMAKIT_CHECK" if isinstance(next(iter(_ENVIRON_DATA or {b"": 0})), bytes) else "TMAKIT_CHECK"
+
+
+def _check_setting() -> Any:
+    return _ENVIRON_DATA.get(_CHECK) if _ENVIRON_DATA is not None else os.environ.get("TMAKIT_CHECK")
 
 
 class PlanCache:
@@ -32,16 +40,20 @@ class PlanCache:
         self._plans: OrderedDict[Any, Any] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self._stream: tuple[Any, int] = (None, 0)  # the last stream object of a call, and its handle
 
     def run(self, op: str, buffers: Sequence[tuple[str, Any]], options: dict[str, Any],
             make: Callable[[], Any], rerun: Callable[[Any, tuple], Any]) -> Any:
         """``rerun(plan, views)`` on the plan cached for this call's key (``views``: the buffers' ArrayViews, None
         for a buffer not given), else ``make()`` (which plans and runs once; it returns ``(plan, result)``) and
         keep its plan."""
-        views = tuple(device_array_view(obj, name) if obj is not None else None for name, obj in buffers)
+        views = [device_array_view(obj, name) if obj is not None else None for name, obj in buffers]
         key = self._key(op, views, options)
         with self._lock:
-            plan = self._plans.get(key) if key is not None else None
+            try:
+                plan = self._plans.get(key)
+            except TypeError:  # an option that is no value (a list, a dict): plan afresh, keep nothing
+                plan, key = None, None
             if plan is not None:
                 self._plans.move_to_end(key)
                 self.hits += 1
@@ -58,25 +70,29 @@ class PlanCache:
         with self._lock:
             self._plans.clear()
             self.hits = self.misses = 0
+            self._stream = (None, 0)
 
     def __len__(self) -> int:
         return len(self._plans)
 
-    @staticmethod
-    def _key(op: str, views: tuple, options: dict[str, Any]) -> Any:
-        parts: list[Any] = [op]
-        for v in views:
-            parts.append(None if v is None else (v.shape, v.strides, v.dtype_name, v.itemsize, v.device, v.ptr % 256))
+    def _key(self, op: str, views: list, options: dict[str, Any]) -> tuple:
+        """The call's key (built for speed: it is most of what a hit adds to ``plan(*buffers)``). Options in the
+        caller's order: the same call site always builds the same key. The stream by its handle (a stream object
+        hashes slowly, torch's); the last stream object seen is kept with its handle, so a loop passing one stream
+        reads the handle once (kept alive, its identity cannot pass to another object; tmakit's own Streams are read
+        every call)."""
         stream = options.get("stream")
-        parts.append(stream_handle(stream) if stream is not None else 0)
-        parts.append(tuple(sorted((k, v) for k, v in options.items() if k != "stream")))
-        parts.append(os.environ.get("TMAKIT_CHECK"))
-        key = tuple(parts)
-        try:
-            hash(key)
-        except TypeError:  # an option that is no value (a list, a dict): plan afresh
-            return None
-        return key
+        if stream is None:
+            handle = 0
+        elif stream is self._stream[0]:
+            handle = self._stream[1]
+        else:
+            handle = stream_handle(stream)
+            if type(stream) is not Stream:  # tmakit's own read fast, and one closed must be refused, not recalled
+                self._stream = (stream, handle)
+        rest = tuple(item for item in options.items() if item[0] != "stream")
+        return (op, *[None if v is None else (v.shape, v.strides, v.dtype_name, v.device, v.ptr & 255) for v in views],
+                handle, rest, _check_setting())
 
 
 _CACHE = PlanCache()

@@ -51,6 +51,7 @@ class GemmConfig:
     stages: int
     cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
+    splits: int = 1  # tma: split-K, the k-blocks of each tile cut into this many ranges (fp32 partials, then a sum)
 
     @property
     def threads(self) -> int:
@@ -73,7 +74,7 @@ class GemmConfig:
         d: dict[str, int | str] = {
             "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
-            "TMAKIT_GEMM_OUT_F32": int(self.out_f32)}
+            "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1)}  # split-K: fp32 partials
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -112,27 +113,41 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
                                        * _CLUSTER_COST.get(o[1], 1.0), -o[0], -o[1]))
 
 
+def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int:
+    """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs, cut each tile's
+    k-blocks into as many ranges as fill the SMs, each at least 8 k-blocks (512 of K) long, at most 16 (the
+    partials are read back once: 16 fp32 slices of the output). 1 otherwise."""
+    ctas = -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
+    k_blocks = -(-k // BLOCK_K)
+    if 2 * ctas > sms:
+        return 1
+    return max(1, min(sms // ctas, k_blocks // 8, 16))
+
+
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
-                   sms: int | None = None) -> GemmConfig:
+                   sms: int | None = None, k: int | None = None, splits: int | None = None) -> GemmConfig:
     """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
     H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
-    1) not given are chosen by ``choose_tile``; without them, 256 and 2. cp.async: BN 256 where 150 KiB of shared
-    memory fit, else 128, no cluster."""
+    1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
+    ``choose_splits`` unless ``splits`` is given. cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no
+    cluster, no split."""
     wide = shared_mem_limit >= 150 * 1024
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
         bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,))
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+    if splits is None:
+        splits = choose_splits(m, n, k, bn, cl, sms) if backend is Backend.TMA and m and n and k and sms else 1
     if stages is None:
         stages = 2
         for s in (4, 3):
-            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m).shared_mem <= shared_mem_limit:
+            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits).shared_mem <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits)
 
 
 def check_config(cfg: GemmConfig, limit: int) -> None:
@@ -145,6 +160,10 @@ def check_config(cfg: GemmConfig, limit: int) -> None:
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
     if cfg.stages < 2:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
+    if not isinstance(cfg.splits, int) or isinstance(cfg.splits, bool) or not 1 <= cfg.splits <= 64 or (
+            cfg.splits > 1 and cfg.backend is not Backend.TMA):
+        raise InvalidArgumentError("splits", cfg.splits, "must be an int in [1, 64], and 1 on the cp.async backend",
+                                   "leave it out: plan_gemm chooses split-K per problem")
     if not isinstance(cfg.group_m, int) or cfg.group_m < 1:
         raise InvalidArgumentError("group_m", cfg.group_m, "must be a positive int (tile rows per raster group)",
                                    "use 8")
@@ -249,6 +268,19 @@ class GemmPlan:
         self.maps: tuple = ()
         self._kernel = kernel("gemm.cu", cfg.entry, choice, device, **cfg.defines)
         self._launch: Any = None
+        self._reduce: Any = None  # split-K's second launch
+        self._workspace: Any = None  # split-K's fp32 partials, owned by the plan
+        if cfg.splits > 1:
+            if cfg.splits > -(-self.k // BLOCK_K):
+                raise InvalidArgumentError("splits", cfg.splits, f"must be at most the {-(-self.k // BLOCK_K)} "
+                                           f"k-blocks of K={self.k} (64 each)", "use fewer splits")
+            from ..device_array import DeviceArray
+
+            self._reduce_kernel = kernel("gemm.cu", "tmakit_gemm_splitk_reduce", choice, device,
+                                         **{**cfg.defines, "TMAKIT_GEMM_OUT_F32": int(cfg.out_f32)})
+            rows, pitch = -(-self.m // BLOCK_M) * BLOCK_M, -(-self.n // 4) * 4  # fp32 rows of 16-byte multiples
+            self._workspace = DeviceArray.empty((cfg.splits * rows, pitch), "float32", device=device)
+            self._split_rows, self._w_pitch = rows, pitch
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
 
     @property
@@ -261,7 +293,7 @@ class GemmPlan:
         if self.config.backend is Backend.CP_ASYNC:
             return (tm * tn, 1, 1)
         cl = self.config.cluster
-        units = -(-tm // cl) * tn
+        units = -(-tm // cl) * tn * self.config.splits
         return (min(units, sm_count(self.device) // cl) * cl, 1, 1)
 
     @property
@@ -274,9 +306,22 @@ class GemmPlan:
         self._operands = (a, b, c)  # the views own their arrays: the launch's pointers stay valid while the plan lives
         scal = (float(self.alpha), float(self.beta), cfg.group_m)
         ldc = c.strides[0] // c.itemsize if M > 1 else N
-        if cfg.backend is Backend.TMA:
+        if cfg.backend is Backend.TMA and cfg.splits > 1:
+            # the main kernel writes each split's fp32 partial into its slice of the workspace (alpha 1, beta 0);
+            # the reduce sums the slices into C with alpha and beta
+            w = self._workspace
+            wv = ArrayView(w.ptr, (cfg.splits * self._split_rows, N), (self._w_pitch * 4, 4), "float32", 4,
+                           self.device, w)
+            self.maps = gemm_tensor_maps(a, b, wv, cfg)
+            args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows)
+            total = M * N
+            self._reduce = self._reduce_kernel.bind(
+                w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
+                float(self.alpha), float(self.beta), grid=(min(-(-total // 256), 8 * sm_count(self.device)), 1, 1),
+                block=(256, 1, 1), stream=self._stream, checked=False)  # no barrier to bound
+        elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
-            args = (*self.maps, c.ptr, M, N, K, ldc, *scal)
+            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0)
         else:
             lda = a.strides[0] // a.itemsize if M > 1 else K
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
@@ -301,6 +346,8 @@ class GemmPlan:
             self.out = c if c is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
             self._bind(av, bv, cv or _checks.view(self.out, "c"))
         self._launch()
+        if self._reduce is not None:
+            self._reduce()
         return self.out
 
 
@@ -344,9 +391,11 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
-              stages: int | None = None, cluster: int | None = None, group_m: int = 8,
+              stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
               stream: Any = None, checked: bool | str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
+    ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
+    ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
@@ -362,7 +411,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     limit = shared_mem_limit(choice.arch, av.device)
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
-                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sm_count(av.device))
+                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sm_count(av.device), k=dims[2],
+                         splits=splits)
     check_config(cfg, limit)
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked)
@@ -379,5 +429,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     return cached("gemm", (("a", a), ("b", b), ("c", out)), options, make, lambda plan, views: plan(a, b, out))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
            "plan_gemm", "shared_mem_limit", "stage_descriptors", "tile_turns"]

@@ -105,10 +105,10 @@ def _sm_count(arch: Arch) -> int | None:
 def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: str = "k", out_dtype: str | None = None,
                   arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
-                  sms: int | None = None) -> GemmDescription:
+                  splits: int | None = None, sms: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
-    architecture's shared memory; BN and the cluster chosen for ``sms`` SMs), the three TMA maps, the kernel
-    variant. ``sms`` None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
+    architecture's shared memory; BN, the cluster and split-K chosen for ``sms`` SMs), the three TMA maps (C's: the
+    fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     name = _half(dtype)
     b_kmajor = _gemm._parse_b_major(b_major)
@@ -119,13 +119,16 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
+                               m=m, n=n, k=k, splits=splits,
+                               sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
     _gemm.check_config(cfg, limit)
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         a = _view((m, k), 2, name, 16)
         b = _view((n, k) if b_kmajor else (k, n), 2, name, 16)
         c = _view((m, n), 4 if odt == "float32" else 2, odt, 16)
+        if cfg.splits > 1:  # the kernel stores into the splits' fp32 workspace; a second kernel sums it into C
+            c = _view((cfg.splits * -(-m // _gemm.BLOCK_M) * _gemm.BLOCK_M, n), 4, "float32", 16)
         maps = _gemm.gemm_tensor_maps(a, b, c, cfg, encode=False, arch=choice.arch)
     return GemmDescription(choice, device_limits(arch=choice.arch), cfg, maps, "gemm.cu",
                            {**choice.defines, **cfg.defines})

@@ -103,7 +103,7 @@ def measure(shape, rounds: int) -> dict:
     t, tc = statistics.median(ours), statistics.median(theirs)
     cfg = plan.config
     return {"shape": label, "backend": backend, "M": m, "N": n, "K": k, "dtype": dtype, "b_major": b_major,
-            "tile": f"128x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}", "ms": round(t, 4),
+            "tile": f"128x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}" + (f" k{cfg.splits}" if cfg.splits > 1 else ""), "ms": round(t, 4),
             "TFLOP/s": round(flops / t / 1e9, 1), "cuBLAS TFLOP/s": round(flops / tc / 1e9, 1),
             "x cuBLAS": round(tc / t, 3), "spread": round((max(ours) - min(ours)) / t, 3),
             "max rel err": float(f"{err:.3g}")}

@@ -92,10 +92,12 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
 # Per-problem tile choice (tma): the kernel is persistent with a static round robin, so a problem takes
 # ceil(CTAs / resident CTAs) turns of one tile each. Relative time of one tile (per K step) measured on the H100
 # over 40 random shapes (seed 7, M, N, K in [256, 16384]): a 128-wide tile ~0.6 of a 256-wide one; a 2-CTA cluster
-# (B multicast) ~0.95 of a lone CTA. Picking the cheapest turn count took the sweep's geomean from 0.71x to 0.85x
-# cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
+# (B multicast) ~0.95 of a lone CTA, ~0.9 once each CTA takes more than 3 turns (a lone CTA then ran 20-30%
+# slower on large outputs: 8304x7448x1352 0.60x against 0.79x). Picking the cheapest turn count took the sweep's
+# geomean from 0.71x to 0.85x cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
 _TILE_COST = {256: 1.0, 128: 0.6}
 _CLUSTER_COST = {2: 0.95, 1: 1.0}
+_CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 
 
 def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
@@ -109,8 +111,12 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
     cluster is kept. Ties go to the wider tile, then to the cluster."""
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))]
-    return min(options, key=lambda o: (tile_turns(m, n, o[0], o[1], sms) * _TILE_COST.get(o[0], 1.0)
-                                       * _CLUSTER_COST.get(o[1], 1.0), -o[0], -o[1]))
+
+    def cost(o: tuple[int, int]) -> tuple:
+        turns = tile_turns(m, n, o[0], o[1], sms)
+        cluster_cost = (_CLUSTER_COST_MANY_TURNS if turns > 3 else _CLUSTER_COST).get(o[1], 1.0)
+        return turns * _TILE_COST.get(o[0], 1.0) * cluster_cost, -o[0], -o[1]
+    return min(options, key=cost)
 
 
 def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int:

@@ -30,9 +30,15 @@ def commit() -> str:
     return marker.read_text().strip() if marker.exists() else "unknown"
 
 
-def time_ms(fn: Callable[[], object], torch, launches: int) -> float:
-    """GPU milliseconds per call of `launches` calls back to back between two CUDA events."""
+def time_ms(fn: Callable[[], object], torch, launches: int, queue_ahead: bool = False) -> float:
+    """GPU milliseconds per call of `launches` calls back to back between two CUDA events. ``queue_ahead``: the
+    stream first spins (``torch.cuda._sleep``, about 40 us per launch, at most 5 ms) so every launch is queued
+    before the first event: the GPU time of the calls alone, not the host's time to issue them (a small kernel
+    is otherwise timed at its caller's launch cost, which differs between peers and between hosts)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if queue_ahead and sleep is not None:
+        sleep(int(min(40 * launches, 5000) * 2000))  # cycles at ~2 GHz
     start.record()
     for _ in range(launches):
         fn()

@@ -1,7 +1,8 @@
 """Attention forward: tmakit.ops.attention (TMA ring + wgmma, and the cp.async + mma.sync twin) beside torch's
 scaled_dot_product_attention in the same run. Writes benchmarks/results/attention.json and .md.
 
-Each row: medians of CUDA-event timings of back-to-back launches after warm-up, tmakit and SDPA interleaved
+Each row: medians of CUDA-event timings of back-to-back launches after warm-up, queued behind a GPU spin (the
+GPU time of the calls, not the host's time to issue them), tmakit and SDPA interleaved
 round by round; TFLOP/s = 4 B H Sq Sk D / time (half for causal); the output's relative error against SDPA's.
 Q, K and V of the main shape are 64 MiB each, beyond the 50 MB L2.
 
@@ -93,11 +94,11 @@ def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> 
     flops = plan.flops
     launches = max(1, min(20, int(2e12 / flops)))  # ~ a few ms per sample
     for fn in (plan, sdpa):
-        time_ms(fn, torch, launches)
+        time_ms(fn, torch, launches, queue_ahead=True)
     ours, theirs = [], []
     for _ in range(rounds):
-        ours.append(time_ms(plan, torch, launches))
-        theirs.append(time_ms(sdpa, torch, launches))
+        ours.append(time_ms(plan, torch, launches, queue_ahead=True))
+        theirs.append(time_ms(sdpa, torch, launches, queue_ahead=True))
     t, ts = statistics.median(ours), statistics.median(theirs)
     spread = (max(ours) - min(ours)) / t
     return {"shape": label_override or label, "backend": backend, "layout": layout, "B": b, "H": h, "S": s, "D": d,

@@ -1,7 +1,8 @@
 """GEMM: tmakit.ops.gemm (TMA + wgmma warp-specialized kernel, and the cp.async + mma.sync twin) beside
 torch.matmul (cuBLAS) in the same run. Writes benchmarks/results/gemm.json and .md.
 
-Each row: medians of CUDA-event timings of back-to-back launches after warm-up, tmakit and cuBLAS interleaved round
+Each row: medians of CUDA-event timings of back-to-back launches after warm-up, queued behind a GPU spin (the
+GPU time of the calls, not the host's time to issue them), tmakit and cuBLAS interleaved round
 by round; TFLOP/s = 2 M N K / time; the output's max error against a float32 product, relative to its largest
 entry. Operands of the main shape (8192^3 bf16) are 128 MiB each, beyond the 50 MB L2.
 
@@ -95,11 +96,11 @@ def measure(shape, rounds: int) -> dict:
     launches = max(1, min(50, int(5e12 / flops)))
     for fn in (plan, cublas):
         for _ in range(3):
-            time_ms(fn, torch, launches)
+            time_ms(fn, torch, launches, queue_ahead=True)
     ours, theirs = [], []
     for _ in range(rounds):
-        ours.append(time_ms(plan, torch, launches))
-        theirs.append(time_ms(cublas, torch, launches))
+        ours.append(time_ms(plan, torch, launches, queue_ahead=True))
+        theirs.append(time_ms(cublas, torch, launches, queue_ahead=True))
     t, tc = statistics.median(ours), statistics.median(theirs)
     cfg = plan.config
     return {"shape": label, "backend": backend, "M": m, "N": n, "K": k, "dtype": dtype, "b_major": b_major,

@@ -58,7 +58,9 @@ def _check_twin_runs(tmap, host) -> None:
 # what each hang must show: the barriers that may be the one recorded, the parity and bytes when it is `full`
 EXPECT = {
     1: dict(barriers={"full"}, parity=0, tx=16384, rule="tx.too_many"),
-    2: dict(barriers={"full"}, parity=1, tx=4096, rule="tx.too_few"),
+    # too few bytes expected: phase 0 completes early if the TMA's complete_tx reaches the barrier in pieces (then
+    # the wait for phase 1 hangs), or never if the 8192 bytes come as one (the tx-count passes zero): either parity
+    2: dict(barriers={"full"}, parity=(0, 1), tx=4096, rule="tx.too_few"),
     3: dict(barriers={"full", "empty"}, parity=0, tx="none", rule=None),  # the producer hangs before any expect_tx
     4: dict(barriers={"full", "empty"}, parity=None, tx=8192, rule=None),
     5: dict(barriers={"empty"}, parity=0, tx=None, rule="arrivals.too_many"),
@@ -83,7 +85,8 @@ def test_seeded_hang_returns_with_the_barrier_parity_and_bytes(scenario):
     assert record.elapsed_ms >= TIMEOUT * 1000 * 0.9 and record.thread[0] < 128
     assert record.parity == record.phase, "a hung wait waits for the phase in progress"
     if want["parity"] is not None and role in ("full", "empty") and (role == "full" or scenario == 5):
-        assert record.parity == want["parity"], str(err.value)
+        assert record.parity in (want["parity"] if isinstance(want["parity"], tuple) else (want["parity"],)), \
+            str(err.value)
     if scenario == 6:
         assert record.rank == 1 and record.block == (1, 0, 0), str(err.value)
     if role == "full" and want["tx"] == "none":

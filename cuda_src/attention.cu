@@ -26,7 +26,7 @@
 // A row that sees no key gives O = 0 and lse = -inf, never NaN (top-left causal rows always see key 0, so with
 // Sk >= 1, which the op requires, that is only the kernel's guard).
 //
-// Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
+// Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128 | 256), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
 // TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
 // the wgmma descriptors of a stage at shared address 0 (tmakit/ops/attention.py: descriptor_defines):
 // TMAKIT_ATTN_DESC_Q (Q's D/16 k16 slices for the rows 0-63, then for 64-127), TMAKIT_ATTN_DESC_K (D/16 slices),
@@ -85,7 +85,7 @@ constexpr int kBlockN = TMAKIT_ATTN_BLOCK_N;
 constexpr int kStages = TMAKIT_ATTN_STAGES;
 constexpr int kSlabCols = 64;              // columns per 128-byte swizzled slab
 constexpr uint32_t kRowBytes = 128;        // bytes per slab row
-static_assert(kD == 64 || kD == 128, "head dim 64 or 128");
+static_assert(kD == 64 || kD == 128 || kD == 256, "head dim 64, 128 or 256");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "BLOCK_N: a multiple of 16 up to 256");
 static_assert(kStages >= 2, "the K/V ring has at least two stages");
 constexpr int kTmaThreads = 384;                          // producer warpgroup + 2 consumer warpgroups

@@ -25,7 +25,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--seqlen", type=int, default=4096, help="query and key length")
     p.add_argument("--kv-seqlen", type=int, default=None, help="key length when it differs from --seqlen")
-    p.add_argument("--dim", type=int, default=128, choices=(64, 128), help="head dim")
+    p.add_argument("--dim", type=int, default=128, choices=(64, 128, 256), help="head dim")
     p.add_argument("--causal", action="store_true", help="top-left aligned causal mask (as SDPA's is_causal)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--layout", default="bhsd", choices=("bhsd", "bshd"))

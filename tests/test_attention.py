@@ -36,7 +36,7 @@ from _fake_driver import FakeDeviceArray, fake_launch  # noqa: F401 - fixture
 def _variants():
     out = []
     for backend, arch in ((Backend.TMA, "sm_90a"), (Backend.CP_ASYNC, "sm_80"), (Backend.CP_ASYNC, "sm_90a")):
-        for d in (64, 128):
+        for d in (64, 128, 256):
             for bf16 in (True, False):
                 out.append(pytest.param(backend, arch, d, bf16, id=f"{backend.value}-{arch}-d{d}-{'bf16' if bf16 else 'f16'}"))
     return out
@@ -61,10 +61,15 @@ def test_attention_variants_compile(backend: Backend, arch: str, head_dim: int, 
         assert "cp.async.cg.shared.global" in ptx
 
 
-def test_shared_memory_budget_refuses_head_dim_256() -> None:
+def test_head_dims_beyond_256_are_refused_and_256_fits() -> None:
     cfg = default_config(Backend.TMA, 256)
-    with pytest.raises(InvalidArgumentError, match=r"head_dim.*D=256 needs 128 KiB per stage.*227\.0 KiB available"):
-        check_config(cfg, 232448)
+    assert (cfg.block_n, cfg.stages) == (64, 2) and cfg.shared_mem <= 232448  # 64 KiB Q + 2 x 64 KiB K and V
+    check_config(cfg, 232448)
+    check_config(default_config(Backend.CP_ASYNC, 256, shared_mem_limit=166912), 166912)  # sm_80: fewer keys
+    with pytest.raises(InvalidArgumentError, match=r"head_dim=512: must be one of \(64, 128, 256\).*D=512 needs"):
+        check_config(default_config(Backend.TMA, 512), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"stages.*D=256 needs 128 KiB per stage"):
+        check_config(default_config(Backend.TMA, 256, block_n=128), 232448)
 
 
 def test_shared_memory_budget_refuses_too_many_stages() -> None:
@@ -203,6 +208,11 @@ GPU_CASES = [
     ("cp.async", 128, 1000, 4096, False, "bhsd", "bfloat16"),
     ("cp.async", 64, 128, 1, True, "bhsd", "float16"),
     ("cp.async", 128, 4096, 1000, True, "bshd", "bfloat16"),
+    ("tma", 256, 1000, 1000, True, "bhsd", "bfloat16"),
+    ("tma", 256, 17, 2000, False, "bshd", "float16"),
+    ("tma", 256, 2048, 333, True, "bshd", "bfloat16"),
+    ("cp.async", 256, 1000, 1000, True, "bhsd", "bfloat16"),
+    ("cp.async", 256, 17, 300, False, "bshd", "float16"),
 ]
 
 
@@ -322,7 +332,7 @@ def test_attention_sweep(chunk) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("d, block_n, stages", [(64, 64, 2), (64, 128, 4), (128, 64, 2), (128, 128, 3)])
+@pytest.mark.parametrize("d, block_n, stages", [(64, 64, 2), (64, 128, 4), (128, 64, 2), (128, 128, 3), (256, 64, 2)])
 def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages) -> None:
     """The tile plans beside the defaults (64-key blocks, other ring depths: their descriptors and barriers) on
     causal and full problems with partial blocks, 3 runs each on poisoned outputs."""

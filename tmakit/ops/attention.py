@@ -6,7 +6,7 @@ prepares one launch of cuda_src/attention.cu (tensor maps or strides, the compil
 ``attention(q, k, v, ...)`` plans and runs once and returns ``(out, lse)``.
 
 - q: (B, H, Sq, D) for ``layout="bhsd"`` or (B, Sq, H, D) for ``layout="bshd"``; k and v the same with Sk keys;
-  each C-contiguous, bf16 or fp16 (all three alike), D = 64 or 128. out: q's shape and dtype; lse: (B, H, Sq)
+  each C-contiguous, bf16 or fp16 (all three alike), D = 64, 128 or 256. out: q's shape and dtype; lse: (B, H, Sq)
   float32 (natural log of the row's sum of exp(scale * q.k)).
 - Causal masking is top-left aligned (query i sees keys 0..i), as ``torch.nn.functional.
   scaled_dot_product_attention(is_causal=True)``; with Sq > Sk the rows i >= Sk see every key.
@@ -56,7 +56,7 @@ from . import _checks
 from ._kernels import kernel
 from ._plan_cache import cached
 
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (64, 128, 256)
 DTYPES = ("bfloat16", "float16")
 LAYOUTS = ("bhsd", "bshd")
 _SLAB = 64  # columns per 128-byte swizzled slab
@@ -160,15 +160,18 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
     - cp.async forced: 8 warps (128 query rows share each K/V tile) 1.06x 4 warps; 128 keys per stage 1.13x 64
       keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
+    - D=256 (not tuned): tma 64 keys x 2 stages (192 KiB); cp.async 32 keys (128 KiB with 8 warps).
     """
     if backend is Backend.TMA:
         if warps not in (None, 12):
             raise InvalidArgumentError("warps", warps, "is fixed at 12 on the tma backend (a producer warpgroup and "
                                        "two consumer warpgroups)", "leave warps out")
-        return AttentionConfig(backend, head_dim, bf16, 128, block_n or 128, stages or (4 if head_dim == 64 else 2), 12)
+        # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
+        return AttentionConfig(backend, head_dim, bf16, 128, block_n or (64 if head_dim == 256 else 128),
+                               stages or (4 if head_dim == 64 else 2), 12)
     w = warps or 8
     if block_n is None:
-        block_n = 128
+        block_n = 32 if head_dim == 256 else 128  # D=256: a 64 KiB Q tile, 16 KiB per 32 keys of K or V
         while block_n > 32 and shared_mem_limit is not None and AttentionConfig(
                 backend, head_dim, bf16, 16 * w, block_n, stages or 2, w).shared_mem > shared_mem_limit:
             block_n //= 2
@@ -188,7 +191,7 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
                                    f"{cfg.q_bytes / 1024:g} KiB for the Q tile: {cfg.shared_mem / 1024:.1f} KiB "
                                    f"with {cfg.stages} stages, {limit / 1024:.1f} KiB available per block; the "
                                    "output accumulator also lives in registers)",
-                                   "pad the head dim to 64 or 128, or split the heads")
+                                   "pad the head dim to 64, 128 or 256, or split the heads")
     if cfg.backend is Backend.TMA and cfg.block_n not in (64, 128):
         raise InvalidArgumentError("block_n", cfg.block_n, "must be 64 or 128 on the tma backend (the N of the "
                                    "S = Q K^T wgmma)", "use 128")

@@ -84,7 +84,7 @@ def gemm(d: dict) -> dict:
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
             "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",
-            "sweep": sweep(d, "x cuBLAS")}
+            "sweep": sweep(d, "cuBLAS")}
 
 
 def attention(d: dict) -> dict:
@@ -97,7 +97,7 @@ def attention(d: dict) -> dict:
                     sci(r["rel err vs SDPA"])])
     return {"run": run_line(d), "table": table(["shape", "backend", "causal", "ms", "TFLOP/s", "SDPA TFLOP/s", "vs SDPA",
                                                 "rel err vs SDPA"], out, {3, 4, 5, 6, 7}),
-            "sweep": sweep(d, "x SDPA")}
+            "sweep": sweep(d, "SDPA")}
 
 
 def tma_modes_vs_model(d: dict) -> dict:
@@ -215,7 +215,7 @@ def copy_bandwidth(d: dict) -> dict:
                       "then the median over rounds",
             "table": table(["case"] + [c for c, _ in columns], out, {1, 2, 3, 4, 5}),
             "copy_variants": table(["case", "variant", "vs torch copy"], extra, {2}) if extra else "(none in this run)",
-            "transpose_summary": summary, "sweep": sweep(d, "x torch copy").replace("cases", "transposes")}
+            "transpose_summary": summary, "sweep": sweep(d, "torch copy").replace("cases", "transposes")}
 
 
 def transfer_bandwidth(d: dict) -> dict:

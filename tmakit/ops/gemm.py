@@ -320,7 +320,7 @@ class GemmPlan:
                            self.device, w)
             self.maps = gemm_tensor_maps(a, b, wv, cfg)
             args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows)
-            total = M * N
+            total = M * -(-N // 4)  # one thread per 4 columns
             self._reduce = self._reduce_kernel.bind(
                 w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
                 float(self.alpha), float(self.beta), grid=(min(-(-total // 256), 8 * sm_count(self.device)), 1, 1),

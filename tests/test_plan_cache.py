@@ -41,12 +41,26 @@ def test_a_seen_geometry_repoints_the_plan_made_for_it(fake_launch):
 @pytest.mark.parametrize("other", [
     ((0x30000, (64, 32)), (0x40000, (64, 32))),  # another shape
     ((0x30000, (64, 64), "float16"), (0x40000, (64, 64), "float16")),  # another dtype
-    ((0x30040, (64, 64)), (0x40040, (64, 64))),  # another address class (modulo 256)
+    ((0x30000, (64, 64)), (0x40004, (64, 64))),  # an address the plan's bulk path refuses (src - dst mod 16)
 ])
-def test_another_geometry_or_address_class_plans_afresh(fake_launch, other):
+def test_another_geometry_or_a_refused_address_plans_afresh(fake_launch, other):
     ops.copy(device_view(0x10000, (64, 64)), device_view(0x20000, (64, 64)))
     ops.copy(device_view(*other[0]), device_view(*other[1]))
-    assert len(fake_launch) == 2 and _info()["plans"] == 2
+    assert len(fake_launch) == 2 and _info()["plans"] == 2 and fake_launch[0].bound[0].launches == 1
+
+
+def test_a_key_seen_before_another_call_hits_by_key(fake_launch):
+    """The last call's plan is tried first; another op in between sends the next call through the key, where
+    the address class (modulo 256) is part of the geometry."""
+    ops.copy(device_view(0x10000, (64, 64)), device_view(0x20000, (64, 64)))
+    ops.transpose(device_view(0x100000, (96, 80), "uint16"), device_view(0x200000, (80, 96), "uint16"),
+                  backend="cp.async")
+    ops.copy(device_view(0x30000, (64, 64)), device_view(0x40000, (64, 64)))  # same class: the first plan
+    assert len(fake_launch) == 2 and fake_launch[0].bound[0].launches == 2
+    ops.transpose(device_view(0x100000, (96, 80), "uint16"), device_view(0x200000, (80, 96), "uint16"),
+                  backend="cp.async")
+    ops.copy(device_view(0x30040, (64, 64)), device_view(0x40040, (64, 64)))  # another class: a plan of its own
+    assert len([k for k in fake_launch if k.entry == "tmakit_copy"]) == 2 and _info()["plans"] == 3
 
 
 def test_options_and_streams_are_part_of_the_key(fake_launch):
@@ -107,7 +121,7 @@ def test_the_cache_is_bounded_least_recently_used_first_out(fake_launch):
 def test_unhashable_options_skip_the_cache_and_one_lock_guards_each_call():
     cache = _plan_cache.PlanCache(capacity=2)
     made = []
-    run = lambda opts: cache.run("op", (), opts, lambda: (made.append(1) or "plan", "made"),  # noqa: E731
+    run = lambda opts: cache.run("op", (), (), None, opts, lambda: (made.append(1) or "plan", "made"),  # noqa: E731
                                  lambda plan, views: "rerun")
     assert run({"k": [1]}) == "made" and run({"k": [1]}) == "made" and len(cache) == 0
     assert run({"k": 1}) == "made" and run({"k": 1}) == "rerun" and len(cache) == 1
@@ -119,7 +133,7 @@ def test_unhashable_options_skip_the_cache_and_one_lock_guards_each_call():
         inside.pop()
         return "rerun"
 
-    threads = [threading.Thread(target=lambda: [cache.run("op", (), {"k": 1}, lambda: ("p", "m"), slow)
+    threads = [threading.Thread(target=lambda: [cache.run("op", (), (), None, {"k": 1}, lambda: ("p", "m"), slow)
                                                 for _ in range(200)]) for _ in range(4)]
     for t in threads:
         t.start()

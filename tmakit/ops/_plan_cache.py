@@ -8,7 +8,9 @@ docs/CONTRACTS.md ("The one-shot ops' plan cache").
 Key: the op; each buffer's shape, byte strides, dtype, device and address modulo 256 (the alignments an op's
 decisions read are all below 256 bytes, so a hit never meets a decision its plan did not make); the stream's
 handle; the options (backend, tuning, alpha, ...); TMAKIT_CHECK. Options that cannot be hashed skip the cache.
-Bounded: the least recently used plan goes first. A cached plan keeps the buffers of its last call alive, as any
+The last call's plan is tried first when the op, stream object, options and TMAKIT_CHECK are the same (its
+re-pointing refuses, before any launch, buffers its decisions do not take; then the key decides). Bounded: the
+least recently used plan goes first. A cached plan keeps the buffers of its last call alive, as any
 plan does, until its next call or its eviction; ``clear_plan_cache()`` drops them all.
 """
 from __future__ import annotations
@@ -16,9 +18,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from ..arrays import device_array_view
+from ..errors import InvalidArgumentError
 from ..streams import Stream, stream_handle
 
 CAPACITY = 16
@@ -26,10 +29,6 @@ CAPACITY = 16
 # a third of a key); CPython's os.environ keeps its encoded dict, _data, in step with every change made through it.
 _ENVIRON_DATA = getattr(os.environ, "_data", None)
 _CHECK = b"TMAKIT_CHECK" if isinstance(next(iter(_ENVIRON_DATA or {b"": 0})), bytes) else "TMAKIT_CHECK"
-
-
-def _check_setting() -> Any:
-    return _ENVIRON_DATA.get(_CHECK) if _ENVIRON_DATA is not None else os.environ.get("TMAKIT_CHECK")
 
 
 class PlanCache:
@@ -41,15 +40,31 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
         self._stream: tuple[Any, int] = (None, 0)  # the last stream object of a call, and its handle
+        self._last: tuple | None = None  # (op, stream, options, TMAKIT_CHECK, plan) of the last call
 
-    def run(self, op: str, buffers: Sequence[tuple[str, Any]], options: dict[str, Any],
-            make: Callable[[], Any], rerun: Callable[[Any, tuple], Any]) -> Any:
-        """``rerun(plan, views)`` on the plan cached for this call's key (``views``: the buffers' ArrayViews, None
-        for a buffer not given), else ``make()`` (which plans and runs once; it returns ``(plan, result)``) and
-        keep its plan."""
-        views = [device_array_view(obj, name) if obj is not None else None for name, obj in buffers]
-        key = self._key(op, views, options)
+    def run(self, op: str, names: tuple[str, ...], arrays: tuple, stream: Any, options: dict[str, Any],
+            make: Callable[[], Any], rerun: Callable[[Any, list], Any]) -> Any:
+        """``rerun(plan, views)`` on the plan cached for this call's key (``views``: the arrays' ArrayViews, None
+        for an array not given), else ``make()`` (which plans and runs once; it returns ``(plan, result)``) and
+        keep its plan. ``options``: the call's options but the stream.
+
+        The call site of the last call (the same op, stream object, options and TMAKIT_CHECK) first tries the last
+        plan as it is: re-pointing checks the geometry and every address-dependent decision and refuses, before
+        it launches anything, buffers that do not fit; only then is the key built (a loop calling one op on one
+        geometry never builds it)."""
+        views = [device_array_view(obj, name) if obj is not None else None for name, obj in zip(names, arrays)]
+        check = _ENVIRON_DATA.get(_CHECK) if _ENVIRON_DATA is not None else os.environ.get("TMAKIT_CHECK")
         with self._lock:
+            last = self._last
+            if last is not None and last[0] is op and last[1] is stream and last[3] == check and last[2] == options:
+                try:
+                    result = rerun(last[4], views)
+                except InvalidArgumentError:
+                    pass  # another geometry, or an address the plan's decisions do not take: the keyed path
+                else:
+                    self.hits += 1
+                    return result
+            key = self._key(op, views, stream, options, check)
             try:
                 plan = self._plans.get(key)
             except TypeError:  # an option that is no value (a list, a dict): plan afresh, keep nothing
@@ -57,13 +72,18 @@ class PlanCache:
             if plan is not None:
                 self._plans.move_to_end(key)
                 self.hits += 1
-                return rerun(plan, views)
-            self.misses += 1
-            plan, result = make()
-            if key is not None:
+                result = rerun(plan, views)
+            else:
+                self.misses += 1
+                plan, result = make()
+                if key is None:
+                    return result
                 self._plans[key] = plan
                 while len(self._plans) > self.capacity:
-                    self._plans.popitem(last=False)
+                    evicted = self._plans.popitem(last=False)[1]
+                    if self._last is not None and self._last[4] is evicted:
+                        self._last = None
+            self._last = (op, stream, options, check, plan)
             return result
 
     def clear(self) -> None:
@@ -71,17 +91,17 @@ class PlanCache:
             self._plans.clear()
             self.hits = self.misses = 0
             self._stream = (None, 0)
+            self._last = None
 
     def __len__(self) -> int:
         return len(self._plans)
 
-    def _key(self, op: str, views: list, options: dict[str, Any]) -> tuple:
+    def _key(self, op: str, views: list, stream: Any, options: dict[str, Any], check: Any) -> tuple:
         """The call's key (built for speed: it is most of what a hit adds to ``plan(*buffers)``). Options in the
         caller's order: the same call site always builds the same key. The stream by its handle (a stream object
         hashes slowly, torch's); the last stream object seen is kept with its handle, so a loop passing one stream
         reads the handle once (kept alive, its identity cannot pass to another object; tmakit's own Streams are read
         every call)."""
-        stream = options.get("stream")
         if stream is None:
             handle = 0
         elif stream is self._stream[0]:
@@ -90,18 +110,22 @@ class PlanCache:
             handle = stream_handle(stream)
             if type(stream) is not Stream:  # tmakit's own read fast, and one closed must be refused, not recalled
                 self._stream = (stream, handle)
-        rest = tuple(item for item in options.items() if item[0] != "stream")
-        return (op, *[None if v is None else (v.shape, v.strides, v.dtype_name, v.device, v.ptr & 255) for v in views],
-                handle, rest, _check_setting())
+        return (op, handle, tuple(options.items()), check,
+                *[None if v is None else (v.shape, v.strides, v.dtype_name, v.device, v.ptr & 255) for v in views])
 
 
 _CACHE = PlanCache()
 
 
-def cached(op: str, buffers: Sequence[tuple[str, Any]], options: dict[str, Any], make: Callable[[], Any],
-           rerun: Callable[[Any, tuple], Any]) -> Any:
+def cached(op: str, names: tuple[str, ...], arrays: tuple, stream: Any, options: dict[str, Any],
+           make: Callable[[], Any], rerun: Callable[[Any, list], Any]) -> Any:
     """The one-shot ops' entry: see ``PlanCache.run``."""
-    return _CACHE.run(op, buffers, options, make, rerun)
+    return _CACHE.run(op, names, arrays, stream, options, make, rerun)
+
+
+def rerun_views(plan: Any, views: list) -> Any:
+    """A hit of an op whose plan returns its result, not its buffers (copy, transpose): the views, read once."""
+    return plan(*views)
 
 
 def clear_plan_cache() -> None:

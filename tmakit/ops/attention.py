@@ -407,7 +407,8 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     def make() -> tuple:
         plan = plan_attention(q, k, v, out, lse=lse, **options)
         return plan, plan()
-    return cached("attention", (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)), options, make,
+    rest = {k_: v_ for k_, v_ in options.items() if k_ != "stream"}
+    return cached("attention", ("q", "k", "v", "out", "lse"), (q, k, v, out, lse), options.get("stream"), rest, make,
                   lambda plan, views: plan(q, k, v, out, lse=lse))
 
 

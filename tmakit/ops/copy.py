@@ -17,7 +17,7 @@ from ..device import device_limits
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
-from ._plan_cache import cached
+from ._plan_cache import cached, rerun_views
 from ._cache_policy import L2Eviction
 from ._plan import Plan
 
@@ -114,11 +114,13 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
                     grid=(grid, 1, 1), block=(threads, 1, 1), shared_mem=shared_mem, stream=stream)
 
 
+_NAMES = ("dst", "src")
+
+
 def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> CopyResult:
     """``dst[...] = src`` once (``plan_copy(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated copies of the same buffers keep the plan."""
     def make() -> tuple:
         plan = plan_copy(dst, src, backend=backend, stream=stream, **tuning)
         return plan, plan()
-    return cached("copy", (("dst", dst), ("src", src)), {"backend": backend, "stream": stream, **tuning}, make,
-                  lambda plan, views: plan(*views))
+    return cached("copy", _NAMES, (dst, src), stream, {"backend": backend, **tuning}, make, rerun_views)

@@ -432,7 +432,9 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     def make() -> tuple:
         plan = plan_gemm(a, b, out, **options)
         return plan, plan()
-    return cached("gemm", (("a", a), ("b", b), ("c", out)), options, make, lambda plan, views: plan(a, b, out))
+    rest = {k: v for k, v in options.items() if k != "stream"}
+    return cached("gemm", ("a", "b", "c"), (a, b, out), options.get("stream"), rest, make,
+                  lambda plan, views: plan(a, b, out))
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",

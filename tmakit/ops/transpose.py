@@ -42,7 +42,7 @@ from . import _checks
 from ._boxparams import pack_box_params
 from ._cache_policy import L2Eviction
 from ._kernels import kernel
-from ._plan_cache import cached
+from ._plan_cache import cached, rerun_views
 from ._plan import Plan, repoint
 
 log = logging.getLogger("tmakit")
@@ -494,11 +494,13 @@ def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: i
     return result, layout, promotion
 
 
+_NAMES = ("dst", "src")
+
+
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> TransposeResult:
     """``dst = src.T`` once (``plan_transpose(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated transposes of the same buffers keep the plan."""
     def make() -> tuple:
         plan = plan_transpose(dst, src, backend=backend, stream=stream, **tuning)
         return plan, plan()
-    return cached("transpose", (("dst", dst), ("src", src)), {"backend": backend, "stream": stream, **tuning}, make,
-                  lambda plan, views: plan(*views))
+    return cached("transpose", _NAMES, (dst, src), stream, {"backend": backend, **tuning}, make, rerun_views)

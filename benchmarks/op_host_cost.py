@@ -10,7 +10,8 @@ Kernels are small (a few hundred KB: the GPU keeps up), so what is timed is the 
   ``plan(new buffers)``; gemm (256^3 bf16) and attention (B1 H2 S128 D64 bf16) are small, so the host is timed;
 - ``ops.copy`` / ``ops.transpose`` over --calls pairs of tensors that each have their own geometry (views four
   rows apart), every call describing, planning and launching; two passes over two sets of shapes, the
-  second reported (the first also pays one-time costs); goal: <= 100 us per call.
+  second reported (the first also pays one-time costs); no goal (the one-shot ops keep their plans: a loop
+  meets a new geometry once).
 The outputs are checked after the timing. Writes benchmarks/results/op_host_cost.md and .json (device, date, commit).
 
     PYTHONPATH=. python benchmarks/op_host_cost.py [--calls 200] [--out DIR]
@@ -148,7 +149,7 @@ def main() -> int:
     for op, (cold, us) in new_geometry.items():
         rows_out.append({"call": f"ops.{op}, a new geometry each call (first pass: {cold:.0f} us)",
                          "host us": round(us, 1), "vs torch copy_": round(us / reference, 2),
-                         "goal": f"<= 100 us ({'met' if us <= 100 else 'MISSED'})"})
+                         "goal": ""})  # its goal (<= 100 us) was retired for the plan cache's
     rows_out.append({"call": "torch copy_, the same new-geometry pairs", "host us": round(torch_copy_new, 1),
                      "vs torch copy_": round(torch_copy_new / reference, 2), "goal": ""})
     notes = [f"reruns: median over 15 interleaved rounds of {args.iterations} calls on {shape[0]}x{shape[1]} float32 "

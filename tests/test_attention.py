@@ -66,6 +66,9 @@ def test_head_dims_beyond_256_are_refused_and_256_fits() -> None:
     assert (cfg.block_n, cfg.stages) == (64, 2) and cfg.shared_mem <= 232448  # 64 KiB Q + 2 x 64 KiB K and V
     check_config(cfg, 232448)
     check_config(default_config(Backend.CP_ASYNC, 256, shared_mem_limit=166912), 166912)  # sm_80: fewer keys
+    small = default_config(Backend.CP_ASYNC, 256, shared_mem_limit=101376)  # sm_86/89: fewer warps too
+    assert (small.warps, small.block_n) == (4, 32)
+    check_config(small, 101376)
     with pytest.raises(InvalidArgumentError, match=r"head_dim=512: must be one of \(64, 128, 256\).*D=512 needs"):
         check_config(default_config(Backend.TMA, 512), 232448)
     with pytest.raises(InvalidArgumentError, match=r"stages.*D=256 needs 128 KiB per stage"):

@@ -348,6 +348,10 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     for bad in (0, 65, 2.0, True):
         with pytest.raises(InvalidArgumentError, match=r"splits=.*must be an int in \[1, 64\]"):
             check_config(gemm_mod.GemmConfig(Backend.TMA, True, True, False, 128, 4, 2, 8, bad), 232448)
+    from tmakit.ops.planning import describe_gemm
+
+    with pytest.raises(InvalidArgumentError, match=r"splits=4: must be at most the 1 k-blocks of K=64"):
+        describe_gemm(128, 128, 64, splits=4)  # what plan_gemm refuses, describe refuses
     with pytest.raises(InvalidArgumentError, match=r"splits=2: .*1 on the cp.async backend"):
         check_config(gemm_mod.GemmConfig(Backend.CP_ASYNC, True, True, False, 128, 2, 1, 8, 2), 232448)
 

@@ -100,6 +100,8 @@ def test_scoped_labels_of_inline_asm_waits_stay_apart():
                                                                     ["LAB_WAIT#2"]]
     ins = instrument(ptx)
     assert len(ins.sites) == 2
+    # each wait rewritten where its opcode stands (the reader numbers it by its label's line)
+    assert all(f"$TMKD_OK_{i}:" in ins.ptx and f"$TMKD_TAIL_{i}:" in ins.ptx for i in range(2))
     if assemble.shutil.which("ptxas"):
         _assemble(ins.ptx, "sm_90a")
 
@@ -463,3 +465,24 @@ def test_guarded_arrives_keep_their_own_predicate_and_assemble():
     assert "not.pred %tmkd_y, %p1;" in text  # @!%p1 op: runs when !p1 and not gone
     assert len(ins.expects) == 2 and len(ins.sites) == 1
     assert text.count("@%tmkd_x st.global.v4.u32") == 2  # the table entry only when the expect_tx was made
+
+
+def test_flatten_leaves_what_the_scope_does_not_declare():
+    """A local %r<2> leaves the outer %r10 alone; a register named like a qualifier or a label named like an
+    opcode renames only the register or label; a scope's .local variable gets a name of its own; a brace in a
+    string is no scope; the tails sit behind a ret and outside a trailing comment."""
+    block = (" {{\n .reg .b32 %r<2>;\n .reg .pred cta;\n .local .align 4 .b8 tmp[8];\n"
+             " mov.u32 %r1, %r10;\n bar:\n mbarrier.try_wait.parity.shared::cta.b64 cta, [%r1], {p};\n"
+             " @!cta bra bar;\n bar.sync 0;\n }}\n")
+    ptx = (".version 8.0\n.target sm_90a\n.address_size 64\n.file 1 \"/tmp/a{{b.cu\"\n"
+           ".visible .entry k()\n{\n .reg .b32 %r<12>;\n .shared .align 8 .b64 bar0;\n mov.u32 %r10, bar0;\n"
+           + block.format(p=0) + block.format(p=1) + "} // end }\n").replace("{{", "{").replace("}}", "}")
+    flat = flatten_wait_scopes(ptx)
+    assert flat.count("\n") == ptx.count("\n")
+    assert "mov.u32 %r_tmkd1_1, %r10;" in flat and "mov.u32 %r_tmkd2_1, %r10;" in flat
+    assert "shared::cta.b64 cta_tmkd1, [%r_tmkd1_1], 0;" in flat and "@!cta_tmkd2 bra bar_tmkd2;" in flat
+    assert "bar.sync 0;" in flat and ".b8 tmp_tmkd1[8];" in flat and ".b8 tmp_tmkd2[8];" in flat
+    ins = instrument(ptx)
+    assert ins.ptx.rstrip().endswith("} // end }") and "ret;\n$TMKD_TAIL_0:" in ins.ptx
+    if assemble.shutil.which("ptxas"):
+        _assemble(ins.ptx, "sm_90a")

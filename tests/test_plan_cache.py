@@ -142,7 +142,8 @@ def test_unhashable_options_skip_the_cache_and_one_lock_guards_each_call():
     assert cache.hits == 801
 
 
-BACKENDS = [pytest.param("tma", marks=pytest.mark.requires_sm90), pytest.param("cp.async", marks=pytest.mark.requires_sm80)]
+BACKENDS = [pytest.param("tma", marks=pytest.mark.requires_sm90),
+            pytest.param("cp.async", marks=pytest.mark.requires_sm80)]
 
 
 def _poisoned(shape, dtype):
@@ -194,3 +195,35 @@ def test_one_shot_ops_on_seen_geometries_on_the_gpu(backend):
         assert np.allclose(got, o, rtol=2e-2, atol=2e-2), f"seed {seed}: attention {np.abs(got - o).max()}"
     info = ops.plan_cache_info()
     assert info["hits"] >= 8 and info["plans"] == 4, info  # four plans, each re-pointed twice
+
+
+def test_tmakit_backend_is_part_of_the_key(fake_launch, monkeypatch):
+    dst, src = device_view(0x10000, (64, 64)), device_view(0x20000, (64, 64))
+    assert ops.copy(dst, src).path == "bulk"
+    monkeypatch.setenv("TMAKIT_BACKEND", "cp.async")
+    assert ops.copy(dst, src).path == "cp.async" and _info()["plans"] == 2
+
+
+def test_repointing_checks_the_device_the_output_dtype_and_lse(fake_launch):
+    """What the one-shot ops' hits rely on: a re-pointed gemm or attention plan refuses operands on another
+    device, an output of another dtype and an lse a new plan would refuse, before any launch."""
+    a, b = device_view(0x1000000, (256, 64), "float16"), device_view(0x1100000, (128, 64), "float16")
+    c16, c32 = device_view(0x1200000, (256, 128), "float16"), device_view(0x1300000, (256, 128), "float32")
+    ops.gemm(a, b, c16, backend="cp.async")
+    ops.gemm(a, b, c32, backend="cp.async")  # another output dtype: a plan of its own (fp32 epilogue)
+    on1 = [device_view(p, s, "float16", device=1) for p, s in ((0x2000000, (256, 64)), (0x2100000, (128, 64)),
+                                                                (0x2200000, (256, 128)))]
+    ops.gemm(*on1, backend="cp.async")  # another device: a plan of its own
+    gemm_kernels = [k for k in fake_launch if "gemm" in k.entry]
+    assert [k.defines["TMAKIT_GEMM_OUT_F32"] for k in gemm_kernels] == [0, 1, 0]
+    assert gemm_kernels[0].bound[-1].args[:3] == [0x1000000, 0x1100000, 0x1200000]  # untouched by the others
+    plan = ops.plan_gemm(a, b, c16, backend="cp.async")
+    with pytest.raises(InvalidArgumentError, match=r"c=.*float32.*must be the plan's output dtype \(float16\)"):
+        plan(a, b, c32)
+    with pytest.raises(InvalidArgumentError, match=r"a=.*on device 1.*must have the geometry and device"):
+        plan(*on1)
+    q, k, v = (device_view(0x3000000 + 0x100000 * i, (1, 2, 64, 64), "float16") for i in range(3))
+    out, lse = device_view(0x3400000, (1, 2, 64, 64), "float16"), device_view(0x3500000, (1, 2, 64), "float32")
+    ops.attention(q, k, v, out, lse=lse, backend="cp.async")
+    with pytest.raises(InvalidArgumentError, match=r"lse=.*must be a contiguous float32 array of shape \(1, 2, 64\)"):
+        ops.attention(q, k, v, out, lse=device_view(0x3500000, (4,), "float16"), backend="cp.async")

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import re
 
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|\"[^\"\n]*\"", re.S)  # strings too (a .file name may hold a brace)
 _WAIT = re.compile(r"\bmbarrier\.(?:try_wait|test_wait)\b")
 _DECL = re.compile(r"\.reg\s+(?:\.v\d\s+)?\.\w+\s+([^;]+);")
+# a variable the scope declares (a statement of its own: not the .shared of an instruction): renamed like a register
+_VAR_DECL = re.compile(r"(?:(?<=[;{}])|^)[ \t\n]*\.(?:local|shared|param)[ \t]+([^;{}]*);", re.M)
 _LABEL_DEF = re.compile(r"(?:^|(?<=[;{}\s]))([A-Za-z_$][\w$]*)\s*:(?!:)")
 
 
 def _blank(text: str) -> str:
-    """``text`` with its comments turned into spaces (newlines kept), so positions stay the same."""
+    """``text`` with its comments and strings turned into spaces (newlines kept), so positions stay the same."""
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
 
 
@@ -28,11 +30,11 @@ def _scopes(clean: str) -> list[tuple[int, int, int | None]]:
     stack: list[int] = []
     for i, ch in enumerate(clean):
         if ch == "{":
-            out.append([i, -1, stack[-1] if stack else None])
+            out.append([i, len(clean), stack[-1] if stack else None])  # unclosed: to the end (indices stay put)
             stack.append(len(out) - 1)
         elif ch == "}" and stack:
             out[stack.pop()][1] = i
-    return [(o, c, p) for o, c, p in out if c >= 0]
+    return [(o, c, p) for o, c, p in out]
 
 
 def _own_text(clean: str, scopes, k: int) -> str:
@@ -45,16 +47,20 @@ def _own_text(clean: str, scopes, k: int) -> str:
     return "".join(own)
 
 
-def _declared(own: str) -> tuple[dict[str, bool], set[str]]:
-    """({register: declared as name<N>}, labels) that a scope declares directly."""
-    regs: dict[str, bool] = {}
+def _declared(own: str) -> tuple[dict[str, int], set[str]]:
+    """({register or variable: N of a name<N> range, else 0}, labels) that a scope declares directly."""
+    regs: dict[str, int] = {}
     for m in _DECL.finditer(own):
         for spec in m.group(1).split(","):
             spec = spec.strip()
-            name = re.match(r"(%?[A-Za-z_$][\w$]*)\s*(<\s*\d+\s*>)?", spec)
+            name = re.match(r"(%?[A-Za-z_$][\w$]*)\s*(?:<\s*(\d+)\s*>)?", spec)
             if name:
-                regs[name.group(1)] = bool(name.group(2))
-    without_decls = _DECL.sub(lambda m: " " * len(m.group(0)), own)
+                regs[name.group(1)] = int(name.group(2) or 0)
+    for m in _VAR_DECL.finditer(own):
+        names = re.findall(r"%?[A-Za-z_$][\w$]*", re.sub(r"\[[^\]]*\]", " ", m.group(1).split("=")[0]))
+        if names:
+            regs[names[-1]] = 0  # the last word before the dims and the initializer: the variable's name
+    without_decls = _VAR_DECL.sub(lambda m: " " * len(m.group(0)), _DECL.sub(lambda m: " " * len(m.group(0)), own))
     labels = {m.group(1) for m in _LABEL_DEF.finditer(without_decls) if not m.group(1).startswith("%")}
     return regs, labels
 
@@ -89,16 +95,18 @@ def flatten_wait_scopes(ptx: str) -> str:
         o, c, _ = scopes[k]
         edits += [(o, o + 1, " "), (c, c + 1, " ")]
         regs, labels = decls[k]
-        for name, ranged in regs.items():
-            new = f"{name}_tmkd{k}" + ("_" if ranged else "")
-            tail = r"(\d+)?" if ranged else ""
-            for t in re.finditer(r"(?<![\w$%.])" + re.escape(name) + tail + r"(?![\w$])", clean[o:c]):
+        for name, count in list(regs.items()) + [(label, 0) for label in labels]:
+            new = f"{name}_tmkd{k}" + ("_" if count else "")
+            tail = r"(\d+)?" if count else ""
+            # a token, not part of a longer name, a qualifier (.shared::cta) or an opcode (bar.sync); a vector
+            # register's element (v.x) is still the register
+            for t in re.finditer(r"(?<![\w$%.:])" + re.escape(name) + tail + r"(?![\w$])(?!\.(?![xyzwrgba]\b)\w)",
+                                 clean[o:c]):
+                if count and (t.group(1) is None and not clean[o + t.end():].lstrip().startswith("<") or
+                              t.group(1) is not None and int(t.group(1)) >= count):
+                    continue  # %r10 beside a local %r<2>: the outer %r10
                 if owner(o + t.start(), name) == k:
                     edits.append((o + t.start(), o + t.start() + len(name), new))
-        for name in labels:
-            for t in re.finditer(r"(?<![\w$%.])" + re.escape(name) + r"(?![\w$])", clean[o:c]):
-                if owner(o + t.start(), name) == k:
-                    edits.append((o + t.start(), o + t.end(), f"{name}_tmkd{k}"))
     out = ptx
     for start, end, text in sorted(edits, reverse=True):
         out = out[:start] + text + out[end:]

@@ -275,6 +275,15 @@ def _symbols_writer(symbols: list[str]) -> str:
             "$TMKD_SYMBOLS_DONE:", "}", ""])
 
 
+def _opcode_line(lines: list[str], inst) -> int:
+    """The 0-based line that holds ``inst``'s opcode: the reader numbers a statement by its first line, which is a
+    label's when the label stands on a line of its own (CUTLASS's ``LAB_WAIT:`` before its ``try_wait``)."""
+    for i in range(inst.line - 1, min(len(lines), inst.line + 64)):
+        if inst.opcode in lines[i]:
+            return i
+    return inst.line - 1
+
+
 def instrument(ptx: str, module: Module | None = None) -> Instrumented:
     """The PTX with every mbarrier wait bounded and every expect_tx remembered (see the module docstring)."""
     if SYMBOL in ptx:
@@ -300,16 +309,16 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
         for inst in waits:
             n = len(result.sites)
             result.sites.append(Site(n, func.name, inst.line, inst.opcode))
-            edits.setdefault(inst.line - 1, []).append(("wait", (n, wide, sm90, last - 1)))
+            edits.setdefault(_opcode_line(lines, inst), []).append(("wait", (n, wide, sm90, last - 1)))
         for inst in expects:
             n = len(result.expects)
             if n >= 0xFFFF:  # the table entry keeps the site in 16 bits
                 raise InvalidArgumentError("ptx", f"{n + 1} expect_tx", "has more expect_tx sites than the hang doctor "
                                            "numbers (65535)", "check a smaller kernel, or lint it without a launch")
             result.expects.append(Site(n, func.name, inst.line, inst.opcode))
-            edits.setdefault(inst.line - 1, []).append(("expect", (n, wide)))
+            edits.setdefault(_opcode_line(lines, inst), []).append(("expect", (n, wide)))
         for inst in guarded:
-            edits.setdefault(inst.line - 1, []).append(("guard", inst.opcode))
+            edits.setdefault(_opcode_line(lines, inst), []).append(("guard", inst.opcode))
         edits.setdefault(first - 1, []).append(("prologue", bool(expects)))
         if waits:  # after every wait of the function (lines are edited in order)
             edits.setdefault(last - 1, []).append(("tails", None))
@@ -344,9 +353,10 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
                     tails.setdefault(close, []).extend(tail)
                     return "\n".join(inline)
                 text = _WAIT.sub(rewrite, text, count=1)
-            elif kind == "tails":  # the function body's closing "}": the slow paths before it
-                at = text.rindex("}")
-                text = text[:at] + "\n".join(tails.get(number, [])) + "\n" + text[at:]
+            elif kind == "tails":  # the function body's closing "}" (not one in a comment): the slow paths before it,
+                # behind a ret (a body may end without one and would run on into them)
+                at = re.sub(r"//.*", lambda m: " " * len(m.group(0)), text).rindex("}")
+                text = text[:at] + "\n".join(["ret;", *tails.get(number, [])]) + "\n" + text[at:]
             else:
                 n, wide = args
                 text = _EXPECT.sub(lambda m: "\n".join(_expect_block(n, m.group(2), m.group(3), m.group(1) or "",

@@ -28,6 +28,7 @@ from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose,
 
 __all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "LoadTilesPlan",
            "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TilePlan", "TransposePlan",
-           "TransposeResult", "attention", "clear_plan_cache", "copy", "describe_attention", "describe_gemm", "describe_transpose", "gemm",
+           "TransposeResult", "attention", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
+           "describe_transpose", "gemm",
            "load_tiles", "plan_attention", "plan_cache_info", "plan_copy", "plan_gemm", "plan_load_tiles",
            "plan_transpose", "ptx_tile_copy", "transpose"]

@@ -7,8 +7,10 @@ docs/CONTRACTS.md ("The one-shot ops' plan cache").
 
 Key: the op; each buffer's shape, byte strides, dtype, device and address modulo 256 (the alignments an op's
 decisions read are all below 256 bytes, so a hit never meets a decision its plan did not make); the stream's
-handle; the options (backend, tuning, alpha, ...); TMAKIT_CHECK. Options that cannot be hashed skip the cache.
-The last call's plan is tried first when the op, stream object, options and TMAKIT_CHECK are the same (its
+handle; the options (backend, tuning, alpha, ...); TMAKIT_CHECK and TMAKIT_BACKEND. Options that cannot be
+hashed skip the cache.
+The last call's plan is tried first when the op, stream object, options, TMAKIT_CHECK and TMAKIT_BACKEND are the
+same (its
 re-pointing refuses, before any launch, buffers its decisions do not take; then the key decides). Bounded: the
 least recently used plan goes first. A cached plan keeps the buffers of its last call alive, as any
 plan does, until its next call or its eviction; ``clear_plan_cache()`` drops them all.
@@ -25,14 +27,24 @@ from ..errors import InvalidArgumentError
 from ..streams import Stream, stream_handle
 
 CAPACITY = 16
-# TMAKIT_CHECK as os.environ holds it: os.environ.get encodes the name and decodes the value on every call (about
+# The settings as os.environ holds them: os.environ.get encodes the name and decodes the value on every call (about
 # a third of a key); CPython's os.environ keeps its encoded dict, _data, in step with every change made through it.
 _ENVIRON_DATA = getattr(os.environ, "_data", None)
-_CHECK = b"TMAKIT_CHECK" if isinstance(next(iter(_ENVIRON_DATA or {b"": 0})), bytes) else "TMAKIT_CHECK"
+_BYTES = isinstance(next(iter(_ENVIRON_DATA or {b"": 0})), bytes)
+_CHECK, _BACKEND = (b"TMAKIT_CHECK", b"TMAKIT_BACKEND") if _BYTES else ("TMAKIT_CHECK", "TMAKIT_BACKEND")
+
+
+def _settings() -> tuple:
+    """TMAKIT_CHECK and TMAKIT_BACKEND: what a plan reads from the environment when it is made."""
+    if _ENVIRON_DATA is not None:
+        return _ENVIRON_DATA.get(_CHECK), _ENVIRON_DATA.get(_BACKEND)
+    return os.environ.get("TMAKIT_CHECK"), os.environ.get("TMAKIT_BACKEND")
 
 
 class PlanCache:
-    """A bounded map from a call's geometry to its plan; one lock, so two threads never re-point one plan at once."""
+    """A bounded map from a call's geometry to its plan; one lock, so two threads never re-point one plan at once
+    (it is held through a call's planning and launch: one-shot ops of several threads run one at a time; threads
+    that need to overlap keep plans of their own)."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         self.capacity = capacity
@@ -40,7 +52,7 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = self.misses = 0
         self._stream: tuple[Any, int] = (None, 0)  # the last stream object of a call, and its handle
-        self._last: tuple | None = None  # (op, stream, options, TMAKIT_CHECK, plan) of the last call
+        self._last: tuple | None = None  # (op, stream, options, environment settings, plan) of the last call
 
     def run(self, op: str, names: tuple[str, ...], arrays: tuple, stream: Any, options: dict[str, Any],
             make: Callable[[], Any], rerun: Callable[[Any, list], Any]) -> Any:
@@ -48,15 +60,17 @@ class PlanCache:
         for an array not given), else ``make()`` (which plans and runs once; it returns ``(plan, result)``) and
         keep its plan. ``options``: the call's options but the stream.
 
-        The call site of the last call (the same op, stream object, options and TMAKIT_CHECK) first tries the last
+        The call site of the last call (the same op, stream object, options and settings) first tries the last
         plan as it is: re-pointing checks the geometry and every address-dependent decision and refuses, before
         it launches anything, buffers that do not fit; only then is the key built (a loop calling one op on one
         geometry never builds it)."""
         views = [device_array_view(obj, name) if obj is not None else None for name, obj in zip(names, arrays)]
-        check = _ENVIRON_DATA.get(_CHECK) if _ENVIRON_DATA is not None else os.environ.get("TMAKIT_CHECK")
+        check = _settings()
         with self._lock:
             last = self._last
-            if last is not None and last[0] is op and last[1] is stream and last[3] == check and last[2] == options:
+            # a tmakit Stream goes through the key, where its handle is read (a closed one is refused)
+            if last is not None and last[0] is op and last[1] is stream and type(stream) is not Stream and \
+                    last[3] == check and last[2] == options:
                 try:
                     result = rerun(last[4], views)
                 except InvalidArgumentError:

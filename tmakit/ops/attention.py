@@ -170,11 +170,15 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
         return AttentionConfig(backend, head_dim, bf16, 128, block_n or (64 if head_dim == 256 else 128),
                                stages or (4 if head_dim == 64 else 2), 12)
     w = warps or 8
+    fits = lambda w_, n_: shared_mem_limit is None or AttentionConfig(  # noqa: E731
+        backend, head_dim, bf16, 16 * w_, n_, stages or 2, w_).shared_mem <= shared_mem_limit
     if block_n is None:
         block_n = 32 if head_dim == 256 else 128  # D=256: a 64 KiB Q tile, 16 KiB per 32 keys of K or V
-        while block_n > 32 and shared_mem_limit is not None and AttentionConfig(
-                backend, head_dim, bf16, 16 * w, block_n, stages or 2, w).shared_mem > shared_mem_limit:
+        while block_n > 32 and not fits(w, block_n):
             block_n //= 2
+    if warps is None:
+        while w > 4 and not fits(w, block_n):  # D=256 on 99 KiB (sm_86/89): 4 warps, a 32 KiB Q tile
+            w //= 2
     return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n, stages or 2, w)
 
 
@@ -223,6 +227,15 @@ def _bhsd_strides(v: ArrayView, layout: str) -> tuple[int, int, int, int]:
 def _bhsd_view(v: ArrayView, layout: str) -> ArrayView:
     """The tensor as a (B, H, S, D) view (strides permuted, same memory): what its TMA map describes."""
     return ArrayView(v.ptr, _dims(v, layout), _bhsd_strides(v, layout), v.dtype_name, v.itemsize, v.device, v.owner)
+
+
+def _lse_view(lse: Any, shape: tuple[int, int, int], device: int | None) -> ArrayView:
+    lv = _checks.view(lse, "lse")
+    if lv.shape != shape or lv.dtype_name != "float32" or not lv.is_c_contiguous or lv.device != device:
+        raise InvalidArgumentError("lse", f"shape {lv.shape}, dtype {lv.dtype_name}, device {lv.device}",
+                                   f"must be a contiguous float32 array of shape {shape} on q's device ({device})",
+                                   "leave lse out")
+    return lv
 
 
 def _check_inputs(q: Any, k: Any, v: Any, out: Any, layout: str) -> tuple[ArrayView, ...]:
@@ -329,16 +342,19 @@ class AttentionPlan:
                 raise InvalidArgumentError("q, k, v", "partly given", "re-pointing a plan needs q, k and v",
                                            "call plan() for the same buffers or plan(q, k, v[, out])")
             qv, kv, vv, ov = _check_inputs(q, k, v, out, self.layout)
-            if (_dims(qv, self.layout), _dims(kv, self.layout), qv.dtype_name) != (
+            if (_dims(qv, self.layout), _dims(kv, self.layout), qv.dtype_name, qv.device) != (
                     (self.batch, self.heads, self.sq, self.head_dim), (self.batch, self.heads, self.sk, self.head_dim),
-                    "bfloat16" if self.config.bf16 else "float16"):
-                raise InvalidArgumentError("q", f"shape {qv.shape} ({qv.dtype_name}), k {kv.shape}",
-                                           "must have the geometry the plan was made for",
-                                           "make a new plan with plan_attention for other shapes")
+                    "bfloat16" if self.config.bf16 else "float16", self.device):
+                raise InvalidArgumentError("q", f"shape {qv.shape} ({qv.dtype_name}) on device {qv.device}, "
+                                           f"k {kv.shape}",
+                                           "must have the geometry and device the plan was made for",
+                                           "make a new plan with plan_attention for other shapes or devices")
+            lv = _lse_view(lse, (self.batch, self.heads, self.sq), self.device) if lse is not None else None
             self.out = out if out is not None else _empty_like(q, qv.shape, False)
             self.lse = lse if lse is not None else _empty_like(q, (self.batch, self.heads, self.sq), True)
             ov = ov or _checks.view(self.out, "out")
-            _checks.refuse_overlap([("out", ov), ("lse", _checks.view(self.lse, "lse"))], [("q", qv), ("k", kv), ("v", vv)])
+            _checks.refuse_overlap([("out", ov), ("lse", lv or _checks.view(self.lse, "lse"))],
+                                   [("q", qv), ("k", kv), ("v", vv)])
             self._bind(qv, kv, vv, ov, self.lse)
         self._launch()
         return self.out, self.lse
@@ -384,10 +400,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
                                            'use backend="cp.async" or an aligned tensor')
     out = out if out is not None else _empty_like(q, qv.shape, False)
     lse = lse if lse is not None else _empty_like(q, (B, H, Sq), True)
-    lv = _checks.view(lse, "lse")
-    if lv.shape != (B, H, Sq) or lv.dtype_name != "float32" or not lv.is_c_contiguous:
-        raise InvalidArgumentError("lse", f"shape {lv.shape}, dtype {lv.dtype_name}",
-                                   f"must be a contiguous float32 array of shape {(B, H, Sq)}", "leave lse out")
+    lv = _lse_view(lse, (B, H, Sq), qv.device)
     if (-(-Sq // cfg.block_m)) > 2**31 - 1 or H > 65535 or B > 65535:
         raise InvalidArgumentError("q", f"shape {qv.shape}", "needs at most 65535 heads and batches",
                                    "split the batch")

@@ -156,8 +156,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits)
 
 
-def check_config(cfg: GemmConfig, limit: int) -> None:
-    """Refuse tile plans the kernel cannot hold, saying what they need and what there is."""
+def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
+    """Refuse tile plans the kernel cannot hold, saying what they need and what there is (with ``k``, split-K ranges
+    beyond the k-blocks: an empty range would release a stage it never waited for)."""
     if cfg.block_n not in (128, 256):
         raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256 (the N of the m64nNk16 wgmma; the "
                                    "cp.async twin's 8 warps of 64 x N/4)", "use 256 (128 for small N)")
@@ -170,6 +171,9 @@ def check_config(cfg: GemmConfig, limit: int) -> None:
             cfg.splits > 1 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("splits", cfg.splits, "must be an int in [1, 64], and 1 on the cp.async backend",
                                    "leave it out: plan_gemm chooses split-K per problem")
+    if k is not None and cfg.splits > -(-k // BLOCK_K):
+        raise InvalidArgumentError("splits", cfg.splits, f"must be at most the {-(-k // BLOCK_K)} k-blocks of K={k} "
+                                   f"({BLOCK_K} each)", "use fewer splits")
     if not isinstance(cfg.group_m, int) or cfg.group_m < 1:
         raise InvalidArgumentError("group_m", cfg.group_m, "must be a positive int (tile rows per raster group)",
                                    "use 8")
@@ -276,10 +280,7 @@ class GemmPlan:
         self._launch: Any = None
         self._reduce: Any = None  # split-K's second launch
         self._workspace: Any = None  # split-K's fp32 partials, owned by the plan
-        if cfg.splits > 1:
-            if cfg.splits > -(-self.k // BLOCK_K):
-                raise InvalidArgumentError("splits", cfg.splits, f"must be at most the {-(-self.k // BLOCK_K)} "
-                                           f"k-blocks of K={self.k} (64 each)", "use fewer splits")
+        if cfg.splits > 1:  # check_config(cfg, limit, k) has kept splits within the k-blocks
             from ..device_array import DeviceArray
 
             self._reduce_kernel = kernel("gemm.cu", "tmakit_gemm_splitk_reduce", choice, device,
@@ -343,10 +344,17 @@ class GemmPlan:
                                            "call plan() for the same buffers or plan(a, b[, c])")
             out_dtype = "float32" if self.config.out_f32 else None
             av, bv, cv, dims = _check_inputs(a, b, c, self.config.b_kmajor, out_dtype)
-            if dims != (self.m, self.n, self.k) or (av.dtype_name == "bfloat16") != self.config.bf16:
-                raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}), b {bv.shape}",
-                                           "must have the geometry the plan was made for",
-                                           "make a new plan with plan_gemm for other shapes")
+            if dims != (self.m, self.n, self.k) or (av.dtype_name == "bfloat16") != self.config.bf16 or \
+                    av.device != self.device:
+                raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}) on device {av.device}, "
+                                           f"b {bv.shape}",
+                                           "must have the geometry and device the plan was made for",
+                                           "make a new plan with plan_gemm for other shapes or devices")
+            plan_out = "float32" if self.config.out_f32 else av.dtype_name
+            if cv is not None and cv.dtype_name != plan_out:  # the kernel was compiled for one output type
+                raise InvalidArgumentError("c", f"dtype {cv.dtype_name}",
+                                           f"must be the plan's output dtype ({plan_out})",
+                                           "make a new plan with plan_gemm for another output dtype")
             if c is None and self.beta != 0:
                 raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read)", "pass c")
             self.out = c if c is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
@@ -419,7 +427,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sm_count(av.device), k=dims[2],
                          splits=splits)
-    check_config(cfg, limit)
+    check_config(cfg, limit, dims[2])
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
@@ -437,5 +445,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda plan, views: plan(a, b, out))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps",
-           "plan_gemm", "shared_mem_limit", "stage_descriptors", "tile_turns"]
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config",
+           "descriptor_defines", "gemm", "gemm_tensor_maps", "plan_gemm", "shared_mem_limit", "stage_descriptors",
+           "tile_turns"]

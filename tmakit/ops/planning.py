@@ -108,7 +108,8 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                   splits: int | None = None, sms: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster and split-K chosen for ``sms`` SMs), the three TMA maps (C's: the
-    fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
+    fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it
+    is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     name = _half(dtype)
     b_kmajor = _gemm._parse_b_major(b_major)
@@ -121,7 +122,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
                                m=m, n=n, k=k, splits=splits,
                                sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
-    _gemm.check_config(cfg, limit)
+    _gemm.check_config(cfg, limit, k)
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         a = _view((m, k), 2, name, 16)

@@ -320,9 +320,9 @@ def instrument(ptx: str, module: Module | None = None) -> Instrumented:
         for inst in guarded:
             edits.setdefault(_opcode_line(lines, inst), []).append(("guard", inst.opcode))
         edits.setdefault(first - 1, []).append(("prologue", bool(expects)))
-        if waits:  # after every wait of the function (lines are edited in order)
-            edits.setdefault(last - 1, []).append(("tails", None))
-        if waits:  # so the host can name "bars+8": one thread, a few stores, per launch
+        if waits:
+            edits.setdefault(last - 1, []).append(("tails", None))  # after every wait (lines are edited in order)
+            # so the host can name "bars+8": one thread, a few stores, per launch
             edits.setdefault(func.insts[0].line - 1, []).insert(0, ("symbols", symbols))
         result.symbols[func.name] = symbols
         for name in symbols:

@@ -8,12 +8,10 @@ docs/CONTRACTS.md ("The one-shot ops' plan cache").
 Key: the op; each buffer's shape, byte strides, dtype, device and address modulo 256 (the alignments an op's
 decisions read are all below 256 bytes, so a hit never meets a decision its plan did not make); the stream's
 handle; the options (backend, tuning, alpha, ...); TMAKIT_CHECK and TMAKIT_BACKEND. Options that cannot be
-hashed skip the cache.
-The last call's plan is tried first when the op, stream object, options, TMAKIT_CHECK and TMAKIT_BACKEND are the
-same (its
-re-pointing refuses, before any launch, buffers its decisions do not take; then the key decides). Bounded: the
-least recently used plan goes first. A cached plan keeps the buffers of its last call alive, as any
-plan does, until its next call or its eviction; ``clear_plan_cache()`` drops them all.
+hashed skip the cache. The last call's plan is tried first when the op, stream object, options and those
+settings repeat (its re-pointing refuses, before any launch, buffers its decisions do not take; then the key
+decides). Bounded: the least recently used plan goes first. A cached plan keeps the buffers of its last call
+alive, as any plan does, until its next call or its eviction; ``clear_plan_cache()`` drops them all.
 """
 from __future__ import annotations
 
@@ -23,6 +21,7 @@ from collections import OrderedDict
 from typing import Any, Callable
 
 from ..arrays import device_array_view
+from ..backend import ENV_VAR as _BACKEND_VAR
 from ..errors import InvalidArgumentError
 from ..streams import Stream, stream_handle
 
@@ -31,14 +30,15 @@ CAPACITY = 16
 # a third of a key); CPython's os.environ keeps its encoded dict, _data, in step with every change made through it.
 _ENVIRON_DATA = getattr(os.environ, "_data", None)
 _BYTES = isinstance(next(iter(_ENVIRON_DATA or {b"": 0})), bytes)
-_CHECK, _BACKEND = (b"TMAKIT_CHECK", b"TMAKIT_BACKEND") if _BYTES else ("TMAKIT_CHECK", "TMAKIT_BACKEND")
+_CHECK_VAR = "TMAKIT_CHECK"
+_CHECK, _BACKEND = (_CHECK_VAR.encode(), _BACKEND_VAR.encode()) if _BYTES else (_CHECK_VAR, _BACKEND_VAR)
 
 
 def _settings() -> tuple:
     """TMAKIT_CHECK and TMAKIT_BACKEND: what a plan reads from the environment when it is made."""
     if _ENVIRON_DATA is not None:
         return _ENVIRON_DATA.get(_CHECK), _ENVIRON_DATA.get(_BACKEND)
-    return os.environ.get("TMAKIT_CHECK"), os.environ.get("TMAKIT_BACKEND")
+    return os.environ.get(_CHECK_VAR), os.environ.get(_BACKEND_VAR)
 
 
 class PlanCache:
@@ -57,8 +57,8 @@ class PlanCache:
     def run(self, op: str, names: tuple[str, ...], arrays: tuple, stream: Any, options: dict[str, Any],
             make: Callable[[], Any], rerun: Callable[[Any, list], Any]) -> Any:
         """``rerun(plan, views)`` on the plan cached for this call's key (``views``: the arrays' ArrayViews, None
-        for an array not given), else ``make()`` (which plans and runs once; it returns ``(plan, result)``) and
-        keep its plan. ``options``: the call's options but the stream.
+        for an array not given), else ``plan = make()``, ``plan()``, and keep the plan. ``options``: the call's
+        options but the stream.
 
         The call site of the last call (the same op, stream object, options and settings) first tries the last
         plan as it is: re-pointing checks the geometry and every address-dependent decision and refuses, before
@@ -89,7 +89,8 @@ class PlanCache:
                 result = rerun(plan, views)
             else:
                 self.misses += 1
-                plan, result = make()
+                plan = make()
+                result = plan()
                 if key is None:
                     return result
                 self._plans[key] = plan

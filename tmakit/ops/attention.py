@@ -416,12 +416,9 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     """Plan and run once: returns ``(out, lse)`` (asynchronous on the plan's stream). A geometry seen before
     re-points the plan made then (``tmakit.ops._plan_cache``)."""
     lse = options.pop("lse", None)  # a buffer: part of the geometry, not an option
-
-    def make() -> tuple:
-        plan = plan_attention(q, k, v, out, lse=lse, **options)
-        return plan, plan()
     rest = {k_: v_ for k_, v_ in options.items() if k_ != "stream"}
-    return cached("attention", ("q", "k", "v", "out", "lse"), (q, k, v, out, lse), options.get("stream"), rest, make,
+    return cached("attention", ("q", "k", "v", "out", "lse"), (q, k, v, out, lse), options.get("stream"), rest,
+                  lambda: plan_attention(q, k, v, out, lse=lse, **options),
                   lambda plan, views: plan(q, k, v, out, lse=lse))
 
 

@@ -120,7 +120,5 @@ _NAMES = ("dst", "src")
 def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> CopyResult:
     """``dst[...] = src`` once (``plan_copy(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated copies of the same buffers keep the plan."""
-    def make() -> tuple:
-        plan = plan_copy(dst, src, backend=backend, stream=stream, **tuning)
-        return plan, plan()
-    return cached("copy", _NAMES, (dst, src), stream, {"backend": backend, **tuning}, make, rerun_views)
+    return cached("copy", _NAMES, (dst, src), stream, {"backend": backend, **tuning},
+                  lambda: plan_copy(dst, src, backend=backend, stream=stream, **tuning), rerun_views)

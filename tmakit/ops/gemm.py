@@ -100,10 +100,14 @@ _CLUSTER_COST = {2: 0.95, 1: 1.0}
 _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 
 
+def _tile_ctas(m: int, n: int, block_n: int, cluster: int) -> int:
+    """CTA tiles of an m x n output: the tile rows rounded up to whole clusters, times the tile columns."""
+    return -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
+
+
 def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
     """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
-    ctas = -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
-    return -(-ctas // max(cluster, sms // cluster * cluster))
+    return -(-_tile_ctas(m, n, block_n, cluster) // max(cluster, sms // cluster * cluster))
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
@@ -123,7 +127,7 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
     """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs, cut each tile's
     k-blocks into as many ranges as fill the SMs, each at least 8 k-blocks (512 of K) long, at most 16 (the
     partials are read back once: 16 fp32 slices of the output). 1 otherwise."""
-    ctas = -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
+    ctas = _tile_ctas(m, n, block_n, cluster)
     k_blocks = -(-k // BLOCK_K)
     if 2 * ctas > sms:
         return 1
@@ -437,12 +441,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
 def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     """Plan and run once: returns the output (asynchronous on the plan's stream). A geometry seen before
     re-points the plan made then (``tmakit.ops._plan_cache``)."""
-    def make() -> tuple:
-        plan = plan_gemm(a, b, out, **options)
-        return plan, plan()
     rest = {k: v for k, v in options.items() if k != "stream"}
-    return cached("gemm", ("a", "b", "c"), (a, b, out), options.get("stream"), rest, make,
-                  lambda plan, views: plan(a, b, out))
+    return cached("gemm", ("a", "b", "c"), (a, b, out), options.get("stream"), rest,
+                  lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan(a, b, out))
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config",

@@ -500,7 +500,5 @@ _NAMES = ("dst", "src")
 def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tuning: Any) -> TransposeResult:
     """``dst = src.T`` once (``plan_transpose(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated transposes of the same buffers keep the plan."""
-    def make() -> tuple:
-        plan = plan_transpose(dst, src, backend=backend, stream=stream, **tuning)
-        return plan, plan()
-    return cached("transpose", _NAMES, (dst, src), stream, {"backend": backend, **tuning}, make, rerun_views)
+    return cached("transpose", _NAMES, (dst, src), stream, {"backend": backend, **tuning},
+                  lambda: plan_transpose(dst, src, backend=backend, stream=stream, **tuning), rerun_views)

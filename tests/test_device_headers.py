@@ -51,6 +51,18 @@ USES = {
       group.sync(); if (threadIdx.x >= 128) group.arrive(); out[0] = (unsigned char)(group.id() + group.threads());""",
     "warp.cuh": "out[threadIdx.x] = tmakit::elect_one_sync();",
     "fence.cuh": "tmakit::fence_proxy_async_shared_cta();",
+    "tensormap_replace.cuh": """__shared__ alignas(128) tmakit::TensorMapDesc edit;
+#if TMAKIT_HAS_SM90
+      const tmakit::TensorMapSmem m(&edit); tmakit::TensorMapDesc* g = reinterpret_cast<tmakit::TensorMapDesc*>(out);
+      tmakit::tensormap_replace_global_address(m, out); tmakit::tensormap_replace_rank(m, 1u);
+      tmakit::tensormap_replace_box_dim<1>(m, 64u); tmakit::tensormap_replace_global_dim<4>(m, 7u);
+      tmakit::tensormap_replace_global_stride<0>(m, 4096ull); tmakit::tensormap_replace_element_stride<2>(m, 2u);
+      tmakit::tensormap_replace_elemtype<10>(m); tmakit::tensormap_replace_interleave_layout<0>(m);
+      tmakit::tensormap_replace_swizzle_mode<3>(m); tmakit::tensormap_replace_fill_mode<1>(m);
+      tmakit::tensormap_replace_box_dim<0>(g, 32u); tmakit::tensormap_replace_swizzle_mode<0>(g);
+      __syncwarp(); tmakit::tensormap_cp_fenceproxy(g, m); tmakit::fence_proxy_tensormap_release();
+      tmakit::fence_proxy_tensormap_acquire(g);
+#endif""",
     "tma.cuh": """__shared__ alignas(1024) unsigned char s[4096]; __shared__ tmakit::uint64_t bar; __shared__ tmakit::Mbarrier obj;
       tmakit::Coords c{{0, 1, 2, 3, 4}};
 #if TMAKIT_HAS_SM90

@@ -39,7 +39,9 @@ from .layout import (bank_conflicts, box_geometry, im2col_load_image, swizzle_of
                      tma_reduce_add, tma_store)
 from .layout import check_wgmma_descriptor, wgmma_descriptors
 from .tensormap import (
+    ReplaceStep,
     TensorMap,
+    apply_tensormap_replace,
     Violation,
     check_im2col,
     check_tiled,
@@ -47,6 +49,7 @@ from .tensormap import (
     describe_tensor,
     encode_im2col,
     encode_tiled,
+    tensormap_replace_steps,
 )
 from .tensormap.enums import Interleave, L2Promotion, OOBFill, Swizzle
 from .doctor import DecodedTensorMap, Finding, LintReport, check_hangs, decode_tensormap, lint
@@ -58,7 +61,7 @@ __all__ = [
     "TmakitError", "CudaDriverError", "TensorMapError", "UnsupportedDeviceError", "CompileError", "LaunchError",
     "InvalidArgumentError", "HangError",
     "lint", "LintReport", "Finding", "decode_tensormap", "DecodedTensorMap", "check_hangs",
-    "describe_tensor", "describe_im2col", "encode_tiled", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
+    "describe_tensor", "describe_im2col", "encode_tiled", "ReplaceStep", "tensormap_replace_steps", "apply_tensormap_replace", "encode_im2col", "check_tiled", "check_im2col", "TensorMap", "Violation",
     "tma_load_image", "tma_store", "box_geometry", "swizzle_offset", "swizzle_pattern", "bank_conflicts",
     "wgmma_descriptors", "check_wgmma_descriptor",
     "im2col_load_image", "tma_reduce_add",

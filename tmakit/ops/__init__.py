@@ -9,6 +9,7 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_gemm`` / ``gemm``: C = alpha A @ B (+ beta C) (TMA + wgmma warp-specialized on sm_90, cp.async + mma.sync)
 - ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
+- ``edit_tensormaps``: tensor maps built on the GPU with tensormap.replace, and a box loaded through each
 - ``describe_gemm``, ``describe_attention``, ``describe_transpose``: what those plans decide, without a GPU
 
 The one-shot ops keep the plans they make, by geometry (``_plan_cache``: a bounded cache; a seen geometry
@@ -24,11 +25,12 @@ from .gemm import GemmPlan, gemm, plan_gemm
 from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
 from .planning import GemmDescription, OpDescription, describe_attention, describe_gemm, describe_transpose
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
+from .tensormap_edit import TensorMapEdit, TensorMapEditResult, edit_tensormaps
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
 __all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "LoadTilesPlan",
-           "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TilePlan", "TransposePlan",
+           "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TensorMapEdit", "TensorMapEditResult", "TilePlan", "TransposePlan",
            "TransposeResult", "attention", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
-           "describe_transpose", "gemm",
+           "describe_transpose", "edit_tensormaps", "gemm",
            "load_tiles", "plan_attention", "plan_cache_info", "plan_copy", "plan_gemm", "plan_load_tiles",
            "plan_transpose", "ptx_tile_copy", "transpose"]

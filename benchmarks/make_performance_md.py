@@ -250,17 +250,29 @@ def checked_overhead(d: dict) -> dict:
                            out, {2, 3, 4})}
 
 
+def grouped_gemm(d: dict) -> dict:
+    dtypes = {"bfloat16": "bf16", "float16": "fp16"}
+    out = [[r["shape"], dtypes.get(r["dtype"], r["dtype"]), str(r["tokens"]), str(r["empty groups"]), r["tile"],
+            r["peer"], f"{r['TFLOP/s']:.0f}", f"{r['peer TFLOP/s']:.0f}", ratio(r["x peer"]), sci(r["max rel err"])]
+           for r in d["rows"] if r.get("set") != "sweep"]
+    return {"run": run_line(d),
+            "table": table(["problem", "dtype", "tokens", "empty groups", "tile", "peer", "TFLOP/s", "peer TFLOP/s",
+                            "vs peer", "max rel err"], out, {2, 3, 6, 7, 8, 9}),
+            "sweep": sweep(d, "torch._grouped_mm")}
+
+
 SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
     "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
-    "checked_overhead_h200": checked_overhead}
+    "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
             "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
-            "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200")}
+            "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
+            "grouped_gemm": ("grouped_gemm.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
 
 
 def _not_measured(name: str) -> str:

@@ -45,6 +45,7 @@
 #include "tmakit/named_barrier.cuh"
 #include "tmakit/pipeline.cuh"
 #include "tmakit/swizzle.cuh"
+#include "tmakit/tensormap_replace.cuh"
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
 #include "tmakit/warp.cuh"
@@ -68,6 +69,9 @@
 #ifndef TMAKIT_GEMM_OUT_F32
 #define TMAKIT_GEMM_OUT_F32 0
 #endif
+#ifndef TMAKIT_GEMM_GROUPED
+#define TMAKIT_GEMM_GROUPED 0
+#endif
 #ifndef TMAKIT_GEMM_DESC_A
 #define TMAKIT_GEMM_DESC_A                                                                                  \
   0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,              \
@@ -87,6 +91,7 @@ constexpr int kStages = TMAKIT_GEMM_STAGES;
 constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
 constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
 constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
+constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 constexpr uint32_t kRowBytes = 128;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // one A stage
 constexpr uint32_t kBBytes = kBN * kBK * 2;  // one B stage
@@ -170,13 +175,38 @@ constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 sla
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
+static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
+constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
+
+// Grouped: the work unit u's group (the last g with tile_start[g] <= u, tile_start[] the groups' first units in
+// shared memory, `groups` + 1 entries; row_end[] their row ends) and its place in the group.
+struct GroupedUnit {
+  int group, m_begin, m_end, local, tiles_m;
+};
+__device__ __forceinline__ GroupedUnit grouped_unit(int u, const int* tile_start, const int* row_end, int groups,
+                                                    int tiles_n) {
+  int lo = 0, hi = groups - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (tile_start[mid] <= u) lo = mid;
+    else hi = mid - 1;
+  }
+  GroupedUnit g;
+  g.group = lo;
+  g.m_begin = lo ? row_end[lo - 1] : 0;
+  g.m_end = row_end[lo];
+  g.local = u - tile_start[lo];
+  g.tiles_m = (tile_start[lo + 1] - tile_start[lo]) / tiles_n;
+  return g;
+}
 }  // namespace gemm
 #endif  // TMAKIT_USE_TMA
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
                     const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
-                    long long ldc, float alpha, float beta, int group_m, int splits, int split_rows) {
+                    long long ldc, float alpha, float beta, int group_m, int splits, int split_rows,
+                    const int* group_ends, int groups, tmakit::TensorMapDesc* c_maps) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace gemm;
@@ -184,6 +214,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   uint8_t* smem = align_shared(smem_raw, 1024);
   uint8_t* epi = smem + kStages * kStageBytes;
   Ring& ring = *reinterpret_cast<Ring*>(epi + kEpilogueBytes);
+  // Grouped: each consumer warpgroup's C map is edited in shared memory (128-byte aligned) and published to its own
+  // slot c_maps[2 * blockIdx.x + consumer]; the groups' first units and row ends follow.
+  TensorMapDesc* c_edit = reinterpret_cast<TensorMapDesc*>(epi + kEpilogueBytes + ((sizeof(Ring) + 127) / 128) * 128);
+  int* tile_start = reinterpret_cast<int*>(c_edit + 2);
+  int* row_end = tile_start + groups + 1;
 
   const int wg = threadIdx.x / 128;
   const int t = threadIdx.x % 128;
@@ -193,7 +228,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
   // into rows s * split_rows + ... of C, an fp32 workspace tmakit_gemm_splitk_reduce adds up (every split has
   // at least one k-block: the host keeps splits <= k-blocks).
-  const int units = unit_rows * tiles_n * splits;
+  int units = unit_rows * tiles_n * splits;
+  if constexpr (kGrouped) {  // the units of every group, from the row ends on the device (no host synchronisation)
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) row_end[g] = group_ends[g];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // The offsets are unchecked: each end is clamped to [the previous end, M], so a decreasing or too large end
+      // makes an empty or shorter group, and no tile reads or writes past the operands or another group's rows.
+      int prev = 0, total = 0;
+      tile_start[0] = 0;
+      for (int g = 0; g < groups; ++g) {
+        const int end = min(max(row_end[g], prev), M);
+        total += (end - prev + kBM - 1) / kBM * tiles_n;
+        row_end[g] = end, tile_start[g + 1] = total, prev = end;
+      }
+    }
+    __syncthreads();
+    units = tile_start[groups];
+  }
   const int k_total = (K + kBK - 1) / kBK;
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
@@ -212,10 +264,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     if (threadIdx.x < 32 && elect_one_sync()) {
       Ring::State p = make_producer_start_state<kStages>();
       for (int u = first_unit; u < units; u += unit_stride) {
-        int row, col;
+        int row, col, group = 0, m_begin = 0;
         const int split = u % splits;
-        unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
-        const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
+        if constexpr (kGrouped) {
+          const GroupedUnit gu = grouped_unit(u, tile_start, row_end, groups, tiles_n);
+          unit_coords(gu.local, gu.tiles_m, tiles_n, group_m, row, col);
+          group = gu.group, m_begin = gu.m_begin;
+        } else {
+          unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
+        }
+        const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
         const int kb_end = (split + 1) * k_total / splits;
         for (int kb = split * k_total / splits; kb < kb_end; ++kb) {
           ring.producer_acquire(p);
@@ -227,18 +285,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           if constexpr (kBKMajor) {
             constexpr int rows = kBN / kCluster;  // each CTA loads its share of B's rows
             uint8_t* dst = b_st + rank * rows * kRowBytes;
-            const Coords at{{k0, n0 + static_cast<int>(rank) * rows, 0, 0, 0}};
+            const Coords at{{k0, n0 + static_cast<int>(rank) * rows, group, 0, 0}};
             if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
-            else cp_async_bulk_tensor_g2s<2>(dst, &map_b, at, full);
+            else cp_async_bulk_tensor_g2s<kBRank>(dst, &map_b, at, full);
           } else {
             constexpr int slabs = kBN / 64 / kCluster;
 #pragma unroll
             for (int j = 0; j < slabs; ++j) {
               const int slab = rank * slabs + j;
               uint8_t* dst = b_st + slab * kBK * kRowBytes;
-              const Coords at{{n0 + slab * 64, k0, 0, 0, 0}};
+              const Coords at{{n0 + slab * 64, k0, group, 0, 0}};
               if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
-              else cp_async_bulk_tensor_g2s<2>(dst, &map_b, at, full);
+              else cp_async_bulk_tensor_g2s<kBRank>(dst, &map_b, at, full);
             }
           }
           p.advance();
@@ -258,11 +316,35 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     Ring::State c = make_consumer_start_state<kStages>();
     float acc[kBN / 2];
     const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
+    const TensorMapDesc* c_map = &map_c;
+    int c_map_group = -1;
     for (int u = first_unit; u < units; u += unit_stride) {
-      int row, col;
+      int row, col, m_begin = 0, m_end = M;
       const int split = u % splits;
-      unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
-      const int m0 = (row * kCluster + rank) * kBM, n0 = col * kBN;
+      if constexpr (kGrouped) {
+        const GroupedUnit gu = grouped_unit(u, tile_start, row_end, groups, tiles_n);
+        unit_coords(gu.local, gu.tiles_m, tiles_n, group_m, row, col);
+        m_begin = gu.m_begin, m_end = gu.m_end;
+        if (gu.group != c_map_group) {
+          // This warpgroup's C map for the group: the whole C with its rows ending at the group's end, so TMA
+          // clips the tile's rows past it (they are the next group's). The stores through the old map finish first.
+          store.drain();
+          TensorMapDesc* slot = c_maps + 2 * blockIdx.x + consumer;
+          if (t < 32) {
+            if (t < 16) c_edit[consumer].opaque[t] = map_c.opaque[t];
+            __syncwarp();
+            if (t == 0) tensormap_replace_global_dim<1>(TensorMapSmem(c_edit + consumer), static_cast<uint32_t>(m_end));
+            __syncwarp();
+            tensormap_cp_fenceproxy(slot, TensorMapSmem(c_edit + consumer));
+            if (t == 0) fence_proxy_tensormap_acquire(slot);  // the issuer's stores go through it
+          }
+          c_map = slot;
+          c_map_group = gu.group;
+        }
+      } else {
+        unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
+      }
+      const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       Ring::State done = c;  // the oldest stage not yet released
       for (int kb = kb_begin; kb < kb_end; ++kb) {
@@ -289,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;
       const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
-      if (row0 < M) {
+      if (row0 < m_end) {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
           const int slab_n0 = n0 + s * kSlabCols;
@@ -307,10 +389,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
               const int gm = row0 + r, gn = slab_n0 + cl;
               const long long at = static_cast<long long>(split * split_rows + gm) * ldc + gn;
-              const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < M && gn < N);
-              const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < M && gn + 1 < N);
+              const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < m_end && gn < N);
+              const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < m_end && gn + 1 < N);
               if (direct) {
-                if (gm < M) {
+                if (gm < m_end) {
                   if (gn < N) store_c(c_ptr, at, v0);
                   if (gn + 1 < N) store_c(c_ptr, at + 1, v1);
                 }
@@ -326,7 +408,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           store.publish();
           if (store.issuer() && !direct && slab_n0 < N)
-            cp_async_bulk_tensor_s2g<2>(&map_c, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+            cp_async_bulk_tensor_s2g<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
       }

@@ -7,6 +7,7 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_copy`` / ``copy``: device-to-device copy through shared memory
 - ``plan_transpose`` / ``transpose``: 2-D transpose for 1/2/4/8-byte elements
 - ``plan_gemm`` / ``gemm``: C = alpha A @ B (+ beta C) (TMA + wgmma warp-specialized on sm_90, cp.async + mma.sync)
+- ``plan_grouped_gemm`` / ``grouped_gemm``: one GEMM per group of packed rows, group ends read on the device (sm_90)
 - ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 - ``edit_tensormaps``: tensor maps built on the GPU with tensormap.replace, and a box loaded through each
@@ -22,15 +23,16 @@ from ._plan_cache import clear_plan_cache, plan_cache_info
 from .attention import AttentionPlan, attention, plan_attention
 from .copy import CopyPlan, CopyResult, copy, plan_copy
 from .gemm import GemmPlan, gemm, plan_gemm
+from .grouped_gemm import GroupedGemmPlan, grouped_gemm, plan_grouped_gemm
 from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
 from .planning import GemmDescription, OpDescription, describe_attention, describe_gemm, describe_transpose
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
 from .tensormap_edit import TensorMapEdit, TensorMapEditResult, edit_tensormaps
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
-__all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "LoadTilesPlan",
+__all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "GroupedGemmPlan", "LoadTilesPlan",
            "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TensorMapEdit", "TensorMapEditResult", "TilePlan", "TransposePlan",
            "TransposeResult", "attention", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
-           "describe_transpose", "edit_tensormaps", "gemm",
-           "load_tiles", "plan_attention", "plan_cache_info", "plan_copy", "plan_gemm", "plan_load_tiles",
+           "describe_transpose", "edit_tensormaps", "gemm", "grouped_gemm",
+           "load_tiles", "plan_attention", "plan_cache_info", "plan_copy", "plan_gemm", "plan_grouped_gemm", "plan_load_tiles",
            "plan_transpose", "ptx_tile_copy", "transpose"]

@@ -52,6 +52,7 @@ class GemmConfig:
     cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
     splits: int = 1  # tma: split-K, the k-blocks of each tile cut into this many ranges (fp32 partials, then a sum)
+    groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
 
     @property
     def threads(self) -> int:
@@ -67,14 +68,16 @@ class GemmConfig:
 
     @property
     def shared_mem(self) -> int:
-        return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 1024
+        grouped = 128 + 2 * 128 + 8 * (self.groups + 1) if self.groups else 0  # C map edits, group tables
+        return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 1024 + grouped
 
     @property
     def defines(self) -> dict[str, int | str]:
         d: dict[str, int | str] = {
             "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
-            "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1)}  # split-K: fp32 partials
+            "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
+            "TMAKIT_GEMM_GROUPED": int(self.groups > 0)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -137,7 +140,8 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
-                   sms: int | None = None, k: int | None = None, splits: int | None = None) -> GemmConfig:
+                   sms: int | None = None, k: int | None = None, splits: int | None = None,
+                   groups: int = 0) -> GemmConfig:
     """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
     H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
@@ -154,10 +158,11 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     if stages is None:
         stages = 2
         for s in (4, 3):
-            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits).shared_mem <= shared_mem_limit:
+            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups).shared_mem \
+                    <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups)
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
@@ -324,7 +329,8 @@ class GemmPlan:
             wv = ArrayView(w.ptr, (cfg.splits * self._split_rows, N), (self._w_pitch * 4, 4), "float32", 4,
                            self.device, w)
             self.maps = gemm_tensor_maps(a, b, wv, cfg)
-            args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows)
+            args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows,
+                    0, 0, 0)
             total = M * -(-N // 4)  # one thread per 4 columns
             self._reduce = self._reduce_kernel.bind(
                 w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
@@ -332,7 +338,7 @@ class GemmPlan:
                 block=(256, 1, 1), stream=self._stream, checked=False)  # no barrier to bound
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
-            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0)
+            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0, 0, 0, 0)  # no groups
         else:
             lda = a.strides[0] // a.itemsize if M > 1 else K
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]

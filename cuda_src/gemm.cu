@@ -91,7 +91,6 @@ constexpr int kStages = TMAKIT_GEMM_STAGES;
 constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
 constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
 constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
-constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 constexpr uint32_t kRowBytes = 128;
 constexpr uint32_t kABytes = kBM * kBK * 2;  // one A stage
 constexpr uint32_t kBBytes = kBN * kBK * 2;  // one B stage
@@ -175,6 +174,7 @@ constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 sla
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
+constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 

@@ -29,7 +29,7 @@ from benchmarks._sweep import log_uniform, summary  # noqa: E402
 TOLERANCE = 2e-2  # relative (Frobenius) error of the output against SDPA's
 MAX_FLOPS = 1.5e12
 
-# (label, backend, B, H, S, D, causal, dtype)
+# (label, backend, B, H, S, D, causal, dtype[, layout[, K/V heads]])
 SHAPES = [
     ("main", "tma", 4, 16, 4096, 128, False, "bfloat16"),
     ("main", "tma", 4, 16, 4096, 128, True, "bfloat16"),
@@ -44,6 +44,11 @@ SHAPES = [
     ("fp16", "tma", 4, 16, 4096, 128, False, "float16"),
     ("bshd", "tma", 4, 16, 4096, 128, False, "bfloat16", "bshd"),
     ("bshd", "tma", 4, 16, 4096, 128, True, "bfloat16", "bshd"),
+    # grouped-query and multi-query heads (the last entry: K/V heads), beside SDPA with enable_gqa=True
+    ("gqa", "tma", 4, 32, 4096, 128, False, "bfloat16", "bhsd", 8),
+    ("gqa", "tma", 4, 32, 4096, 128, True, "bfloat16", "bhsd", 8),
+    ("gqa d64", "tma", 8, 32, 2048, 64, True, "bfloat16", "bhsd", 4),
+    ("mqa", "tma", 4, 16, 4096, 128, False, "bfloat16", "bshd", 1),
 ]
 # --tune: the main shape with other tile plans (label, backend, plan keyword arguments)
 TUNE = [
@@ -78,19 +83,23 @@ def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> 
     label_override = label
     label, backend, b, h, s, d, causal, dtype = shape[:8]
     layout = shape[8] if len(shape) > 8 else "bhsd"
+    hkv = shape[9] if len(shape) > 9 else h
     tdt = getattr(torch, dtype)
-    dims = (b, h, s, d) if layout == "bhsd" else (b, s, h, d)
-    q, k, v = (torch.randn(dims, device="cuda", dtype=tdt) for _ in range(3))
+
+    def dims(heads: int) -> tuple:
+        return (b, heads, s, d) if layout == "bhsd" else (b, s, heads, d)
+    q, k, v = (torch.randn(dims(x), device="cuda", dtype=tdt) for x in (h, hkv, hkv))
     poisoned = torch.full_like(q, float("nan"))  # a tile the kernel skips shows
     plan = plan_attention(q, k, v, poisoned, causal=causal, backend=backend, layout=layout, **plan_kwargs)
     out, _ = plan()
     # SDPA takes (B, H, S, D): a bshd tensor goes in as its transposed view, as a caller would pass it
     qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v)) if layout == "bshd" else (q, k, v)
-    ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)
+    gqa = {"enable_gqa": True} if hkv != h else {}
+    ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **gqa)
     torch.cuda.synchronize()
     out_h = out.transpose(1, 2) if layout == "bshd" else out
     err = ((out_h.float() - ref.float()).norm() / ref.float().norm()).item()
-    sdpa = lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal)  # noqa: E731
+    sdpa = lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=causal, **gqa)  # noqa: E731
     flops = plan.flops
     launches = max(1, min(20, int(2e12 / flops)))  # ~ a few ms per sample
     for fn in (plan, sdpa):
@@ -101,7 +110,8 @@ def measure(shape, rounds: int, plan_kwargs: dict, label: str | None = None) -> 
         theirs.append(time_ms(sdpa, torch, launches, queue_ahead=True))
     t, ts = statistics.median(ours), statistics.median(theirs)
     spread = (max(ours) - min(ours)) / t
-    return {"shape": label_override or label, "backend": backend, "layout": layout, "B": b, "H": h, "S": s, "D": d,
+    return {"shape": label_override or label, "backend": backend, "layout": layout, "B": b, "H": h, "H_kv": hkv,
+            "S": s, "D": d,
             "causal": causal, "dtype": dtype,
             "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1), "SDPA TFLOP/s": round(flops / ts / 1e9, 1),
             "x SDPA": round(ts / t, 3), "spread": round(spread, 3), "rel err vs SDPA": float(f"{err:.3g}")}

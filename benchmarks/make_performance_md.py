@@ -90,7 +90,8 @@ def gemm(d: dict) -> dict:
 def attention(d: dict) -> dict:
     out = []
     for r in (r for r in d["rows"] if r.get("set") != "sweep"):
-        shape = f"B{r['B']} H{r['H']} S{r['S']} D{r['D']}" + (" fp16" if r["dtype"] == "float16" else "") + \
+        kv = f" ({r['H_kv']} K/V heads)" if r.get("H_kv", r["H"]) != r["H"] else ""
+        shape = f"B{r['B']} H{r['H']} S{r['S']} D{r['D']}{kv}" + (" fp16" if r["dtype"] == "float16" else "") + \
                 (" (B, S, H, D)" if r["layout"] == "bshd" else "")
         out.append([shape, "tma" if r["backend"] == "tma" else f"{r['backend']} (forced)", "yes" if r["causal"] else "no",
                     sig(r["ms"]), f"{r['TFLOP/s']:.0f}", f"{r['SDPA TFLOP/s']:.0f}", ratio(r["x SDPA"]),

@@ -269,7 +269,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          const __grid_constant__ tmakit::TensorMapDesc k_map,
                          const __grid_constant__ tmakit::TensorMapDesc v_map,
                          const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
-                         int sq, int sk, float scale_log2, int causal) {
+                         int sq, int sk, float scale_log2, int causal, int kv_group) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -283,6 +283,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   const int m_blocks = gridDim.x;
   const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
+  const int kv_head = head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
   const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
@@ -311,13 +312,13 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
           cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, &k_map,
-                                      tile_coords(h, j * kBlockN, head, batch), k_full);
+                                      tile_coords(h, j * kBlockN, kv_head, batch), k_full);
         kp.advance();
         bars.v_ring.producer_acquire(vp);
         Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
           cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, &v_map,
-                                      tile_coords(h, j * kBlockN, head, batch), v_full);
+                                      tile_coords(h, j * kBlockN, kv_head, batch), v_full);
         vp.advance();
       }
     }
@@ -459,7 +460,7 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
                               long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
                               long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long o_sb,
                               long long o_sh, long long o_ss, int heads, int sq, int sk, float scale_log2,
-                              int causal) {
+                              int causal, int kv_group) {
 #if !TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -477,8 +478,8 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row0 = m0 + warp * 16;
   const uint16_t* qb = q + batch * q_sb + head * q_sh;
-  const uint16_t* kb = k + batch * k_sb + head * k_sh;
-  const uint16_t* vb = v + batch * v_sb + head * v_sh;
+  const uint16_t* kb = k + batch * k_sb + (head / kv_group) * k_sh;  // grouped-query heads share K/V
+  const uint16_t* vb = v + batch * v_sb + (head / kv_group) * v_sh;
 
   // The Q tile joins the first stage's group; each K/V block is one stage (nothing past the last: the slot still
   // commits its group).

@@ -9,6 +9,7 @@ Without a GPU (or without torch) it compiles both backends for sm_90a / sm_80, p
 exits 0.
 
     python examples/attention.py --batch 4 --heads 16 --seqlen 4096 --dim 128 --causal --check --bench
+    python examples/attention.py --heads 32 --kv-heads 8 --check --bench      # grouped-query heads
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=None,
+                   help="K/V heads, a divisor of --heads (grouped-query attention; 1: multi-query)")
     p.add_argument("--seqlen", type=int, default=4096, help="query and key length")
     p.add_argument("--kv-seqlen", type=int, default=None, help="key length when it differs from --seqlen")
     p.add_argument("--dim", type=int, default=128, choices=(64, 128, 256), help="head dim")
@@ -33,15 +36,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--check", action="store_true", help="compare with SDPA and a float32 reference")
     p.add_argument("--bench", action="store_true", help="time it beside SDPA")
     args = p.parse_args(argv)
-    for name in ("batch", "heads", "seqlen", "kv_seqlen"):
+    for name in ("batch", "heads", "kv_heads", "seqlen", "kv_seqlen"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"argument --{name.replace('_', '-')}: must be at least 1")
+    if args.kv_heads is not None and args.heads % args.kv_heads:
+        p.error(f"argument --kv-heads: must divide --heads ({args.heads})")
     return args
 
 
 def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.OpDescription:
     return tmakit.ops.describe_attention(args.batch, args.heads, args.seqlen, args.dim, kv_seqlen=args.kv_seqlen,
-                                         dtype=args.dtype, layout=args.layout, arch=arch, backend=backend)
+                                         kv_heads=args.kv_heads, dtype=args.dtype, layout=args.layout, arch=arch, backend=backend)
 
 
 def show_plan(plan: tmakit.ops.OpDescription, args: argparse.Namespace) -> None:
@@ -82,11 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     tdt = getattr(torch, args.dtype)
     sq, sk = args.seqlen, args.kv_seqlen or args.seqlen
 
-    def make(s: int):
-        shape = (args.batch, args.heads, s, args.dim) if args.layout == "bhsd" else (args.batch, s, args.heads, args.dim)
+    hkv = args.kv_heads or args.heads
+    gqa = {"enable_gqa": True} if hkv != args.heads else {}  # SDPA's grouped-query heads
+
+    def make(s: int, heads: int):
+        shape = (args.batch, heads, s, args.dim) if args.layout == "bhsd" else (args.batch, s, heads, args.dim)
         return torch.randn(shape, device="cuda", dtype=tdt)
 
-    q, k, v = make(sq), make(sk), make(sk)
+    q, k, v = make(sq, args.heads), make(sk, hkv), make(sk, hkv)
     plan = plan_attention(q, k, v, causal=args.causal, layout=args.layout, backend=args.backend)
     print(f"\n{gpu.name}: backend {plan.backend}; grid {plan.grid}, {plan.config.threads} threads, "
           f"{plan.config.shared_mem} bytes of shared memory")
@@ -99,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         t = (lambda x: x.transpose(1, 2)) if args.layout == "bshd" else (lambda x: x)  # noqa: E731
         qh, kh, vh = t(q), t(k), t(v)
-        ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=args.causal)
+        ref = F.scaled_dot_product_attention(qh, kh, vh, is_causal=args.causal, **gqa)
+        kh, vh = kh.repeat_interleave(args.heads // hkv, 1), vh.repeat_interleave(args.heads // hkv, 1)
         s = torch.matmul(qh.float(), kh.float().transpose(-1, -2)) / math.sqrt(args.dim) if sq * sk <= 2**26 else None
         err_sdpa = ((t(out).float() - ref.float()).norm() / ref.float().norm()).item()
         print(f"relative error vs SDPA: {err_sdpa:.3g}")
@@ -116,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
             print("(float32 reference skipped: Sq x Sk > 2^26)")
         print("check:", "PASSED" if ok else "FAILED")
     if args.bench:
-        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)  # noqa: E731
+        sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=args.causal, **gqa)  # noqa: E731
         if args.layout == "bshd":
             qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-            sdpa = lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=args.causal)  # noqa: E731
+            sdpa = lambda: F.scaled_dot_product_attention(qh, kh, vh, is_causal=args.causal, **gqa)  # noqa: E731
 
         def ms(fn, n=10):  # GPU time per call: events around n calls on the default stream
             with tmakit.timed() as t:

@@ -120,8 +120,10 @@ def test_argument_errors_name_the_parameter() -> None:
         plan_attention(q, q, q, layout="sbhd")
     with pytest.raises(InvalidArgumentError, match="q='shape \\(2, 8, 64\\)': must be 4-D"):
         plan_attention(_fake((2, 8, 64)), q, q)
-    with pytest.raises(InvalidArgumentError, match="k='shape .*must have q's batch, heads and head dim"):
+    with pytest.raises(InvalidArgumentError, match="k='shape .*must have q's batch and head dim .* heads dividing q's 2"):
         plan_attention(q, _fake((1, 3, 8, 64)), _fake((1, 3, 8, 64)))
+    with pytest.raises(InvalidArgumentError, match="k='shape .*must have q's batch and head dim"):
+        plan_attention(q, _fake((2, 1, 8, 64)), _fake((2, 1, 8, 64)))
     with pytest.raises(InvalidArgumentError, match="v='shape .*must have k's shape"):
         plan_attention(q, q, _fake((1, 2, 9, 64)))
     with pytest.raises(InvalidArgumentError, match="k='array with shape .*must be C-contiguous"):
@@ -272,6 +274,54 @@ def test_attention_matches_float32_reference(backend, d, sq, sk, causal, layout,
     ref_o2, ref_lse2 = reference(q2, k2, v2, causal, scale, layout)
     assert o2 is out2 and ((o2.float() - ref_o2).norm() / ref_o2.norm()).item() < 1e-2
     torch.testing.assert_close(lse2, ref_lse2, rtol=1e-3, atol=2e-3)
+
+
+# (backend, H, H_kv, D, Sq, Sk, causal, layout, dtype): grouped-query (H_kv < H) and multi-query (H_kv = 1) heads
+GQA_CASES = [
+    ("tma", 8, 2, 128, 1000, 1000, True, "bhsd", "bfloat16"),
+    ("tma", 6, 1, 64, 300, 2000, False, "bshd", "float16"),
+    ("tma", 4, 4, 128, 17, 129, False, "bhsd", "bfloat16"),
+    ("tma", 12, 3, 256, 700, 700, True, "bshd", "bfloat16"),
+    ("tma", 32, 8, 128, 2048, 2048, True, "bhsd", "bfloat16"),
+    ("cp.async", 8, 2, 128, 1000, 1000, True, "bhsd", "bfloat16"),
+    ("cp.async", 6, 1, 64, 300, 2000, False, "bshd", "float16"),
+]
+
+
+@pytest.mark.requires_sm80
+@pytest.mark.parametrize("backend, h, hkv, d, sq, sk, causal, layout, dtype", GQA_CASES,
+                         ids=[f"{c[0]}-h{c[1]}-kv{c[2]}-d{c[3]}-q{c[4]}-k{c[5]}-{'causal' if c[6] else 'full'}-{c[7]}"
+                              for c in GQA_CASES])
+def test_grouped_query_heads_read_their_kv_head(backend, h, hkv, d, sq, sk, causal, layout, dtype, gpu) -> None:
+    """Query head i reads K/V head i // (H / H_kv): against float32 attention on K and V repeated per query head,
+    NaN-poisoned outputs, three runs."""
+    torch = pytest.importorskip("torch")
+    if backend == "tma" and gpu.major < 9:
+        pytest.skip(f"the tma backend needs sm_90; {gpu.name} is sm_{gpu.major}{gpu.minor}")
+    seed = secrets.randbits(31)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = getattr(torch, dtype)
+    hdim = 1 if layout == "bhsd" else 2
+
+    def make(s, heads):
+        shape = (2, heads, s, d) if layout == "bhsd" else (2, s, heads, d)
+        return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
+
+    q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
+    out = torch.empty_like(q)
+    lse = torch.empty((2, h, sq), device="cuda")
+    plan = plan_attention(q, k, v, out, causal=causal, layout=layout, backend=backend, lse=lse)
+    ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim), causal,
+                               1.0 / math.sqrt(d), layout)
+    for run in range(3):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        plan()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"seed {seed} run {run}: NaN"
+        rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
+        assert rel < (1e-2 if dtype == "bfloat16" else 3e-3), f"seed {seed} run {run}: relative error {rel:.3g}"
+        torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"seed {seed}: lse {m}")
 
 
 def _sweep(n_cases: int, seed: int) -> list[dict]:

@@ -24,7 +24,7 @@ SMALL = {"describe_and_load.py": ["--rows", "200", "--cols", "256"],
          "tma_copy_transpose.py": ["--rows", "1040", "--cols", "528", "--repeats", "2"],
          "async_memcpy_overlap.py": ["--gib", "0.0625", "--chunk-mib", "4"],
          "gemm.py": ["--shape", "1000,4097,520", "--check"],
-         "attention.py": ["--batch", "1", "--heads", "2", "--seqlen", "1000", "--check"],
+         "attention.py": ["--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen", "1000", "--check"],
          "grouped_gemm.py": ["--experts", "5", "--tokens", "1000", "--n", "264", "--k", "200", "--check"]}
 CHECKED = {"describe_and_load.py": "every byte matches the CPU model", "tma_copy_transpose.py": "results checked:",
            "async_memcpy_overlap.py": "overlapped end-to-end", "gemm.py": "(ok, tolerance", "attention.py": "check: PASSED",

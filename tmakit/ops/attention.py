@@ -5,8 +5,10 @@ prepares one launch of cuda_src/attention.cu (tensor maps or strides, the compil
 ``plan()`` reruns it on the same buffers, ``plan(q2, k2, v2, out2)`` on new buffers of the same geometry;
 ``attention(q, k, v, ...)`` plans and runs once and returns ``(out, lse)``.
 
-- q: (B, H, Sq, D) for ``layout="bhsd"`` or (B, Sq, H, D) for ``layout="bshd"``; k and v the same with Sk keys;
-  each C-contiguous, bf16 or fp16 (all three alike), D = 64, 128 or 256. out: q's shape and dtype; lse: (B, H, Sq)
+- q: (B, H, Sq, D) for ``layout="bhsd"`` or (B, Sq, H, D) for ``layout="bshd"``; k and v the same with Sk keys
+  and H_kv heads, H_kv dividing H (grouped-query attention; 1: multi-query): query head h reads K/V head
+  h // (H / H_kv), a coordinate of the K and V maps, never a copy; each C-contiguous, bf16 or fp16 (all three
+  alike), D = 64, 128 or 256. out: q's shape and dtype; lse: (B, H, Sq)
   float32 (natural log of the row's sum of exp(scale * q.k)).
 - Causal masking is top-left aligned (query i sees keys 0..i), as ``torch.nn.functional.
   scaled_dot_product_attention(is_causal=True)``; with Sq > Sk the rows i >= Sk see every key.
@@ -258,9 +260,10 @@ def _check_inputs(q: Any, k: Any, v: Any, out: Any, layout: str) -> tuple[ArrayV
                                        "move it to q's device")
     B, H, Sq, D = _dims(qv, layout)
     Bk, Hk, Sk, Dk = _dims(kv, layout)
-    if (Bk, Hk, Dk) != (B, H, D):
-        raise InvalidArgumentError("k", f"shape {kv.shape}", f"must have q's batch, heads and head dim ({B}, {H}, {D}) "
-                                   f'in layout "{layout}"', "pass k with q's batch, heads and head dim")
+    if (Bk, Dk) != (B, D) or Hk < 1 or H % Hk:
+        raise InvalidArgumentError("k", f"shape {kv.shape}", f"must have q's batch and head dim ({B}, {D}) and a "
+                                   f"number of heads dividing q's {H} (grouped-query attention) in layout "
+                                   f'"{layout}"', "pass k with q's batch and head dim, and H_kv heads with H % H_kv == 0")
     if vv.shape != kv.shape:
         raise InvalidArgumentError("v", f"shape {vv.shape}", f"must have k's shape {kv.shape}", "pass v shaped like k")
     if Sq < 1 or Sk < 1 or B < 1 or H < 1:
@@ -303,7 +306,7 @@ class AttentionPlan:
                  scale: float, out: Any, lse: Any, device: int, stream: Any = None,
                  checked: bool | str | None = None):
         self.config, self.backend, self.layout, self.causal, self.scale = cfg, choice, layout, causal, scale
-        self.batch, self.heads, self.sq, self.sk, self.head_dim = dims
+        self.batch, self.heads, self.sq, self.sk, self.head_dim, self.kv_heads = dims
         self.out, self.lse, self.device, self._stream = out, lse, device, stream
         self.maps: tuple = ()
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
@@ -323,7 +326,7 @@ class AttentionPlan:
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, lse: Any) -> None:
         cfg, scale_log2 = self.config, self.scale * math.log2(math.e)
         self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
-        common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal))
+        common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal), self.heads // self.kv_heads)
         if cfg.backend is Backend.TMA:
             self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
             args = (*self.maps, lse, *common)
@@ -343,7 +346,7 @@ class AttentionPlan:
                                            "call plan() for the same buffers or plan(q, k, v[, out])")
             qv, kv, vv, ov = _check_inputs(q, k, v, out, self.layout)
             if (_dims(qv, self.layout), _dims(kv, self.layout), qv.dtype_name, qv.device) != (
-                    (self.batch, self.heads, self.sq, self.head_dim), (self.batch, self.heads, self.sk, self.head_dim),
+                    (self.batch, self.heads, self.sq, self.head_dim), (self.batch, self.kv_heads, self.sk, self.head_dim),
                     "bfloat16" if self.config.bf16 else "float16", self.device):
                 raise InvalidArgumentError("q", f"shape {qv.shape} ({qv.dtype_name}) on device {qv.device}, "
                                            f"k {kv.shape}",
@@ -383,7 +386,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
         raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
     qv, kv, vv, ov = _check_inputs(q, k, v, out, layout)
     B, H, Sq, D = _dims(qv, layout)
-    Sk = _dims(kv, layout)[2]
+    Hk, Sk = _dims(kv, layout)[1:3]
     if scale is None:
         scale = 1.0 / math.sqrt(D)
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
@@ -406,7 +409,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
                                    "split the batch")
     ov = ov or _checks.view(out, "out")
     _checks.refuse_overlap([("out", ov), ("lse", lv)], [("q", qv), ("k", kv), ("v", vv)])
-    plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D), causal, float(scale), out, lse, qv.device, stream,
+    plan = AttentionPlan(cfg, choice, layout, (B, H, Sq, Sk, D, Hk), causal, float(scale), out, lse, qv.device, stream,
                          checked)
     plan._bind(qv, kv, vv, ov, lse)
     return plan

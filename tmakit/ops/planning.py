@@ -136,12 +136,17 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
 
 
 def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv_seqlen: int | None = None,
-                       dtype: Any = "bfloat16", layout: str = "bhsd", arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
-                       block_n: int | None = None, stages: int | None = None,
-                       warps: int | None = None) -> OpDescription:
-    """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys) on ``arch``: backend, tile
-    plan and shared memory per stage (fitted to the architecture), the four TMA maps, the kernel variant."""
+                       kv_heads: int | None = None, dtype: Any = "bfloat16", layout: str = "bhsd",
+                       arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
+                       stages: int | None = None, warps: int | None = None) -> OpDescription:
+    """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys and ``kv_heads`` heads, a
+    divisor of ``heads``) on ``arch``: backend, tile plan and shared memory per stage (fitted to the
+    architecture), the four TMA maps, the kernel variant."""
     b, h, sq = _positive("batch", batch), _positive("heads", heads), _positive("seqlen", seqlen)
+    hkv = _positive("kv_heads", kv_heads) if kv_heads is not None else h
+    if h % hkv:
+        raise InvalidArgumentError("kv_heads", hkv, f"must divide heads ({h}): each K/V head serves heads / kv_heads "
+                                   "query heads", f"pass a divisor of {h}")
     d = _positive("head_dim", head_dim)
     sk = _positive("kv_seqlen", kv_seqlen) if kv_seqlen is not None else sq
     name = _half(dtype)
@@ -153,11 +158,11 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     _attention.check_config(cfg, limit)
     maps: tuple = ()
     if choice.backend is Backend.TMA:
-        def tensor(s: int) -> ArrayView:
-            return _view((b, h, s, d) if layout == "bhsd" else (b, s, h, d), 2, name)
+        def tensor(s: int, heads: int) -> ArrayView:
+            return _view((b, heads, s, d) if layout == "bhsd" else (b, s, heads, d), 2, name)
 
-        maps = _attention.attention_tensor_maps(tensor(sq), tensor(sk), tensor(sk), tensor(sq), cfg, layout,
-                                                encode=False, arch=choice.arch)
+        maps = _attention.attention_tensor_maps(tensor(sq, h), tensor(sk, hkv), tensor(sk, hkv), tensor(sq, h), cfg,
+                                                layout, encode=False, arch=choice.arch)
     return OpDescription(choice, device_limits(arch=choice.arch), cfg, maps, "attention.cu",
                          {**choice.defines, **cfg.defines})
 

@@ -38,6 +38,7 @@
 #include "tmakit/named_barrier.cuh"
 #include "tmakit/pipeline.cuh"
 #include "tmakit/swizzle.cuh"
+#include "tmakit/tensormap_replace.cuh"
 #include "tmakit/tma.cuh"
 #include "tmakit/types.cuh"
 #include "tmakit/warp.cuh"
@@ -269,7 +270,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          const __grid_constant__ tmakit::TensorMapDesc k_map,
                          const __grid_constant__ tmakit::TensorMapDesc v_map,
                          const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
-                         int sq, int sk, float scale_log2, int causal, int kv_group) {
+                         int sq, int sk, float scale_log2, int causal, int kv_group, const int* __restrict__ cu_q,
+                         const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -284,15 +286,34 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
+  // Variable lengths (cu_q != nullptr): sequence `batch` is rows cu_q[batch] .. cu_q[batch + 1] of the packed q
+  // (sq: all of q's rows) and cu_k's of k and v; its maps (seq_maps[4 batch ..], built by
+  // tmakit_attention_varlen_maps) end at its last row, so TMA fills past it. Rows and columns below are the
+  // sequence's own; q_row0 / k_row0 place them in the packed tensors.
+  int q_row0 = 0, k_row0 = 0, coord_batch = batch;
+  int64_t lse_base = (static_cast<int64_t>(batch) * heads + head) * sq;
+  const TensorMapDesc *qm = &q_map, *km = &k_map, *vm = &v_map, *om = &o_map;
+  if (cu_q != nullptr) {
+    q_row0 = cu_q[batch], k_row0 = cu_k[batch], coord_batch = 0;
+    lse_base = static_cast<int64_t>(head) * sq + q_row0;  // lse is (H, total q rows)
+    sq = cu_q[batch + 1] - q_row0, sk = cu_k[batch + 1] - k_row0;
+    if (m0 >= sq) return;  // past this sequence (the grid covers the longest): the whole block leaves
+    qm = seq_maps + 4 * batch, km = qm + 1, vm = qm + 2, om = qm + 3;
+  }
   const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
 
   if (threadIdx.x == 0) {
-    prefetch_tensormap(&q_map);
-    prefetch_tensormap(&k_map);
-    prefetch_tensormap(&v_map);
-    prefetch_tensormap(&o_map);
+    if (cu_q != nullptr) {  // maps written by the previous kernel: acquired before the TMA reads them
+      fence_proxy_tensormap_acquire(qm);
+      fence_proxy_tensormap_acquire(km);
+      fence_proxy_tensormap_acquire(vm);
+    }
+    prefetch_tensormap(qm);
+    prefetch_tensormap(km);
+    prefetch_tensormap(vm);
+    prefetch_tensormap(om);
     bars.q_full.init(1);
     bars.k_ring.init(1, 2);  // FULL: the arming thread; EMPTY: the 2 consumer warpgroups
     bars.v_ring.init(1, 2);
@@ -305,20 +326,21 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     if (threadIdx.x < 32 && elect_one_sync()) {
       bars.q_full.arrive_expect_tx(kQBytes);
       for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, &q_map, tile_coords(h, m0, head, batch), bars.q_full);
+        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, qm, tile_coords(h, q_row0 + m0, head, coord_batch),
+                                    bars.q_full);
       Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
       for (int j = 0; j < n_blocks; ++j) {
         bars.k_ring.producer_acquire(kp);
         Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, &k_map,
-                                      tile_coords(h, j * kBlockN, kv_head, batch), k_full);
+          cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, km,
+                                      tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), k_full);
         kp.advance();
         bars.v_ring.producer_acquire(vp);
         Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
         for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, &v_map,
-                                      tile_coords(h, j * kBlockN, kv_head, batch), v_full);
+          cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, vm,
+                                      tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), v_full);
         vp.advance();
       }
     }
@@ -397,7 +419,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     finish_rows<OT>(o, st, lse);
     const int g = lane >> 2, t = lane & 3;
     if (t == 0) {
-      float* lse_row = lse_out + (static_cast<int64_t>(batch) * heads + head) * sq;
+      float* lse_row = lse_out + lse_base;
       if (row0 + g < sq) lse_row[row0 + g] = lse[0];
       if (row0 + g + 8 < sq) lse_row[row0 + g + 8] = lse[1];
     }
@@ -414,14 +436,47 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       }
     }
     store.publish();
-    if (store.issuer())
+    if (store.issuer()) {
+      if (cu_q != nullptr) fence_proxy_tensormap_acquire(om);
       for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_s2g<4>(&o_map, tile_coords(h, m0 + cw * 64, head, batch), rows + h * kBlockM * kRowBytes);
+        cp_async_bulk_tensor_s2g<4>(om, tile_coords(h, q_row0 + m0 + cw * 64, head, coord_batch),
+                                    rows + h * kBlockM * kRowBytes);
+    }
     store.commit();
     store.drain_reads();
   }
 #else
   TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_attention_fwd_cp_async
+#endif
+}
+
+// tmakit_attention_varlen_maps: block b writes sequence b's four maps (q, k, v, o: copies of the packed tensors'
+// maps whose sequence dimension ends at the sequence's last row, so the TMA fills past it and clips o's stores)
+// to seq_maps[4 b ..], for tmakit_attention_fwd_tma's variable-length launch right after it. The ends are read on
+// the device (no host synchronisation) and clamped to [0, the packed rows]. Launch: grid B, one warp.
+extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ tmakit::TensorMapDesc q_map,
+                                                        const __grid_constant__ tmakit::TensorMapDesc k_map,
+                                                        const __grid_constant__ tmakit::TensorMapDesc v_map,
+                                                        const __grid_constant__ tmakit::TensorMapDesc o_map,
+                                                        const int* __restrict__ cu_q, const int* __restrict__ cu_k,
+                                                        int rows_q, int rows_k, tmakit::TensorMapDesc* seq_maps) {
+#if TMAKIT_USE_TMA
+  using namespace tmakit;
+  __shared__ alignas(128) TensorMapDesc edit[4];
+  const int b = blockIdx.x, lane = threadIdx.x;
+  const TensorMapDesc* from[4] = {&q_map, &k_map, &v_map, &o_map};
+  if (lane < 64) edit[lane / 16].opaque[lane % 16] = from[lane / 16]->opaque[lane % 16];
+  __syncwarp();
+  if (lane < 4) {
+    const bool is_k = lane == 1 || lane == 2;
+    const int end = is_k ? min(max(cu_k[b + 1], 0), rows_k) : min(max(cu_q[b + 1], 0), rows_q);
+    tensormap_replace_global_dim<1>(TensorMapSmem(edit + lane), static_cast<uint32_t>(max(end, 1)));
+  }
+  __syncwarp();
+  for (int i = 0; i < 4; ++i) tensormap_cp_fenceproxy(seq_maps + 4 * b + i, TensorMapSmem(edit + i));
+#else
+  (void)q_map, (void)k_map, (void)v_map, (void)o_map, (void)cu_q, (void)cu_k, (void)rows_q, (void)rows_k, (void)seq_maps;
+  TMAKIT_NOT_THIS_BUILD();
 #endif
 }
 

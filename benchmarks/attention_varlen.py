@@ -1,0 +1,168 @@
+"""Variable-length attention: tmakit.ops.attention_varlen beside a loop of per-sequence SDPA calls and beside
+tmakit's dense kernel at equal total tokens, in the same run. Writes benchmarks/results/attention_varlen.json / .md.
+
+A problem: B sequences of uneven lengths (log-normal around a mean, at least 16 rows) packed one after another,
+H heads (K/V with H or H / 4 heads), D 128, causal or not, bf16. Each row: medians of CUDA-event timings of
+back-to-back calls queued behind a GPU spin, the three interleaved round by round; TFLOP/s = 4 H D sum(Lq Lk)
+(causal: the sum of each row's visible keys) / time; "x loop": the loop of torch SDPA calls' time over ours;
+"x dense": our TFLOP/s over the dense kernel's on B sequences of the mean length (the same total tokens). Every
+output is checked against SDPA per sequence before it is timed (a wrong one fails the run).
+
+Beside the named problems, a sweep of --sweep random problems (default 24) from --seed: B log-uniform in [2, 64],
+mean length log-uniform in [128, 8192] (at most 64k tokens), H in {8, 16, 32}, grouped-query or not, causal or not.
+
+    python benchmarks/attention_varlen.py [--rounds N] [--sweep N] [--seed S] [--out DIR] [--name NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import log_uniform, summary  # noqa: E402
+
+TOLERANCE = 2e-2
+D = 128
+# (label, B, mean length, H, H_kv, causal)
+SHAPES = [
+    ("B16 mean 2048", 16, 2048, 16, 16, False),
+    ("B16 mean 2048 causal", 16, 2048, 16, 16, True),
+    ("B64 mean 512 causal", 64, 512, 16, 16, True),
+    ("B8 mean 4096 gqa", 8, 4096, 32, 8, False),
+    ("B32 mean 256", 32, 256, 16, 16, False),
+]
+
+
+def lengths(rng: random.Random, b: int, mean: int) -> list[int]:
+    return [max(16, int(mean * math.exp(rng.gauss(0.0, 0.6)))) for _ in range(b)]
+
+
+def sweep_shapes(seed: int, count: int) -> list[tuple]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        b = log_uniform(rng, 2, 64)
+        mean = min(log_uniform(rng, 128, 8192), 65536 // b)
+        h = rng.choice((8, 16, 32))
+        hkv = rng.choice((h, max(1, h // 4)))
+        causal = rng.random() < 0.5
+        out.append((f"B{b} mean {mean} H{h}/{hkv}{' causal' if causal else ''}", b, mean, h, hkv, causal))
+    return out
+
+
+def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from tmakit.ops import plan_attention, plan_attention_varlen
+
+    label, b, mean, h, hkv, causal = shape
+    lens = lengths(rng, b, mean)
+    total = sum(lens)
+    q = torch.randn(total, h, D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(total, hkv, D, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(total, hkv, D, device="cuda", dtype=torch.bfloat16)
+    cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    out = torch.full_like(q, float("nan"))
+    plan = plan_attention_varlen(q, k, v, cu, cu, max(lens), out, causal=causal)
+    plan()
+    gqa = {"enable_gqa": True} if hkv != h else {}
+    views = [(q[s:e].transpose(0, 1)[None], k[s:e].transpose(0, 1)[None], v[s:e].transpose(0, 1)[None])
+             for s, e in zip(starts[:-1], starts[1:])]
+
+    def loop():
+        return [F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, **gqa) for qs, ks, vs in views]
+
+    refs = loop()
+    torch.cuda.synchronize()
+    num = den = 0.0
+    for (s, e), r in zip(zip(starts[:-1], starts[1:]), refs):
+        got = out[s:e].transpose(0, 1)[None].float()
+        num += (got - r.float()).norm().item() ** 2
+        den += r.float().norm().item() ** 2
+    err = math.sqrt(num / den) if den else float("inf")
+    if math.isnan(err):
+        err = float("inf")
+    # the dense kernel on the same total tokens: B sequences of the mean length
+    sd = total // b
+    qd = torch.randn(b, h, sd, D, device="cuda", dtype=torch.bfloat16)
+    kd = torch.randn(b, hkv, sd, D, device="cuda", dtype=torch.bfloat16)
+    vd = torch.randn(b, hkv, sd, D, device="cuda", dtype=torch.bfloat16)
+    dense = plan_attention(qd, kd, vd, causal=causal)
+    pairs = sum(n * (n + 1) // 2 if causal else n * n for n in lens)
+    flops = 4.0 * h * D * pairs
+    dense_flops = 4.0 * h * D * b * (sd * (sd + 1) // 2 if causal else sd * sd)
+    launches = max(1, min(20, int(1e12 / flops)))
+    fns = (plan, loop, dense)
+    for fn in fns:
+        time_ms(fn, torch, launches, queue_ahead=True)
+    times: list[list[float]] = [[], [], []]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            times[i].append(time_ms(fn, torch, launches, queue_ahead=True))
+    t, tl, td = (statistics.median(x) for x in times)
+    return {"shape": label, "B": b, "H": h, "H_kv": hkv, "D": D, "causal": causal, "tokens": total,
+            "shortest": min(lens), "longest": max(lens), "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1),
+            "loop TFLOP/s": round(flops / tl / 1e9, 1), "dense TFLOP/s": round(dense_flops / td / 1e9, 1),
+            "x loop": round(tl / t, 3), "x dense": round((flops / t) / (dense_flops / td), 3),
+            "rel err vs SDPA": float(f"{err:.3g}")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
+    parser.add_argument("--out", default=None, help="also copy the results files here")
+    parser.add_argument("--name", default="attention_varlen", help="results file stem")
+    parser.add_argument("--sweep", type=int, default=24, help="random problems beside the named ones (default 24)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep and of the lengths (default 0)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if args.sweep < 0:
+        parser.error("--sweep must be at least 0")
+    torch = torch_with_gpu("benchmarks/attention_varlen.py", "the SDPA loop")
+    if torch is None:
+        return 0
+    sweep = sweep_shapes(args.seed, args.sweep)
+    print(f"sweep: {len(sweep)} problems from seed {args.seed}", flush=True)
+    rng = random.Random(args.seed)
+    rows = []
+    from rich.progress import Progress
+
+    todo = [(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep]
+    with Progress(transient=True) as progress:
+        task = progress.add_task("varlen attention problems", total=len(todo))
+        for shape, kind in todo:
+            row = {"set": kind, **measure(shape, args.rounds, rng)}
+            row["ok"] = row["rel err vs SDPA"] <= TOLERANCE
+            progress.console.print({key: row[key] for key in ("shape", "tokens", "TFLOP/s", "loop TFLOP/s",
+                                                              "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA",
+                                                              "ok")})
+            rows.append(row)
+            progress.advance(task)
+    swept = summary(args.seed, [(r["shape"], r["x loop"]) for r in rows if r["set"] == "sweep"])
+    dense = summary(args.seed, [(r["shape"], r["x dense"]) for r in rows if r["set"] == "sweep"])
+    print(f"sweep vs loop: min {swept['min']}, geomean {swept['geomean']}; vs dense: min {dense['min']}, "
+          f"geomean {dense['geomean']}")
+    notes = ["FLOPs = 4 H D sum over sequences of Lq Lk (causal: of each row's visible keys); medians of "
+             "interleaved rounds queued behind a GPU spin",
+             "loop: torch SDPA per sequence (enable_gqa where K/V have fewer heads); dense: tmakit's plan_attention "
+             "on B sequences of the mean length",
+             f"sweep: {swept['count']} problems from seed {args.seed}: x loop min {swept['min']}, geomean "
+             f"{swept['geomean']}; x dense min {dense['min']}, geomean {dense['geomean']}",
+             f"ok: relative error <= {TOLERANCE} against SDPA per sequence"]
+    write_results(args.name, "Variable-length attention: tmakit vs a loop of SDPA and vs the dense kernel", rows,
+                  notes, args.out, extra={"sweep": swept, "sweep_vs_dense": dense})
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

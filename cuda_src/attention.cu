@@ -59,6 +59,9 @@
 #ifndef TMAKIT_ATTN_WARPS
 #define TMAKIT_ATTN_WARPS 8
 #endif
+#ifndef TMAKIT_ATTN_VARLEN
+#define TMAKIT_ATTN_VARLEN 0  // 1: packed sequences of different lengths (tma; tmakit/ops/attention_varlen.py)
+#endif
 #ifndef TMAKIT_ATTN_DESC_Q
 #define TMAKIT_ATTN_DESC_Q                                                                                   \
   0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,               \
@@ -198,6 +201,7 @@ __device__ __forceinline__ uint32_t tile_offset(int rows, int row, int col) {
 // =============================================================================================================
 // sm_90a: TMA rings + wgmma, producer/consumer warp specialization.
 namespace attn {
+constexpr bool kVarlen = TMAKIT_ATTN_VARLEN != 0;
 
 constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kSlabs = kD / kSlabCols;           // slabs per tile row
@@ -286,14 +290,14 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
-  // Variable lengths (cu_q != nullptr): sequence `batch` is rows cu_q[batch] .. cu_q[batch + 1] of the packed q
+  // Variable lengths (TMAKIT_ATTN_VARLEN): sequence `batch` is rows cu_q[batch] .. cu_q[batch + 1] of the packed q
   // (sq: all of q's rows) and cu_k's of k and v; its maps (seq_maps[4 batch ..], built by
   // tmakit_attention_varlen_maps) end at its last row, so TMA fills past it. Rows and columns below are the
   // sequence's own; q_row0 / k_row0 place them in the packed tensors.
   int q_row0 = 0, k_row0 = 0, coord_batch = batch;
   int64_t lse_base = (static_cast<int64_t>(batch) * heads + head) * sq;
   const TensorMapDesc *qm = &q_map, *km = &k_map, *vm = &v_map, *om = &o_map;
-  if (cu_q != nullptr) {
+  if constexpr (kVarlen) {
     q_row0 = cu_q[batch], k_row0 = cu_k[batch], coord_batch = 0;
     lse_base = static_cast<int64_t>(head) * sq + q_row0;  // lse is (H, total q rows)
     sq = cu_q[batch + 1] - q_row0, sk = cu_k[batch + 1] - k_row0;
@@ -305,7 +309,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
 
   if (threadIdx.x == 0) {
-    if (cu_q != nullptr) {  // maps written by the previous kernel: acquired before the TMA reads them
+    if constexpr (kVarlen) {  // maps written by the previous kernel: acquired before the TMA reads them
       fence_proxy_tensormap_acquire(qm);
       fence_proxy_tensormap_acquire(km);
       fence_proxy_tensormap_acquire(vm);
@@ -437,7 +441,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     }
     store.publish();
     if (store.issuer()) {
-      if (cu_q != nullptr) fence_proxy_tensormap_acquire(om);
+      if constexpr (kVarlen) fence_proxy_tensormap_acquire(om);
       for (int h = 0; h < kSlabs; ++h)
         cp_async_bulk_tensor_s2g<4>(om, tile_coords(h, q_row0 + m0 + cw * 64, head, coord_batch),
                                     rows + h * kBlockM * kRowBytes);
@@ -463,9 +467,10 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   __shared__ alignas(128) TensorMapDesc edit[4];
-  const int b = blockIdx.x, lane = threadIdx.x;
+  const int b = blockIdx.x, lane = threadIdx.x % 32;
+  if (threadIdx.x >= 32) return;  // one warp does it all
   const TensorMapDesc* from[4] = {&q_map, &k_map, &v_map, &o_map};
-  if (lane < 64) edit[lane / 16].opaque[lane % 16] = from[lane / 16]->opaque[lane % 16];
+  for (int i = lane; i < 4 * 16; i += 32) edit[i / 16].opaque[i % 16] = from[i / 16]->opaque[i % 16];
   __syncwarp();
   if (lane < 4) {
     const bool is_k = lane == 1 || lane == 2;

@@ -25,10 +25,15 @@ from _fake_driver import FakeDeviceArray
 
 def test_varlen_kernels_compile_with_the_device_side_map_edit() -> None:
     cfg = default_config(Backend.TMA, 128, True)
-    code = compile_cuda("attention.cu", arch="sm_90a", defines=cfg.defines)
+    code = compile_cuda("attention.cu", arch="sm_90a", defines={**cfg.defines, "TMAKIT_ATTN_VARLEN": 1})
     assert "tmakit_attention_varlen_maps" in code.entry_names()
     assert "tensormap.replace.tile.global_dim.shared::cta.b1024.b32" in code.ptx
     assert "fence.proxy.tensormap::generic.acquire.gpu" in code.ptx
+    from tmakit import lint
+
+    for entry in ("tmakit_attention_fwd_tma", "tmakit_attention_varlen_maps"):  # its own maps: notes, no warnings
+        report = lint(code, entry=entry)
+        assert [f for f in report.findings if f.severity != "note"] == [], str(report)
 
 
 def _fake(shape, typestr="<f2"):

@@ -9,7 +9,7 @@
   the rows of a longer one are not computed).
 - out: q's shape and dtype; lse: (H, total_q) float32. Causal masking is top-left aligned within each sequence.
 
-Two launches per call, both TMA (sm_90): ``tmakit_attention_varlen_maps`` builds each sequence's four tensor maps on
+Two launches per call, both TMA (sm_90), from attention.cu built with TMAKIT_ATTN_VARLEN: ``tmakit_attention_varlen_maps`` builds each sequence's four tensor maps on
 the device (copies of the packed tensors' maps whose sequence dimension ends at the sequence's last row:
 ``tensormap.replace``, ``tensormap.cp_fenceproxy``) into a workspace the plan owns, so the TMA fills past a
 sequence's end and clips the output's stores there; then the attention kernel, one block per (query block, head,
@@ -89,8 +89,9 @@ class VarlenAttentionPlan:
         self.config, self.backend, self.causal, self.scale = cfg, choice, causal, scale
         self.batch, self.heads, self.kv_heads, self.total_q, self.total_k, self.head_dim = dims
         self.max_seqlen_q, self.out, self.lse, self.device, self._stream = max_seqlen_q, out, lse, device, stream
-        self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
-        self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **cfg.defines)
+        defines = {**cfg.defines, "TMAKIT_ATTN_VARLEN": 1}
+        self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
+        self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **defines)
         self._seq_maps = DeviceArray.zeros((4 * self.batch, 128), "uint8", device=device)
         self._checked = checked
 

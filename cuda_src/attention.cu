@@ -62,6 +62,9 @@
 #ifndef TMAKIT_ATTN_VARLEN
 #define TMAKIT_ATTN_VARLEN 0  // 1: packed sequences of different lengths (tma; tmakit/ops/attention_varlen.py)
 #endif
+#ifndef TMAKIT_ATTN_PAGED
+#define TMAKIT_ATTN_PAGED 0  // 1: K and V from a paged cache through a block table (tma; tmakit/ops/attention_paged.py)
+#endif
 #ifndef TMAKIT_ATTN_DESC_Q
 #define TMAKIT_ATTN_DESC_Q                                                                                   \
   0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,               \
@@ -202,6 +205,8 @@ __device__ __forceinline__ uint32_t tile_offset(int rows, int row, int col) {
 // sm_90a: TMA rings + wgmma, producer/consumer warp specialization.
 namespace attn {
 constexpr bool kVarlen = TMAKIT_ATTN_VARLEN != 0;
+constexpr bool kPaged = TMAKIT_ATTN_PAGED != 0;
+static_assert(!(kVarlen && kPaged), "one of TMAKIT_ATTN_VARLEN and TMAKIT_ATTN_PAGED");
 
 constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kSlabs = kD / kSlabCols;           // slabs per tile row
@@ -275,7 +280,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          const __grid_constant__ tmakit::TensorMapDesc v_map,
                          const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
                          int sq, int sk, float scale_log2, int causal, int kv_group, const int* __restrict__ cu_q,
-                         const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps) {
+                         const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps,
+                         const int* __restrict__ block_table, int page_size, int max_pages, int num_pages) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -304,6 +310,16 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     if (m0 >= sq) return;  // past this sequence (the grid covers the longest): the whole block leaves
     qm = seq_maps + 4 * batch, km = qm + 1, vm = qm + 2, om = qm + 3;
   }
+  // Paged K/V (TMAKIT_ATTN_PAGED): k_map / v_map describe the cache as (pages, H_kv, page_size, D); key block j is
+  // kBlockN / page_size pages, each its own box at the page id block_table[batch][page]. Sequence `batch` has
+  // cu_k[batch] keys (clamped to its table); its last page is read through seq_maps[2 batch ..] (k, v), whose
+  // rows end at the sequence's last key, and pages past the end at id num_pages (out of bounds): both are filled
+  // with zeros, so no stale cache slot reaches P V.
+  int n_pages = 0;
+  if constexpr (kPaged) {
+    sk = min(max(cu_k[batch], 0), max_pages * page_size);
+    n_pages = (sk + page_size - 1) / page_size;
+  }
   const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
@@ -313,6 +329,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       fence_proxy_tensormap_acquire(qm);
       fence_proxy_tensormap_acquire(km);
       fence_proxy_tensormap_acquire(vm);
+    }
+    if constexpr (kPaged) {
+      fence_proxy_tensormap_acquire(seq_maps + 2 * batch);
+      fence_proxy_tensormap_acquire(seq_maps + 2 * batch + 1);
     }
     prefetch_tensormap(qm);
     prefetch_tensormap(km);
@@ -333,18 +353,40 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, qm, tile_coords(h, q_row0 + m0, head, coord_batch),
                                     bars.q_full);
       Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
+      // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map).
+      auto load_pages = [&](uint8_t* stage, const TensorMapDesc* map, const TensorMapDesc* tail, int j, int pages,
+                            Mbarrier& full) {
+        const int per_block = kBlockN / page_size;
+        for (int p = 0; p < per_block; ++p) {
+          const int page = j * per_block + p;
+          int id = page < pages ? block_table[static_cast<int64_t>(batch) * max_pages + page] : num_pages;
+          if (id < 0 || id > num_pages) id = num_pages;  // a table entry past the cache: read as zeros
+          const TensorMapDesc* m = page == pages - 1 ? tail : map;
+          for (int h = 0; h < kSlabs; ++h)
+            cp_async_bulk_tensor_g2s<4>(stage + h * kBlockN * kRowBytes + p * page_size * kRowBytes, m,
+                                        tile_coords(h, 0, kv_head, id), full);
+        }
+      };
       for (int j = 0; j < n_blocks; ++j) {
         bars.k_ring.producer_acquire(kp);
         Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
-        for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, km,
-                                      tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), k_full);
+        if constexpr (kPaged) {
+          load_pages(k_tiles + kp.index * kKVBytes, km, seq_maps + 2 * batch, j, n_pages, k_full);
+        } else {
+          for (int h = 0; h < kSlabs; ++h)
+            cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, km,
+                                        tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), k_full);
+        }
         kp.advance();
         bars.v_ring.producer_acquire(vp);
         Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
-        for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, vm,
-                                      tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), v_full);
+        if constexpr (kPaged) {
+          load_pages(v_tiles + vp.index * kKVBytes, vm, seq_maps + 2 * batch + 1, j, n_pages, v_full);
+        } else {
+          for (int h = 0; h < kSlabs; ++h)
+            cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, vm,
+                                        tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), v_full);
+        }
         vp.advance();
       }
     }
@@ -481,6 +523,34 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
   for (int i = 0; i < 4; ++i) tensormap_cp_fenceproxy(seq_maps + 4 * b + i, TensorMapSmem(edit + i));
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)o_map, (void)cu_q, (void)cu_k, (void)rows_q, (void)rows_k, (void)seq_maps;
+  TMAKIT_NOT_THIS_BUILD();
+#endif
+}
+
+// tmakit_attention_paged_maps: block b writes the maps of sequence b's last cache page (k, v: copies of the cache
+// maps whose rows end at the sequence's last key in that page) to seq_maps[2 b ..], for the paged launch right
+// after it. The lengths are read on the device and clamped to [0, max_pages * page_size]. Launch: grid B, one warp.
+extern "C" __global__ void tmakit_attention_paged_maps(const __grid_constant__ tmakit::TensorMapDesc k_map,
+                                                       const __grid_constant__ tmakit::TensorMapDesc v_map,
+                                                       const int* __restrict__ seqlens_k, int page_size, int max_pages,
+                                                       tmakit::TensorMapDesc* seq_maps) {
+#if TMAKIT_USE_TMA
+  using namespace tmakit;
+  __shared__ alignas(128) TensorMapDesc edit[2];
+  const int b = blockIdx.x, lane = threadIdx.x % 32;
+  if (threadIdx.x >= 32) return;  // one warp does it all
+  const TensorMapDesc* from[2] = {&k_map, &v_map};
+  edit[lane / 16].opaque[lane % 16] = from[lane / 16]->opaque[lane % 16];
+  __syncwarp();
+  if (lane < 2) {
+    const int keys = min(max(seqlens_k[b], 0), max_pages * page_size);
+    const int tail = keys - (keys > 0 ? (keys - 1) / page_size * page_size : 0);  // keys in the last page
+    tensormap_replace_global_dim<1>(TensorMapSmem(edit + lane), static_cast<uint32_t>(max(tail, 1)));
+  }
+  __syncwarp();
+  for (int i = 0; i < 2; ++i) tensormap_cp_fenceproxy(seq_maps + 2 * b + i, TensorMapSmem(edit + i));
+#else
+  (void)k_map, (void)v_map, (void)seqlens_k, (void)page_size, (void)max_pages, (void)seq_maps;
   TMAKIT_NOT_THIS_BUILD();
 #endif
 }

@@ -10,6 +10,7 @@ geometry) and a one-shot convenience (plan + run once):
 - ``plan_grouped_gemm`` / ``grouped_gemm``: one GEMM per group of packed rows, group ends read on the device (sm_90)
 - ``plan_attention`` / ``attention``: attention forward (TMA ring + wgmma on sm_90, cp.async + mma.sync)
 - ``plan_attention_varlen`` / ``attention_varlen``: packed sequences of different lengths, maps built per sequence on the GPU
+- ``plan_attention_paged`` / ``attention_paged``: K/V from a paged cache through a block table (prefill and decode)
 - ``ptx_tile_copy``: the hand-written PTX ring copies (ptx/), run and checked like the rest
 - ``edit_tensormaps``: tensor maps built on the GPU with tensormap.replace, and a box loaded through each
 - ``describe_gemm``, ``describe_attention``, ``describe_transpose``: what those plans decide, without a GPU
@@ -22,6 +23,7 @@ from __future__ import annotations
 from ._plan import Plan
 from ._plan_cache import clear_plan_cache, plan_cache_info
 from .attention import AttentionPlan, attention, plan_attention
+from .attention_paged import PagedAttentionPlan, attention_paged, plan_attention_paged
 from .attention_varlen import VarlenAttentionPlan, attention_varlen, plan_attention_varlen
 from .copy import CopyPlan, CopyResult, copy, plan_copy
 from .gemm import GemmPlan, gemm, plan_gemm
@@ -33,8 +35,8 @@ from .tensormap_edit import TensorMapEdit, TensorMapEditResult, edit_tensormaps
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
 __all__ = ["AttentionPlan", "CopyPlan", "CopyResult", "GemmDescription", "GemmPlan", "GroupedGemmPlan", "LoadTilesPlan",
-           "LoadTilesResult", "OpDescription", "Plan", "PtxTileCopyResult", "TensorMapEdit", "TensorMapEditResult", "TilePlan", "TransposePlan",
-           "TransposeResult", "VarlenAttentionPlan", "attention", "attention_varlen", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
+           "LoadTilesResult", "OpDescription", "PagedAttentionPlan", "Plan", "PtxTileCopyResult", "TensorMapEdit", "TensorMapEditResult", "TilePlan", "TransposePlan",
+           "TransposeResult", "VarlenAttentionPlan", "attention", "attention_paged", "attention_varlen", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
            "describe_transpose", "edit_tensormaps", "gemm", "grouped_gemm",
-           "load_tiles", "plan_attention", "plan_attention_varlen", "plan_cache_info", "plan_copy", "plan_gemm", "plan_grouped_gemm", "plan_load_tiles",
+           "load_tiles", "plan_attention", "plan_attention_paged", "plan_attention_varlen", "plan_cache_info", "plan_copy", "plan_gemm", "plan_grouped_gemm", "plan_load_tiles",
            "plan_transpose", "ptx_tile_copy", "transpose"]

@@ -329,7 +329,7 @@ class AttentionPlan:
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal), self.heads // self.kv_heads)
         if cfg.backend is Backend.TMA:
             self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
-            args = (*self.maps, lse, *common, 0, 0, 0)  # no variable lengths
+            args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0)  # no variable lengths, no paged cache
         else:
             strides = []
             for view in (q, k, v, o):

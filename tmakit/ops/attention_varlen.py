@@ -109,7 +109,7 @@ class VarlenAttentionPlan:
                                              self._seq_maps.ptr, grid=(self.batch, 1, 1), block=(32, 1, 1),
                                              stream=self._stream, checked=False)  # no barrier to bound
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
-                int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._seq_maps.ptr)
+                int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._seq_maps.ptr, 0, 0, 0, 0)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

@@ -277,19 +277,35 @@ def attention_varlen(d: dict) -> dict:
                                                   if dense.get("count") else "")}
 
 
+def attention_paged(d: dict) -> dict:
+    out = [[r["shape"], str(r["keys"]), sig(r["ms"]), f"{r['TFLOP/s']:.3g}", f"{r['loop TFLOP/s']:.3g}",
+            f"{r['dense TFLOP/s']:.3g}", ratio(r["x loop"]), ratio(r["x dense"]), sci(r["rel err vs SDPA"])]
+           for r in d["rows"] if r.get("set") != "sweep"]
+    dense = d.get("sweep_vs_dense") or {}
+    return {"run": run_line(d),
+            "table": table(["problem", "keys", "ms", "TFLOP/s", "SDPA loop TFLOP/s", "dense TFLOP/s", "vs loop",
+                            "vs dense", "rel err vs SDPA"], out, {1, 2, 3, 4, 5, 6, 7, 8}),
+            "sweep": sweep(d, "the SDPA loop") + (f" Against the dense kernel at equal total tokens: min "
+                                                  f"{ratio(dense.get('min'))}, geomean {ratio(dense.get('geomean'))}; "
+                                                  "worst: " + ", ".join(f"{label} {ratio(r)}" for label, r in
+                                                                        dense.get("worst", [])) + "."
+                                                  if dense.get("count") else "")}
+
+
 SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
     "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
     "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm,
-    "attention_varlen": attention_varlen}
+    "attention_varlen": attention_varlen, "attention_paged": attention_paged}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
             "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
             "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
-            "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
+            "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""),
+            "attention_paged": ("attention_paged.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
 
 
 def _not_measured(name: str) -> str:

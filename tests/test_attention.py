@@ -49,11 +49,12 @@ def test_attention_variants_compile(backend: Backend, arch: str, head_dim: int, 
     cfg = default_config(backend, head_dim, bf16)
     code = compile_cuda("attention.cu", arch=arch, defines={**backend.defines, **cfg.defines})
     assert sorted(code.entry_names()) == ["tmakit_attention_fwd_cp_async", "tmakit_attention_fwd_tma",
-                                          "tmakit_attention_varlen_maps"]
+                                          "tmakit_attention_paged_maps", "tmakit_attention_varlen_maps"]
     parts = {re.match(r"\.visible \.entry (\w+)", p).group(1): p
              for p in re.split(r"(?=^\.visible \.entry )", code.ptx, flags=re.M) if p.startswith(".visible .entry")}
-    maps = parts.pop("tmakit_attention_varlen_maps")  # the variable-length maps (tma builds), a trap elsewhere
-    assert ("tensormap.replace" in maps) == (backend is Backend.TMA) and ("trap;" in maps) != (backend is Backend.TMA)
+    for name in ("tmakit_attention_varlen_maps", "tmakit_attention_paged_maps"):  # tma builds; a trap elsewhere
+        maps = parts.pop(name)
+        assert ("tensormap.replace" in maps) == (backend is Backend.TMA) and ("trap;" in maps) != (backend is Backend.TMA)
     ptx = parts.pop(cfg.entry)
     (other,) = parts.values()
     assert "trap;" in other and "mma" not in other

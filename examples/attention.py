@@ -10,11 +10,14 @@ exits 0.
 
     python examples/attention.py --batch 4 --heads 16 --seqlen 4096 --dim 128 --causal --check --bench
     python examples/attention.py --heads 32 --kv-heads 8 --check --bench      # grouped-query heads
+    python examples/attention.py --varlen --batch 16 --seqlen 4096 --check --bench
+    python examples/attention.py --paged 16 --batch 64 --seqlen 4096 --kv-heads 4 --check --bench  # decode
 """
 from __future__ import annotations
 
 import argparse
 import math
+import random
 import statistics
 
 import tmakit
@@ -33,6 +36,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     p.add_argument("--layout", default="bhsd", choices=("bhsd", "bshd"))
     p.add_argument("--backend", default="auto", choices=("auto", "tma", "cp.async"))
+    p.add_argument("--varlen", action="store_true",
+                   help="--batch sequences of random lengths up to --seqlen, packed (plan_attention_varlen)")
+    p.add_argument("--paged", type=int, default=None, metavar="PAGE",
+                   help="K/V in a paged cache of PAGE-key pages (16, 32, 64 or 128) read through a block table "
+                        "(plan_attention_paged): decode, or causal prefill with --causal")
     p.add_argument("--check", action="store_true", help="compare with SDPA and a float32 reference")
     p.add_argument("--bench", action="store_true", help="time it beside SDPA")
     args = p.parse_args(argv)
@@ -41,7 +49,86 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"argument --{name.replace('_', '-')}: must be at least 1")
     if args.kv_heads is not None and args.heads % args.kv_heads:
         p.error(f"argument --kv-heads: must divide --heads ({args.heads})")
+    if args.paged is not None and args.paged not in (16, 32, 64, 128):
+        p.error("argument --paged: must be 16, 32, 64 or 128 keys a page")
+    if args.varlen and args.paged is not None:
+        p.error("argument --paged: not with --varlen (one mode at a time)")
+    if (args.varlen or args.paged) and args.layout != "bhsd":
+        p.error("--varlen and --paged take their own layouts: (rows, heads, D) packed; (pages, page, heads, D)")
     return args
+
+
+def packed(args: argparse.Namespace, torch, F) -> int:
+    """--varlen / --paged: sequences of different lengths, their maps built on the GPU, checked against SDPA per
+    sequence and timed beside a loop of it."""
+    rng = random.Random(0)
+    hkv = args.kv_heads or args.heads
+    tdt = getattr(torch, args.dtype)
+    gqa = {"enable_gqa": True} if hkv != args.heads else {}
+    lens = [rng.randint(max(1, args.seqlen // 4), args.seqlen) for _ in range(args.batch)]
+    if args.varlen:
+        total = sum(lens)
+        q = torch.randn(total, args.heads, args.dim, device="cuda", dtype=tdt)
+        k, v = (torch.randn(total, hkv, args.dim, device="cuda", dtype=tdt) for _ in range(2))
+        cu = torch.tensor([0] + lens, device="cuda").cumsum(0).to(torch.int32)
+        plan = tmakit.ops.plan_attention_varlen(q, k, v, cu, cu, max(lens), causal=args.causal)
+        starts = [0] + cu.tolist()[1:-1]
+        seqs = [(q[s:s + n].transpose(0, 1)[None], k[s:s + n].transpose(0, 1)[None], v[s:s + n].transpose(0, 1)[None])
+                for s, n in zip(starts, lens)]
+        outputs = lambda o: [o[s:s + n].transpose(0, 1)[None] for s, n in zip(starts, lens)]  # noqa: E731
+        causal = args.causal
+        print(f"varlen: {args.batch} sequences of {min(lens)}..{max(lens)} rows packed ({total}); each sequence's "
+              "q/k/v/o maps end at its last row, built on the GPU before the attention launch")
+    else:
+        page = args.paged
+        need = [-(-n // page) for n in lens]
+        ids = list(range(sum(need)))
+        rng.shuffle(ids)
+        k_cache, v_cache = (torch.randn(len(ids), page, hkv, args.dim, device="cuda", dtype=tdt) for _ in range(2))
+        table = torch.zeros(args.batch, max(need), dtype=torch.int32)
+        for s, n in enumerate(need):
+            table[s, :n] = torch.tensor([ids.pop() for _ in range(n)], dtype=torch.int32)
+        causal = args.causal
+        sq = max(lens) if causal else 1
+        q = torch.randn(args.batch, sq, args.heads, args.dim, device="cuda", dtype=tdt)
+        plan = tmakit.ops.plan_attention_paged(q, k_cache, v_cache, table.cuda(),
+                                               torch.tensor(lens, dtype=torch.int32, device="cuda"), causal=causal)
+        seqs = []
+        for s, n in enumerate(lens):
+            pids = table[s, :need[s]].long().cuda()
+            ks, vs = (c[pids].reshape(-1, hkv, args.dim)[:n].transpose(0, 1)[None] for c in (k_cache, v_cache))
+            seqs.append((q[s:s + 1].transpose(1, 2), ks, vs))
+        outputs = lambda o: [o[s:s + 1].transpose(1, 2) for s in range(args.batch)]  # noqa: E731
+        print(f"paged: {args.batch} sequences of {min(lens)}..{max(lens)} keys in {len(table.flatten())} table slots "
+              f"of {page}-key pages; {'causal prefill' if causal else 'decode'}; each sequence's last page read "
+              "through a map built on the GPU")
+    out, _ = plan()
+    torch.cuda.synchronize()
+    ok = True
+    if args.check:
+        refs = [F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, **gqa) for qs, ks, vs in seqs]
+        num = sum((g.float() - r.float()).norm().item() ** 2 for g, r in zip(outputs(out), refs))
+        den = sum(r.float().norm().item() ** 2 for r in refs)
+        err = math.sqrt(num / den)
+        ok = err < 2e-2
+        print(f"relative error vs SDPA per sequence: {err:.3g}")
+        print("check:", "PASSED" if ok else "FAILED")
+    if args.bench:
+        loop = lambda: [F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal, **gqa)  # noqa: E731
+                        for qs, ks, vs in seqs]
+
+        def ms(fn, n=10):
+            with tmakit.timed() as t:
+                for _ in range(n):
+                    fn()
+            return t.ms / n
+
+        for fn in (plan, loop):
+            ms(fn, 3)
+        ours = statistics.median(ms(plan) for _ in range(7))
+        theirs = statistics.median(ms(loop) for _ in range(7))
+        print(f"tmakit {ours:.3f} ms, a loop of SDPA {theirs:.3f} ms: {theirs / ours:.2f}x")
+    return 0 if ok else 1
 
 
 def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.OpDescription:
@@ -74,14 +161,22 @@ def main(argv: list[str] | None = None) -> int:
         import torch.nn.functional as F
     except (tmakit.UnsupportedDeviceError, ImportError) as why:
         for backend, arch in (("tma", "sm_90"), ("cp.async", "sm_80")):
-            if args.backend in ("auto", backend):
+            if args.backend in ("auto", backend) and not (args.varlen or args.paged):
                 show_plan(describe(args, arch, backend), args)
+        if args.varlen or args.paged:
+            paper = describe(args, "sm_90", "tma")
+            mode = "TMAKIT_ATTN_VARLEN" if args.varlen else "TMAKIT_ATTN_PAGED"
+            code = tmakit.compile_cuda(paper.source, arch=paper.compile_arch, defines={**paper.defines, mode: 1})
+            print(f"{'varlen' if args.varlen else 'paged'}: compiled {code.entry_names()} for {paper.compile_arch} "
+                  f"({mode}); a first kernel builds each sequence's maps on the GPU (tensormap.replace)")
         missing = "no CUDA GPU here" if isinstance(why, tmakit.UnsupportedDeviceError) else "no torch here"
         print(f"\nattention: {missing} (the example's tensors are torch's): compiled and showed the maps and "
               "budgets; nothing launched")
         return 0
     from tmakit.ops import plan_attention
 
+    if args.varlen or args.paged:
+        return packed(args, torch, F)
     paper = describe(args, gpu.arch, args.backend)  # what the plan below decides, said without the GPU
     show_plan(paper, args)
     tdt = getattr(torch, args.dtype)

@@ -126,3 +126,13 @@ def test_on_the_gpu(installed, name):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no CUDA GPU" not in done.stdout and "no torch" not in done.stdout and "WRONG" not in done.stdout, done.stdout
     assert CHECKED[name] in done.stdout, done.stdout  # the example checked its results (torch is there for the peers)
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("mode", [["--varlen", "--causal"], ["--paged", "16"], ["--paged", "64", "--causal"]],
+                         ids=["varlen", "paged-decode", "paged-prefill"])
+def test_attention_example_packed_modes_on_the_gpu(installed, mode):
+    done = _run(installed, "attention.py", "--batch", "3", "--heads", "4", "--kv-heads", "2", "--seqlen", "700",
+                "--check", *mode)
+    assert done.returncode == 0 and "check: PASSED" in done.stdout, done.stdout + done.stderr
+

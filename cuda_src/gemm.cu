@@ -72,6 +72,9 @@
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
 #endif
+#ifndef TMAKIT_GEMM_FP8
+#define TMAKIT_GEMM_FP8 0  // 1: e4m3 A and B with per-128 block scales, bf16 out (tma; tmakit/ops/fp8_gemm.py)
+#endif
 #ifndef TMAKIT_GEMM_DESC_A
 #define TMAKIT_GEMM_DESC_A                                                                                  \
   0x4000004000010000ull, 0x4000004000010002ull, 0x4000004000010004ull, 0x4000004000010006ull,              \
@@ -86,15 +89,19 @@ using namespace tmakit;
 
 constexpr int kBM = 128;
 constexpr int kBN = TMAKIT_GEMM_BN;
-constexpr int kBK = 64;  // one 128-byte swizzled row of 16-bit elements
+constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
+constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
+constexpr int kSlices = 4;            // wgmma k-slices of a row: k16 of 16-bit, k32 of 8-bit operands (32 bytes)
 constexpr int kStages = TMAKIT_GEMM_STAGES;
 constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
 constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
 constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
 constexpr uint32_t kRowBytes = 128;
-constexpr uint32_t kABytes = kBM * kBK * 2;  // one A stage
-constexpr uint32_t kBBytes = kBN * kBK * 2;  // one B stage
-constexpr uint32_t kStageBytes = kABytes + kBBytes;
+constexpr uint32_t kABytes = kBM * kRowBytes;  // one A stage
+constexpr uint32_t kBBytes = kBN * kRowBytes;  // one B stage
+constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's 128 row scales of the k-block (fp32)
+constexpr uint32_t kLoadBytes = kABytes + kBBytes + kSABytes;  // a stage's TMA bytes (its expect_tx)
+constexpr uint32_t kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // stages stay 1024-byte aligned (128B swizzle)
 static_assert(kBN == 128 || kBN == 256, "BN is 128 or 256");
 static_assert(kStages >= 2, "the ring has at least two stages");
 
@@ -139,7 +146,7 @@ __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group
 
 #if TMAKIT_USE_TMA
 namespace gemm {
-constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
+constexpr WgmmaType kType = kFp8 ? WgmmaType::kE4m3 : kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kOutBytes = kOutF32 ? 4 : 2;
 // The descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors): A's k16 slice kk of consumer 0, B's.
 TMAKIT_HD constexpr uint64_t desc_a(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_A); }
@@ -150,11 +157,11 @@ constexpr uint32_t kAConsumerBytes = static_cast<uint32_t>(desc_a(4) - desc_a(0)
 // defaults stops here): 128B-swizzled rows of 128 bytes, a k16 slice 32 bytes along a K-major row or 16 rows of an
 // N-major slab, N-major slabs BK rows apart, the second consumer 64 rows on.
 TMAKIT_HD constexpr bool descriptors_match_stages() {
-  if (list_size(TMAKIT_GEMM_DESC_A) != 2 * kBK / 16 || list_size(TMAKIT_GEMM_DESC_B) != kBK / 16) return false;
+  if (list_size(TMAKIT_GEMM_DESC_A) != 2 * kSlices || list_size(TMAKIT_GEMM_DESC_B) != kSlices) return false;
   if (kAConsumerBytes != 64 * kRowBytes) return false;
-  for (int kk = 0; kk < kBK / 16; ++kk) {
-    const uint64_t a0 = desc_a(kk), a1 = desc_a(kBK / 16 + kk), b = desc_b(kk);
-    if (wgmma_desc_start(a0) != 32u * kk || a1 - a0 != desc_a(kBK / 16) - desc_a(0)) return false;
+  for (int kk = 0; kk < kSlices; ++kk) {
+    const uint64_t a0 = desc_a(kk), a1 = desc_a(kSlices + kk), b = desc_b(kk);
+    if (wgmma_desc_start(a0) != 32u * kk || a1 - a0 != desc_a(kSlices) - desc_a(0)) return false;
     if (wgmma_desc_sbo(a0) != 1024 || wgmma_desc_swizzle(a0) != kWgmmaSwizzle128B) return false;
     if (wgmma_desc_start(b) != (kBKMajor ? 32u * kk : 16u * kRowBytes * kk)) return false;
     if (wgmma_desc_sbo(b) != 1024 || wgmma_desc_swizzle(b) != kWgmmaSwizzle128B) return false;
@@ -177,6 +184,8 @@ typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warp
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
+static_assert(!kFp8 || (kBKMajor && kBN == 128 && kCluster == 1 && !kGrouped && !kOutF32 && kBf16),
+              "fp8: B K-major, BN 128 (one B scale a tile and k-block), no cluster, no groups, bf16 out");
 
 // Grouped: the work unit u's group (the last g with tile_start[g] <= u, tile_start[] the groups' first units in
 // shared memory, `groups` + 1 entries; row_end[] their row ends) and its place in the group.
@@ -206,7 +215,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     tmakit_gemm_tma(const __grid_constant__ tmakit::TensorMapDesc map_a, const __grid_constant__ tmakit::TensorMapDesc map_b,
                     const __grid_constant__ tmakit::TensorMapDesc map_c, void* c_ptr, int M, int N, int K,
                     long long ldc, float alpha, float beta, int group_m, int splits, int split_rows,
-                    const int* group_ends, int groups, tmakit::TensorMapDesc* c_maps) {
+                    const int* group_ends, int groups, tmakit::TensorMapDesc* c_maps,
+                    const __grid_constant__ tmakit::TensorMapDesc map_sa, const float* scale_b, int scale_b_pitch) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace gemm;
@@ -277,11 +287,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         const int kb_end = (split + 1) * k_total / splits;
         for (int kb = split * k_total / splits; kb < kb_end; ++kb) {
           ring.producer_acquire(p);
-          Mbarrier& full = ring.producer_expect(p, kStageBytes);
+          Mbarrier& full = ring.producer_expect(p, kLoadBytes);
           uint8_t* a_st = smem + p.index * kStageBytes;
           uint8_t* b_st = a_st + kABytes;
           const int k0 = kb * kBK;
           cp_async_bulk_tensor_g2s<2>(a_st, &map_a, Coords{{k0, m0, 0, 0, 0}}, full);
+          // fp8: the tile's row scales of this k-block, from scales stored (K / 128, M) (M contiguous)
+          if constexpr (kFp8) cp_async_bulk_tensor_g2s<2>(b_st + kBBytes, &map_sa, Coords{{m0, kb, 0, 0, 0}}, full);
           if constexpr (kBKMajor) {
             constexpr int rows = kBN / kCluster;  // each CTA loads its share of B's rows
             uint8_t* dst = b_st + rank * rows * kRowBytes;
@@ -346,27 +358,57 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
-      Ring::State done = c;  // the oldest stage not yet released
-      for (int kb = kb_begin; kb < kb_end; ++kb) {
-        ring.consumer_wait(c);
-        const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
-        wgmma_fence();
+      if constexpr (kFp8) {
+        // Per k-block: the block's product into `part` (fresh), then acc += part * scale_a[row] * scale_b: fp32
+        // promotion every 128 of K, as the block scales require (DeepGEMM's recipe).
+        float part[kBN / 2];
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk) {
-          wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
-                                                                   wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
+        for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
+        const int r = consumer * 64 + wgmma_d_row(t, 0);  // this thread's rows r and r + 8 of the tile
+        const float* sb_row = scale_b + static_cast<long long>(n0 / kBN) * scale_b_pitch;
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
+          ring.consumer_wait(c);
+          const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kSlices; ++kk) {
+            wgmma_mma_async_ss<kBN, kType, kType>(part, wgmma_desc_rebase(desc_a(kk), a_st),
+                                                   wgmma_desc_rebase(desc_b(kk), b_st), kk > 0);
+          }
+          wgmma_commit_group();
+          wgmma_wait_group<0>();
+          wgmma_fence_operands(part);
+          const float* sa = reinterpret_cast<const float*>(smem + c.index * kStageBytes + kABytes + kBBytes);
+          const float sb = sb_row[kb];
+          const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
+          release(c);
+          c.advance();
+#pragma unroll
+          for (int i = 0; i < kBN / 2; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
         }
-        wgmma_commit_group();
-        wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
-        if (kb > kb_begin) {
-          release(done);
-          done.advance();
+      } else {
+        Ring::State done = c;  // the oldest stage not yet released
+        for (int kb = kb_begin; kb < kb_end; ++kb) {
+          ring.consumer_wait(c);
+          const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
+          wgmma_fence();
+  #pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk) {
+            wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
+                                                                     wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
+          }
+          wgmma_commit_group();
+          wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
+          if (kb > kb_begin) {
+            release(done);
+            done.advance();
+          }
+          c.advance();
         }
-        c.advance();
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(acc);
+        release(done);
       }
-      wgmma_wait_group<0>();
-      wgmma_fence_operands(acc);
-      release(done);
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;

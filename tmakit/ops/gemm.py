@@ -37,6 +37,7 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 B_MAJORS = ("k", "n")
 BLOCK_M = 128
 BLOCK_K = 64
+NO_MAP = bytes(128)  # the fp8 scale map parameter of a build that reads none
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ class GemmConfig:
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
     splits: int = 1  # tma: split-K, the k-blocks of each tile cut into this many ranges (fp32 partials, then a sum)
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
+    fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
 
     @property
     def threads(self) -> int:
@@ -60,7 +62,8 @@ class GemmConfig:
 
     @property
     def stage_bytes(self) -> int:
-        return (BLOCK_M + self.block_n) * BLOCK_K * 2
+        load = (BLOCK_M + self.block_n) * 128 + (BLOCK_M * 4 if self.fp8 else 0)  # 128-byte rows (+ fp8 row scales)
+        return -(-load // 1024) * 1024
 
     @property
     def epilogue_bytes(self) -> int:
@@ -77,7 +80,7 @@ class GemmConfig:
             "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
-            "TMAKIT_GEMM_GROUPED": int(self.groups > 0)}
+            "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -330,7 +333,7 @@ class GemmPlan:
                            self.device, w)
             self.maps = gemm_tensor_maps(a, b, wv, cfg)
             args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows,
-                    0, 0, 0)
+                    0, 0, 0, NO_MAP, 0, 0)
             total = M * -(-N // 4)  # one thread per 4 columns
             self._reduce = self._reduce_kernel.bind(
                 w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
@@ -338,7 +341,7 @@ class GemmPlan:
                 block=(256, 1, 1), stream=self._stream, checked=False)  # no barrier to bound
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
-            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0, 0, 0, 0)  # no groups
+            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)  # no groups, no fp8 scales
         else:
             lda = a.strides[0] // a.itemsize if M > 1 else K
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]

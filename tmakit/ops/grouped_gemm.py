@@ -29,7 +29,7 @@ from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel, sm_count
 from ._plan_cache import cached
-from .gemm import (BLOCK_K, BLOCK_M, DTYPES, OUT_DTYPES, _empty, _parse_b_major, _rows, check_config, default_config,
+from .gemm import (BLOCK_K, BLOCK_M, DTYPES, NO_MAP, OUT_DTYPES, _empty, _parse_b_major, _rows, check_config, default_config,
                    shared_mem_limit)
 
 MAX_GROUPS = 1024  # the groups' tables live in shared memory (8 bytes a group)
@@ -90,7 +90,7 @@ class GroupedGemmPlan:
                      describe_tensor(c, box=(64, 128 // c.itemsize), **kw))
         ldc = c.strides[0] // c.itemsize if self.m > 1 else self.n
         args = (*self.maps, c.ptr, self.m, self.n, self.k, ldc, float(self.alpha), 0.0, cfg.group_m, 1, 0,
-                offs.ptr, self.groups, self._c_maps.ptr)
+                offs.ptr, self.groups, self._c_maps.ptr, NO_MAP, 0, 0)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

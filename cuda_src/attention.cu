@@ -304,9 +304,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   int64_t lse_base = (static_cast<int64_t>(batch) * heads + head) * sq;
   const TensorMapDesc *qm = &q_map, *km = &k_map, *vm = &v_map, *om = &o_map;
   if constexpr (kVarlen) {
-    q_row0 = cu_q[batch], k_row0 = cu_k[batch], coord_batch = 0;
+    // the offsets are unchecked: clamped to the packed rows (sq, sk hold the totals), as the maps kernel does
+    q_row0 = min(max(cu_q[batch], 0), sq), k_row0 = min(max(cu_k[batch], 0), sk), coord_batch = 0;
     lse_base = static_cast<int64_t>(head) * sq + q_row0;  // lse is (H, total q rows)
-    sq = cu_q[batch + 1] - q_row0, sk = cu_k[batch + 1] - k_row0;
+    sq = min(max(cu_q[batch + 1], q_row0), sq) - q_row0, sk = min(max(cu_k[batch + 1], k_row0), sk) - k_row0;
     if (m0 >= sq) return;  // past this sequence (the grid covers the longest): the whole block leaves
     qm = seq_maps + 4 * batch, km = qm + 1, vm = qm + 2, om = qm + 3;
   }
@@ -325,15 +326,6 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
 
   if (threadIdx.x == 0) {
-    if constexpr (kVarlen) {  // maps written by the previous kernel: acquired before the TMA reads them
-      fence_proxy_tensormap_acquire(qm);
-      fence_proxy_tensormap_acquire(km);
-      fence_proxy_tensormap_acquire(vm);
-    }
-    if constexpr (kPaged) {
-      fence_proxy_tensormap_acquire(seq_maps + 2 * batch);
-      fence_proxy_tensormap_acquire(seq_maps + 2 * batch + 1);
-    }
     prefetch_tensormap(qm);
     prefetch_tensormap(km);
     prefetch_tensormap(vm);
@@ -348,6 +340,16 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     // ---------------------------------------------------------------- producer
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x < 32 && elect_one_sync()) {
+      // maps written by the previous kernel: acquired by the thread that issues the TMA through them
+      if constexpr (kVarlen) {
+        fence_proxy_tensormap_acquire(qm);
+        fence_proxy_tensormap_acquire(km);
+        fence_proxy_tensormap_acquire(vm);
+      }
+      if constexpr (kPaged) {
+        fence_proxy_tensormap_acquire(seq_maps + 2 * batch);
+        fence_proxy_tensormap_acquire(seq_maps + 2 * batch + 1);
+      }
       bars.q_full.arrive_expect_tx(kQBytes);
       for (int h = 0; h < kSlabs; ++h)
         cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, qm, tile_coords(h, q_row0 + m0, head, coord_batch),

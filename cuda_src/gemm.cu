@@ -91,7 +91,6 @@ constexpr int kBM = 128;
 constexpr int kBN = TMAKIT_GEMM_BN;
 constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
 constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
-constexpr int kSlices = 4;            // wgmma k-slices of a row: k16 of 16-bit, k32 of 8-bit operands (32 bytes)
 constexpr int kStages = TMAKIT_GEMM_STAGES;
 constexpr bool kBf16 = TMAKIT_GEMM_BF16 != 0;
 constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
@@ -147,6 +146,7 @@ __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group
 #if TMAKIT_USE_TMA
 namespace gemm {
 constexpr WgmmaType kType = kFp8 ? WgmmaType::kE4m3 : kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
+constexpr int kSlices = 4;  // wgmma k-slices of a 128-byte row: k16 of 16-bit, k32 of 8-bit operands (32 bytes)
 constexpr int kOutBytes = kOutF32 ? 4 : 2;
 // The descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors): A's k16 slice kk of consumer 0, B's.
 TMAKIT_HD constexpr uint64_t desc_a(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_A); }

@@ -127,3 +127,20 @@ def test_offsets_out_of_order_are_clamped_to_the_operands() -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     offs = torch.tensor([300, 100, 700, 10_000], device="cuda", dtype=torch.int32)
     _check(torch, [300, 0, 400, 5], 512, 256, kmajor=True, dtype="bfloat16", out_f32=False, offs=offs, seed=3)
+
+
+@pytest.mark.requires_sm90
+def test_repointing_to_another_output_dtype_is_refused() -> None:
+    """The kernel was compiled for one output type: a float32 out for a bf16 plan (or the reverse) is an error,
+    not a wrong result."""
+    torch = pytest.importorskip("torch")
+    a = torch.randn(300, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(3, 256, 128, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor([100, 200, 300], device="cuda", dtype=torch.int32)
+    plan = plan_grouped_gemm(a, b, offs, torch.empty(300, 256, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(InvalidArgumentError, match=r"out.*float32.*plan's output dtype \(bfloat16\)"):
+        plan(a, b, offs, torch.empty(300, 256, device="cuda", dtype=torch.float32))
+    out = plan(a, b, offs, torch.full((300, 256), float("nan"), device="cuda", dtype=torch.bfloat16))
+    torch.cuda.synchronize()
+    ref = torch.cat([a[100 * g:100 * (g + 1)].float() @ b[g].float().T for g in range(3)])
+    assert ((out.float() - ref).abs().max() / ref.abs().max()).item() < 1e-2

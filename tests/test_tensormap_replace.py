@@ -89,7 +89,12 @@ def test_steps_are_ptx_values_and_bad_steps_are_refused():
     assert ReplaceStep("box_dim", 64, 1).ptx == "tensormap.replace.tile.box_dim.shared::cta.b1024.b32 [map], 1, 0x40;"
     for kwargs, name in ((dict(field="stride", value=1), "field"), (dict(field="rank", value=5), "value"),
                          (dict(field="rank", value=1, ord=2), "ord"), (dict(field="box_dim", value=1, ord=5), "ord"),
-                         (dict(field="swizzle_mode", value=4), "value"), (dict(field="box_dim", value=-1), "value")):
+                         (dict(field="swizzle_mode", value=4), "value"), (dict(field="box_dim", value=-1), "value"),
+                         (dict(field="box_dim", value=0), "value"), (dict(field="box_dim", value=300), "value"),
+                         (dict(field="element_stride", value=9), "value"), (dict(field="global_dim", value=0), "value"),
+                         (dict(field="global_stride", value=8), "value"),
+                         (dict(field="global_stride", value=1 << 40), "value"),
+                         (dict(field="global_stride", value=16, ord=4), "ord")):
         with pytest.raises(InvalidArgumentError) as err:
             ReplaceStep(**kwargs)
         assert err.value.parameter == name

@@ -27,6 +27,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from . import _checks
 from ._kernels import kernel
+from .grouped_gemm import _sync
 from .attention import (DTYPES, HEAD_DIMS, _bhsd_view, _empty_like, _tile_map, check_config, default_config,
                         shared_mem_limit)
 
@@ -118,6 +119,8 @@ class PagedAttentionPlan:
         return self.out, self.lse
 
     def close(self) -> None:
+        """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
+        _sync(self._stream)
         self._tail_maps.close()
 
 
@@ -148,9 +151,12 @@ def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, s
     if cfg.block_n % page_size:
         raise InvalidArgumentError("k_cache", f"page size {page_size}", f"must divide the key block of head dim {d} "
                                    f"({cfg.block_n} keys)", f"use pages of at most {cfg.block_n} keys")
-    if b > 65535 or h > 65535 or max_pages * page_size >= 2**31:
+    if b > 65535 or h > 65535:
         raise InvalidArgumentError("block_table", f"shape {tv.shape}", "needs at most 65535 sequences and heads",
                                    "split the batch")
+    if max_pages * page_size >= 2**31:
+        raise InvalidArgumentError("block_table", f"shape {tv.shape}", f"addresses {max_pages * page_size} keys a "
+                                   "sequence; at most 2^31 - 1 fit the kernel's int coordinates", "use fewer pages")
     out = out if out is not None else _empty_like(q, qv.shape, False)
     lse = lse if lse is not None else _empty_like(q, (b, h, sq), True)
     lsev = _checks.view(lse, "lse")
@@ -171,10 +177,7 @@ def attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seqlen
     """Plan and run once; returns ``(out, lse)``. Synchronous: the plan's map workspace is freed after the launch."""
     plan = plan_attention_paged(q, k_cache, v_cache, block_table, seqlens_k, out, **options)
     result = plan()
-    from .. import _driver
-
-    _driver.call("cuCtxSynchronize")
-    plan.close()
+    plan.close()  # waits for the launches
     return result
 
 

@@ -27,6 +27,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from . import _checks
 from ._kernels import kernel
+from .grouped_gemm import _sync
 from .attention import (DTYPES, HEAD_DIMS, _empty_like, attention_tensor_maps, check_config, default_config,
                         shared_mem_limit)
 
@@ -119,6 +120,8 @@ class VarlenAttentionPlan:
         return self.out, self.lse
 
     def close(self) -> None:
+        """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
+        _sync(self._stream)
         self._seq_maps.close()
 
 
@@ -174,10 +177,7 @@ def attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: An
     """Plan and run once; returns ``(out, lse)``. Synchronous: the plan's map workspace is freed after the launch."""
     plan = plan_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, out, **options)
     result = plan()
-    from .. import _driver
-
-    _driver.call("cuCtxSynchronize")
-    plan.close()
+    plan.close()  # waits for the launches
     return result
 
 

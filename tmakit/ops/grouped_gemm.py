@@ -32,7 +32,18 @@ from ._plan_cache import cached
 from .gemm import (BLOCK_K, BLOCK_M, DTYPES, NO_MAP, OUT_DTYPES, _empty, _parse_b_major, _rows, check_config, default_config,
                    shared_mem_limit)
 
-MAX_GROUPS = 1024  # the groups' tables live in shared memory (8 bytes a group)
+MAX_GROUPS = 1024
+
+
+def _sync(stream: Any) -> None:
+    """Wait for a plan's stream (None: the whole context) before its workspace is freed."""
+    from .. import _driver
+    from ..streams import stream_handle
+
+    if stream is None:
+        _driver.call("cuCtxSynchronize")
+    else:
+        _driver.call("cuStreamSynchronize", stream_handle(stream))  # the groups' tables live in shared memory (8 bytes a group)
 
 
 def _check_b(bv: ArrayView, b_kmajor: bool, K: int, dtype: str) -> tuple[int, int]:
@@ -106,12 +117,18 @@ class GroupedGemmPlan:
                 raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}) on device {av.device}, b "
                                            f"{bv.shape}", "must have the geometry and device the plan was made for",
                                            "make a new plan with plan_grouped_gemm")
+            plan_out = "float32" if self.config.out_f32 else av.dtype_name
+            if cv is not None and cv.dtype_name != plan_out:  # the kernel was compiled for one output type
+                raise InvalidArgumentError("out", f"dtype {cv.dtype_name}", f"must be the plan's output dtype "
+                                           f"({plan_out})", "make a new plan with plan_grouped_gemm for it")
             self.out = out if out is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
             self._bind(av, bv, ov, cv or _checks.view(self.out, "out"))
         self._launch()
         return self.out
 
     def close(self) -> None:
+        """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
+        _sync(self._stream)
         self._c_maps.close()
 
 

@@ -27,7 +27,7 @@ from .load_tiles import POISON
 _THREADS = 128
 _MAX_EDITS = 65535  # one block a map, a grid's x extent
 _CASE_WORDS = 12  # cuda_src/tensormap_replace.cu: kFirstStep, kSteps, kFromZero, kRank, kBoxBytes, kImageBytes,
-#                   kImageOffset, kCoord0..4, (one spare)
+#                   kImageOffset, kCoord0..4
 _STEP = np.dtype([("field", "<u4"), ("ord", "<u4"), ("value", "<u8")])
 
 

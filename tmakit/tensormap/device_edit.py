@@ -28,6 +28,11 @@ PTX_ELEMTYPE = {DataType.UINT8: 0, DataType.UINT16: 1, DataType.UINT32: 2, DataT
                 DataType.INT64: 5, DataType.FLOAT16: 6, DataType.FLOAT32: 7, DataType.FLOAT32_FTZ: 8,
                 DataType.FLOAT64: 9, DataType.BFLOAT16: 10, DataType.TFLOAT32: 11, DataType.TFLOAT32_FTZ: 12}
 _LIMITS = {"rank": 5, "elemtype": 13, "interleave_layout": 3, "swizzle_mode": 4, "fill_mode": 2}
+# (lowest, highest, rule) of the fields the descriptor stores in a narrower form: what the bits can hold
+_RANGES = {"global_address": (0, (1 << 64) - 1, "a 64-bit address"),
+           "box_dim": (1, 256, "1 <= value <= 256"), "element_stride": (1, 8, "1 <= value <= 8"),
+           "global_dim": (1, 1 << 32, "1 <= value <= 2^32"),
+           "global_stride": (0, (1 << 40) - 16, "a multiple of 16 below 2^40; 0 past the rank")}
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,13 @@ class ReplaceStep:
         if not 0 <= self.ord < 5 or (self.ord and self.field not in _ORDERED):
             raise InvalidArgumentError("ord", self.ord, f"is out of range for {self.field}", "use 0..4 for box_dim, "
                                        "global_dim, global_stride and element_stride, 0 for the other fields")
-        bits = 64 if self.field in ("global_address", "global_stride") else 32
-        limit = _LIMITS.get(self.field, 1 << bits)
-        if not 0 <= self.value < limit:
-            raise InvalidArgumentError("value", self.value, f"is out of range for {self.field} (0 <= value < {limit})",
+        if self.field == "global_stride" and self.ord > 3:
+            raise InvalidArgumentError("ord", self.ord, "is out of range for global_stride (the strides of "
+                                       "dimensions 1..4: ord 0..3)", "use ord 0..3")
+        lo, hi, rule = _RANGES.get(self.field, (0, _LIMITS.get(self.field, 1 << 32) - 1, ""))
+        if not lo <= self.value <= hi or (self.field == "global_stride" and self.value % 16):
+            what = rule or f"{lo} <= value <= {hi}"
+            raise InvalidArgumentError("value", self.value, f"is out of range for {self.field} ({what})",
                                        "pass the value tensormap_replace_steps gives")
 
     @property

@@ -292,20 +292,29 @@ def attention_paged(d: dict) -> dict:
                                                   if dense.get("count") else "")}
 
 
+def fp8_gemm(d: dict) -> dict:
+    out = [[r["shape"], r["tile"], f"{r['TFLOP/s']:.0f}", f"{r['_scaled_mm TFLOP/s']:.0f}", ratio(r["x _scaled_mm"]),
+            sci(r["max rel err"]), sci(r["peer max rel err"])] for r in d["rows"] if r.get("set") != "sweep"]
+    return {"run": run_line(d),
+            "table": table(["shape (M x N x K)", "tile", "TFLOP/s", "_scaled_mm TFLOP/s", "vs _scaled_mm", "max rel err",
+                            "peer max rel err"], out, {2, 3, 4, 5, 6}),
+            "sweep": sweep(d, "torch._scaled_mm")}
+
+
 SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
     "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
     "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm,
-    "attention_varlen": attention_varlen, "attention_paged": attention_paged}
+    "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
             "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
             "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
             "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""),
-            "attention_paged": ("attention_paged.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
+            "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
 
 
 def _not_measured(name: str) -> str:

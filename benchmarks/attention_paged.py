@@ -13,16 +13,15 @@ loop first.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
-from benchmarks._sweep import log_uniform, summary  # noqa: E402
+from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, loop_and_dense,  # noqa: E402
+                              measure_all, sweep_arguments)
 
 TOLERANCE = 2e-2
 D = 128
@@ -113,15 +112,7 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
         return sum(min(i + 1, keys) for i in range(queries))
     flops = 4.0 * h * D * sum(pairs(sq, n) for n in lens)
     dense_flops = 4.0 * h * D * b * pairs(sqd, mean_len)
-    launches = max(1, min(50, int(5e11 / flops)))
-    fns = (plan, loop, dense)
-    for fn in fns:
-        time_ms(fn, torch, launches, queue_ahead=True)
-    times: list[list[float]] = [[], [], []]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            times[i].append(time_ms(fn, torch, launches, queue_ahead=True))
-    t, tl, td = (statistics.median(x) for x in times)
+    t, tl, td = interleaved_medians((plan, loop, dense), torch, max(1, min(50, int(5e11 / flops))), rounds)
     return {"shape": label, "B": b, "H": h, "H_kv": hkv, "page": page, "decode": decode, "keys": sum(lens),
             "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 2), "loop TFLOP/s": round(flops / tl / 1e9, 2),
             "dense TFLOP/s": round(dense_flops / td / 1e9, 2), "x loop": round(tl / t, 3),
@@ -129,41 +120,18 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
-    parser.add_argument("--out", default=None, help="also copy the results files here")
-    parser.add_argument("--name", default="attention_paged", help="results file stem")
-    parser.add_argument("--sweep", type=int, default=16, help="random problems beside the named ones (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep and of the lengths (default 0)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if args.sweep < 0:
-        parser.error("--sweep must be at least 0")
+    args = checked_arguments(sweep_arguments(__doc__.splitlines()[0], "attention_paged", 16, rounds=7), argv)
     torch = torch_with_gpu("benchmarks/attention_paged.py", "the SDPA loop")
     if torch is None:
         return 0
     sweep = sweep_shapes(args.seed, args.sweep)
     print(f"sweep: {len(sweep)} problems from seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
-    rows = []
-    from rich.progress import Progress
-
-    todo = [(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep]
-    with Progress(transient=True) as progress:
-        task = progress.add_task("paged attention problems", total=len(todo))
-        for shape, kind in todo:
-            row = {"set": kind, **measure(shape, args.rounds, rng)}
-            row["ok"] = row["rel err vs SDPA"] <= TOLERANCE
-            progress.console.print({key: row[key] for key in ("shape", "keys", "TFLOP/s", "loop TFLOP/s",
-                                                              "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA",
-                                                              "ok")})
-            rows.append(row)
-            progress.advance(task)
-    swept = summary(args.seed, [(r["shape"], r["x loop"]) for r in rows if r["set"] == "sweep"])
-    dense = summary(args.seed, [(r["shape"], r["x dense"]) for r in rows if r["set"] == "sweep"])
-    print(f"sweep vs loop: min {swept['min']}, geomean {swept['geomean']}; vs dense: min {dense['min']}, "
-          f"geomean {dense['geomean']}")
+    rows = measure_all([(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep],
+                       lambda shape: measure(shape, args.rounds, rng), "rel err vs SDPA", TOLERANCE,
+                       ("shape", "keys", "TFLOP/s", "loop TFLOP/s", "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA"),
+                       "paged attention problems")
+    swept, dense = loop_and_dense(args.seed, rows)
     notes = ["FLOPs = 4 H D (query, key) pairs (causal prefill: each query's visible keys); medians of interleaved "
              "rounds queued behind a GPU spin",
              "loop: torch SDPA per sequence on contiguous copies of its keys (made before timing); dense: tmakit's "

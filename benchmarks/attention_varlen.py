@@ -15,16 +15,15 @@ mean length log-uniform in [128, 8192] (at most 64k tokens), H in {8, 16, 32}, g
 """
 from __future__ import annotations
 
-import argparse
 import math
 import random
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
-from benchmarks._sweep import log_uniform, summary  # noqa: E402
+from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, loop_and_dense,  # noqa: E402
+                              measure_all, sweep_arguments)
 
 TOLERANCE = 2e-2
 D = 128
@@ -100,15 +99,7 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
     pairs = sum(n * (n + 1) // 2 if causal else n * n for n in lens)
     flops = 4.0 * h * D * pairs
     dense_flops = 4.0 * h * D * b * (sd * (sd + 1) // 2 if causal else sd * sd)
-    launches = max(1, min(20, int(1e12 / flops)))
-    fns = (plan, loop, dense)
-    for fn in fns:
-        time_ms(fn, torch, launches, queue_ahead=True)
-    times: list[list[float]] = [[], [], []]
-    for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            times[i].append(time_ms(fn, torch, launches, queue_ahead=True))
-    t, tl, td = (statistics.median(x) for x in times)
+    t, tl, td = interleaved_medians((plan, loop, dense), torch, max(1, min(20, int(1e12 / flops))), rounds)
     return {"shape": label, "B": b, "H": h, "H_kv": hkv, "D": D, "causal": causal, "tokens": total,
             "shortest": min(lens), "longest": max(lens), "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1),
             "loop TFLOP/s": round(flops / tl / 1e9, 1), "dense TFLOP/s": round(dense_flops / td / 1e9, 1),
@@ -117,41 +108,18 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
-    parser.add_argument("--out", default=None, help="also copy the results files here")
-    parser.add_argument("--name", default="attention_varlen", help="results file stem")
-    parser.add_argument("--sweep", type=int, default=24, help="random problems beside the named ones (default 24)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep and of the lengths (default 0)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if args.sweep < 0:
-        parser.error("--sweep must be at least 0")
+    args = checked_arguments(sweep_arguments(__doc__.splitlines()[0], "attention_varlen", 24, rounds=7), argv)
     torch = torch_with_gpu("benchmarks/attention_varlen.py", "the SDPA loop")
     if torch is None:
         return 0
     sweep = sweep_shapes(args.seed, args.sweep)
     print(f"sweep: {len(sweep)} problems from seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
-    rows = []
-    from rich.progress import Progress
-
-    todo = [(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep]
-    with Progress(transient=True) as progress:
-        task = progress.add_task("varlen attention problems", total=len(todo))
-        for shape, kind in todo:
-            row = {"set": kind, **measure(shape, args.rounds, rng)}
-            row["ok"] = row["rel err vs SDPA"] <= TOLERANCE
-            progress.console.print({key: row[key] for key in ("shape", "tokens", "TFLOP/s", "loop TFLOP/s",
-                                                              "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA",
-                                                              "ok")})
-            rows.append(row)
-            progress.advance(task)
-    swept = summary(args.seed, [(r["shape"], r["x loop"]) for r in rows if r["set"] == "sweep"])
-    dense = summary(args.seed, [(r["shape"], r["x dense"]) for r in rows if r["set"] == "sweep"])
-    print(f"sweep vs loop: min {swept['min']}, geomean {swept['geomean']}; vs dense: min {dense['min']}, "
-          f"geomean {dense['geomean']}")
+    rows = measure_all([(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep],
+                       lambda shape: measure(shape, args.rounds, rng), "rel err vs SDPA", TOLERANCE,
+                       ("shape", "tokens", "TFLOP/s", "loop TFLOP/s", "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA"),
+                       "varlen attention problems")
+    swept, dense = loop_and_dense(args.seed, rows)
     notes = ["FLOPs = 4 H D sum over sequences of Lq Lk (causal: of each row's visible keys); medians of "
              "interleaved rounds queued behind a GPU spin",
              "loop: torch SDPA per sequence (enable_gqa where K/V have fewer heads); dense: tmakit's plan_attention "

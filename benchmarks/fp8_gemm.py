@@ -13,15 +13,14 @@ Beside the named shapes, a sweep of --sweep random shapes (default 16) from --se
 """
 from __future__ import annotations
 
-import argparse
 import random
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
-from benchmarks._sweep import log_uniform, summary  # noqa: E402
+from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, measure_all,  # noqa: E402
+                              summary, sweep_arguments)
 
 TOLERANCE = 2e-2
 SHAPES = [("8192^3", 8192, 8192, 8192), ("4096^3", 4096, 4096, 4096), ("16384x8192x8192", 16384, 8192, 8192),
@@ -69,51 +68,24 @@ def measure(shape: tuple, rounds: int) -> dict:
     peer_ref = (a[rows].float() * row_a[rows]) @ (b.float() * row_b.T).T
     peer_err = ((peer_out[rows].float() - peer_ref).abs().max() / peer_ref.abs().max()).item()
     flops = 2.0 * m * n * k
-    launches = max(1, min(50, int(1e13 / flops)))
-    for fn in (plan, peer):
-        for _ in range(3):
-            time_ms(fn, torch, launches, queue_ahead=True)
-    ours, theirs = [], []
-    for _ in range(rounds):
-        ours.append(time_ms(plan, torch, launches, queue_ahead=True))
-        theirs.append(time_ms(peer, torch, launches, queue_ahead=True))
-    t, tp = statistics.median(ours), statistics.median(theirs)
+    t, tp = interleaved_medians((plan, peer), torch, max(1, min(50, int(1e13 / flops))), rounds, warmup=3)
     return {"shape": label, "M": m, "N": n, "K": k, "tile": f"128x128x128 s{plan.config.stages}", "ms": round(t, 4),
             "TFLOP/s": round(flops / t / 1e9, 1), "_scaled_mm TFLOP/s": round(flops / tp / 1e9, 1),
-            "x _scaled_mm": round(tp / t, 3), "spread": round((max(ours) - min(ours)) / t, 3),
+            "x _scaled_mm": round(tp / t, 3),
             "max rel err": float(f"{err:.3g}"), "peer max rel err": float(f"{peer_err:.3g}")}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (median)")
-    parser.add_argument("--out", default=None, help="also copy the results files here")
-    parser.add_argument("--name", default="fp8_gemm", help="results file stem")
-    parser.add_argument("--sweep", type=int, default=16, help="random shapes beside the named ones (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep (default 0)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if args.sweep < 0:
-        parser.error("--sweep must be at least 0")
+    args = checked_arguments(sweep_arguments(__doc__.splitlines()[0], "fp8_gemm", 16, rounds=10), argv)
     torch = torch_with_gpu("benchmarks/fp8_gemm.py", "torch._scaled_mm")
     if torch is None:
         return 0
     sweep = sweep_shapes(args.seed, args.sweep)
     print(f"sweep: {len(sweep)} shapes from seed {args.seed}", flush=True)
-    rows = []
-    from rich.progress import Progress
-
-    todo = [(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep]
-    with Progress(transient=True) as progress:
-        task = progress.add_task("fp8 GEMM shapes", total=len(todo))
-        for shape, kind in todo:
-            row = {"set": kind, **measure(shape, args.rounds)}
-            row["ok"] = row["max rel err"] <= TOLERANCE
-            progress.console.print({key: row[key] for key in ("shape", "tile", "TFLOP/s", "_scaled_mm TFLOP/s",
-                                                              "x _scaled_mm", "max rel err", "ok")})
-            rows.append(row)
-            progress.advance(task)
+    rows = measure_all([(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep],
+                       lambda shape: measure(shape, args.rounds), "max rel err", TOLERANCE,
+                       ("shape", "tile", "TFLOP/s", "_scaled_mm TFLOP/s", "x _scaled_mm", "max rel err"),
+                       "fp8 GEMM shapes")
     swept = summary(args.seed, [(r["shape"], r["x _scaled_mm"]) for r in rows if r["set"] == "sweep"])
     print(f"sweep: min {swept['min']}, geomean {swept['geomean']}, worst {swept['worst']}")
     notes = ["FLOPs = 2 M N K; medians of interleaved rounds queued behind a GPU spin",

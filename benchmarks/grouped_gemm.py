@@ -16,15 +16,14 @@ zeros included); the results give the sweep's minimum, geometric mean and worst 
 """
 from __future__ import annotations
 
-import argparse
 import random
-import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
-from benchmarks._sweep import log_uniform, summary  # noqa: E402
+from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, measure_all,  # noqa: E402
+                              summary, sweep_arguments)
 
 TOLERANCE = 2e-2
 # (label, G, N, K, tokens, dtype)
@@ -96,54 +95,26 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
                 if s:
                     torch.matmul(a[s0:s0 + s], w[i].T, out=peer_out[s0:s0 + s])
     flops = 2.0 * tokens * n * k
-    launches = max(1, min(50, int(2e12 / flops)))
-    for fn in (plan, peer):
-        for _ in range(3):
-            time_ms(fn, torch, launches, queue_ahead=True)
-    ours, theirs = [], []
-    for _ in range(rounds):
-        ours.append(time_ms(plan, torch, launches, queue_ahead=True))
-        theirs.append(time_ms(peer, torch, launches, queue_ahead=True))
-    t, tp = statistics.median(ours), statistics.median(theirs)
+    t, tp = interleaved_medians((plan, peer), torch, max(1, min(50, int(2e12 / flops))), rounds, warmup=3)
     cfg = plan.config
     return {"shape": label, "G": g, "N": n, "K": k, "tokens": tokens, "empty groups": sizes.count(0), "dtype": dtype,
             "tile": f"128x{cfg.block_n}x64 s{cfg.stages}", "peer": peer_name, "ms": round(t, 4),
             "TFLOP/s": round(flops / t / 1e9, 1), "peer TFLOP/s": round(flops / tp / 1e9, 1),
-            "x peer": round(tp / t, 3), "spread": round((max(ours) - min(ours)) / t, 3),
-            "max rel err": float(f"{err:.3g}")}
+            "x peer": round(tp / t, 3), "max rel err": float(f"{err:.3g}")}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds (median)")
-    parser.add_argument("--out", default=None, help="also copy the results files here")
-    parser.add_argument("--name", default="grouped_gemm", help="results file stem (benchmarks/results/NAME.json)")
-    parser.add_argument("--sweep", type=int, default=40, help="random problems beside the named ones (default 40)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the sweep and of the token shares (default 0)")
-    args = parser.parse_args(argv)
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
-    if args.sweep < 0:
-        parser.error("--sweep must be at least 0")
+    args = checked_arguments(sweep_arguments(__doc__.splitlines()[0], "grouped_gemm", 40), argv)
     torch = torch_with_gpu("benchmarks/grouped_gemm.py", "torch._grouped_mm")
     if torch is None:
         return 0
     sweep = sweep_shapes(args.seed, args.sweep)
     print(f"sweep: {len(sweep)} problems from seed {args.seed}", flush=True)
     rng = random.Random(args.seed)
-    rows = []
-    from rich.progress import Progress
-
-    todo = [(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep]
-    with Progress(transient=True) as progress:
-        task = progress.add_task("grouped GEMM problems", total=len(todo))
-        for shape, kind in todo:
-            row = {"set": kind, **measure(shape, args.rounds, rng)}
-            row["ok"] = row["max rel err"] <= TOLERANCE
-            progress.console.print({key: row[key] for key in ("shape", "tile", "peer", "TFLOP/s", "peer TFLOP/s",
-                                                              "x peer", "max rel err", "ok")})
-            rows.append(row)
-            progress.advance(task)
+    rows = measure_all([(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep],
+                       lambda shape: measure(shape, args.rounds, rng), "max rel err", TOLERANCE,
+                       ("shape", "tile", "peer", "TFLOP/s", "peer TFLOP/s", "x peer", "max rel err"),
+                       "grouped GEMM problems")
     swept = summary(args.seed, [(r["shape"], r["x peer"]) for r in rows if r["set"] == "sweep"])
     print(f"sweep: min {swept['min']}, geomean {swept['geomean']}, worst {swept['worst']}")
     notes = ["FLOPs = 2 tokens N K; medians of interleaved rounds of back-to-back launches after warm-up, queued "

@@ -262,6 +262,15 @@ def grouped_gemm(d: dict) -> dict:
             "sweep": sweep(d, "torch._grouped_mm")}
 
 
+def _versus_dense(dense: dict) -> str:
+    """The sweep against the dense kernel at equal total tokens, when the results hold it."""
+    if not dense.get("count"):
+        return ""
+    return (f" Against the dense kernel at equal total tokens: min {ratio(dense.get('min'))}, geomean "
+            f"{ratio(dense.get('geomean'))}; worst: " + ", ".join(f"{label} {ratio(r)}" for label, r in dense["worst"])
+            + ".")
+
+
 def attention_varlen(d: dict) -> dict:
     out = [[r["shape"], str(r["tokens"]), f"{r['shortest']}-{r['longest']}", f"{r['TFLOP/s']:.0f}",
             f"{r['loop TFLOP/s']:.0f}", f"{r['dense TFLOP/s']:.0f}", ratio(r["x loop"]), ratio(r["x dense"]),
@@ -270,11 +279,7 @@ def attention_varlen(d: dict) -> dict:
     return {"run": run_line(d),
             "table": table(["problem", "tokens", "lengths", "TFLOP/s", "SDPA loop TFLOP/s", "dense TFLOP/s", "vs loop",
                             "vs dense", "rel err vs SDPA"], out, {1, 3, 4, 5, 6, 7, 8}),
-            "sweep": sweep(d, "the SDPA loop") + (f" Against the dense kernel at equal total tokens: min "
-                                                  f"{ratio(dense.get('min'))}, geomean {ratio(dense.get('geomean'))}; "
-                                                  "worst: " + ", ".join(f"{label} {ratio(r)}" for label, r in
-                                                                        dense.get("worst", [])) + "."
-                                                  if dense.get("count") else "")}
+            "sweep": sweep(d, "the SDPA loop") + _versus_dense(dense)}
 
 
 def attention_paged(d: dict) -> dict:
@@ -285,11 +290,7 @@ def attention_paged(d: dict) -> dict:
     return {"run": run_line(d),
             "table": table(["problem", "keys", "ms", "TFLOP/s", "SDPA loop TFLOP/s", "dense TFLOP/s", "vs loop",
                             "vs dense", "rel err vs SDPA"], out, {1, 2, 3, 4, 5, 6, 7, 8}),
-            "sweep": sweep(d, "the SDPA loop") + (f" Against the dense kernel at equal total tokens: min "
-                                                  f"{ratio(dense.get('min'))}, geomean {ratio(dense.get('geomean'))}; "
-                                                  "worst: " + ", ".join(f"{label} {ratio(r)}" for label, r in
-                                                                        dense.get("worst", [])) + "."
-                                                  if dense.get("count") else "")}
+            "sweep": sweep(d, "the SDPA loop") + _versus_dense(dense)}
 
 
 def fp8_gemm(d: dict) -> dict:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .. import _driver
 from ..arrays import ArrayView
 from ..errors import InvalidArgumentError
 from . import _checks
@@ -90,3 +91,13 @@ class Plan:
 
     def __repr__(self) -> str:
         return f"<tmakit.ops plan_{self.op} {self.result}>"
+
+
+def wait_for_stream(stream: Any) -> None:
+    """Wait for the work a plan queued on ``stream`` (None: the whole context), e.g. before freeing its workspace."""
+    from ..streams import stream_handle
+
+    if stream is None:
+        _driver.call("cuCtxSynchronize")
+    else:
+        _driver.call("cuStreamSynchronize", stream_handle(stream))

@@ -51,11 +51,12 @@ from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..device import device_limits
 from ..device_array import DeviceArray
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
 from ._kernels import kernel
+from ._plan import wait_for_stream
 from ._plan_cache import cached
 
 HEAD_DIMS = (64, 128, 256)
@@ -296,6 +297,65 @@ def _empty_like(q: Any, shape: tuple[int, ...], float32: bool) -> Any:
         return DeviceArray.empty(shape, np.float32, device=_checks.view(q, "q").device)
     raise InvalidArgumentError("out", None, "is needed for inputs that are not torch tensors",
                                "pass out= (an array shaped and typed like q)")
+
+
+def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: list[tuple[ArrayView, str]], backend: Any,
+                    *, block_n: int | None = None, stages: int | None = None) -> tuple:
+    """The checks and tile plan that the TMA-only attention plans (variable lengths, paged cache) share:
+    ``(choice, config, scale)`` after checking ``causal``, ``scale`` (None: 1/sqrt(D)), the backend (``what`` names
+    the reason it must be tma) and the 16-byte alignment of every (view, name)."""
+    if not isinstance(causal, bool):
+        raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+        raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
+    device = views[0][0].device
+    choice = choose_backend(backend, device=device)
+    if choice.backend is not Backend.TMA:
+        raise UnsupportedDeviceError(what, required="sm_90 (backend 'tma')", actual=choice.arch)
+    for view, name in views:
+        if view.ptr % 16:
+            raise InvalidArgumentError(name, f"address 0x{view.ptr:x}", "must be 16-byte aligned for a TMA map",
+                                       "pass an aligned tensor")
+    limit = shared_mem_limit(choice.arch, device)
+    cfg = default_config(choice.backend, head_dim, views[0][0].dtype_name == "bfloat16", block_n=block_n,
+                         stages=stages, shared_mem_limit=limit)
+    check_config(cfg, limit)
+    return choice, cfg, float(scale)
+
+
+def lse_buffer(q: Any, lse: Any, shape: tuple[int, ...], device: int | None) -> tuple[Any, ArrayView]:
+    """The lse output: ``lse`` checked (contiguous float32 of ``shape`` on the device), or a new one like q's."""
+    lse = lse if lse is not None else _empty_like(q, shape, True)
+    lv = _checks.view(lse, "lse")
+    if lv.shape != shape or lv.dtype_name != "float32" or not lv.is_c_contiguous or lv.device != device:
+        raise InvalidArgumentError("lse", f"shape {lv.shape}, dtype {lv.dtype_name}",
+                                   f"must be a contiguous float32 array of shape {shape} on q's device",
+                                   "leave lse out")
+    return lse, lv
+
+
+class DeviceMapsPlan:
+    """The plans whose launch reads tensor maps built on the device by a first kernel (variable lengths, paged
+    cache): ``plan()`` runs both and returns ``(out, lse)``; ``close()`` waits for the stream, then frees the maps'
+    workspace (``_maps_workspace``)."""
+
+    _build: Any
+    _launch: Any
+    _maps_workspace: Any
+    _stream: Any
+    out: Any
+    lse: Any
+
+    def __call__(self) -> tuple:
+        self._build()
+        self._launch()
+        return self.out, self.lse
+
+    def close(self) -> None:
+        wait_for_stream(self._stream)
+        self._maps_workspace.close()
 
 
 class AttentionPlan:

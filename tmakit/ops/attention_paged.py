@@ -22,14 +22,12 @@ import math
 from typing import Any
 
 from ..arrays import ArrayView
-from ..backend import Backend, choose_backend
 from ..device_array import DeviceArray
-from ..errors import InvalidArgumentError, UnsupportedDeviceError
+from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .grouped_gemm import _sync
-from .attention import (DTYPES, HEAD_DIMS, _bhsd_view, _empty_like, _tile_map, check_config, default_config,
-                        shared_mem_limit)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, _bhsd_view, _empty_like, _tile_map, lse_buffer,
+                        tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
 
@@ -75,7 +73,7 @@ def _check_inputs(q: Any, k: Any, v: Any, table: Any, lens: Any, out: Any) -> tu
     return qv, kv, vv, tv, lv, ov, (b, sq, h, hk, d, pages, page_size, tv.shape[1])
 
 
-class PagedAttentionPlan:
+class PagedAttentionPlan(DeviceMapsPlan):
     """A prepared paged-cache attention: ``plan()`` reruns both launches (with whatever the block table and the
     lengths hold now); returns ``(out, lse)``."""
 
@@ -88,7 +86,7 @@ class PagedAttentionPlan:
         defines = {**cfg.defines, "TMAKIT_ATTN_PAGED": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
-        self._tail_maps = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
+        self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -103,25 +101,16 @@ class PagedAttentionPlan:
         km = _tile_map(_bhsd_view(k, "bshd"), self.page_size, oob_fill="zero")
         vm = _tile_map(_bhsd_view(v, "bshd"), self.page_size, oob_fill="zero")
         self.maps = (qm, km, vm, om)
-        self._build = self._maps_kernel.bind(km, vm, lens.ptr, self.page_size, self.max_pages, self._tail_maps.ptr,
+        self._build = self._maps_kernel.bind(km, vm, lens.ptr, self.page_size, self.max_pages,
+                                             self._maps_workspace.ptr,
                                              grid=(self.batch, 1, 1), block=(32, 1, 1), stream=self._stream,
                                              checked=False)  # no barrier to bound
         lse_ptr = _checks.view(self.lse, "lse").ptr
         args = (*self.maps, lse_ptr, self.heads, self.sq, self.max_pages * self.page_size,
                 self.scale * math.log2(math.e), int(self.causal), self.heads // self.kv_heads, 0, lens.ptr,
-                self._tail_maps.ptr, table.ptr, self.page_size, self.max_pages, self.pages)
+                self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
-
-    def __call__(self) -> tuple:
-        self._build()
-        self._launch()
-        return self.out, self.lse
-
-    def close(self) -> None:
-        """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
-        _sync(self._stream)
-        self._tail_maps.close()
 
 
 def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seqlens_k: Any, out: Any = None, *,
@@ -129,25 +118,11 @@ def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, s
                          stages: int | None = None, stream: Any = None,
                          checked: bool | str | None = None) -> PagedAttentionPlan:
     """Check the arguments, compile the variant and bind both launches (not run)."""
-    if not isinstance(causal, bool):
-        raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
     qv, kv, vv, tv, lv, ov, dims = _check_inputs(q, k_cache, v_cache, block_table, seqlens_k, out)
     b, sq, h, hk, d, pages, page_size, max_pages = dims
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
-        raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
-    choice = choose_backend(backend, device=qv.device)
-    if choice.backend is not Backend.TMA:
-        raise UnsupportedDeviceError("paged attention reads the cache page by page through TMA boxes and "
-                                     "device-built maps", required="sm_90 (backend 'tma')", actual=choice.arch)
-    for view, name in ((qv, "q"), (kv, "k_cache"), (vv, "v_cache")) + (((ov, "out"),) if ov is not None else ()):
-        if view.ptr % 16:
-            raise InvalidArgumentError(name, f"address 0x{view.ptr:x}", "must be 16-byte aligned for a TMA map",
-                                       "pass an aligned tensor")
-    limit = shared_mem_limit(choice.arch, qv.device)
-    cfg = default_config(choice.backend, d, qv.dtype_name == "bfloat16", stages=stages, shared_mem_limit=limit)
-    check_config(cfg, limit)
+    views = [(qv, "q"), (kv, "k_cache"), (vv, "v_cache")] + ([(ov, "out")] if ov is not None else [])
+    choice, cfg, scale = tma_plan_config("paged attention reads the cache page by page through TMA boxes and "
+                                         "device-built maps", causal, scale, d, views, backend, stages=stages)
     if cfg.block_n % page_size:
         raise InvalidArgumentError("k_cache", f"page size {page_size}", f"must divide the key block of head dim {d} "
                                    f"({cfg.block_n} keys)", f"use pages of at most {cfg.block_n} keys")
@@ -158,16 +133,11 @@ def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, s
         raise InvalidArgumentError("block_table", f"shape {tv.shape}", f"addresses {max_pages * page_size} keys a "
                                    "sequence; at most 2^31 - 1 fit the kernel's int coordinates", "use fewer pages")
     out = out if out is not None else _empty_like(q, qv.shape, False)
-    lse = lse if lse is not None else _empty_like(q, (b, h, sq), True)
-    lsev = _checks.view(lse, "lse")
-    if lsev.shape != (b, h, sq) or lsev.dtype_name != "float32" or not lsev.is_c_contiguous or lsev.device != qv.device:
-        raise InvalidArgumentError("lse", f"shape {lsev.shape}, dtype {lsev.dtype_name}",
-                                   f"must be a contiguous float32 array of shape ({b}, {h}, {sq}) on q's device",
-                                   "leave lse out")
+    lse, lsev = lse_buffer(q, lse, (b, h, sq), qv.device)
     ov = ov or _checks.view(out, "out")
     _checks.refuse_overlap([("out", ov), ("lse", lsev)], [("q", qv), ("k_cache", kv), ("v_cache", vv),
                                                           ("block_table", tv), ("seqlens_k", lv)])
-    plan = PagedAttentionPlan(cfg, choice, dims, causal, float(scale), out, lse, qv.device, stream, checked)
+    plan = PagedAttentionPlan(cfg, choice, dims, causal, scale, out, lse, qv.device, stream, checked)
     plan._bind(qv, kv, vv, tv, lv, ov)
     return plan
 

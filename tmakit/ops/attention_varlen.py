@@ -22,14 +22,12 @@ import math
 from typing import Any
 
 from ..arrays import ArrayView
-from ..backend import Backend, choose_backend
 from ..device_array import DeviceArray
-from ..errors import InvalidArgumentError, UnsupportedDeviceError
+from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .grouped_gemm import _sync
-from .attention import (DTYPES, HEAD_DIMS, _empty_like, attention_tensor_maps, check_config, default_config,
-                        shared_mem_limit)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, _empty_like, attention_tensor_maps, lse_buffer,
+                        tma_plan_config)
 
 
 def _packed(v: ArrayView, name: str) -> ArrayView:
@@ -81,7 +79,7 @@ def _check_inputs(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, out: Any) -> tup
     return qv, kv, vv, cus[0], cus[1], ov, (cus[0].shape[0] - 1, h, hk, tq, tk, d)
 
 
-class VarlenAttentionPlan:
+class VarlenAttentionPlan(DeviceMapsPlan):
     """A prepared variable-length attention: ``plan()`` reruns both launches (with whatever cu_seqlens hold now);
     returns ``(out, lse)``."""
 
@@ -93,7 +91,7 @@ class VarlenAttentionPlan:
         defines = {**cfg.defines, "TMAKIT_ATTN_VARLEN": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **defines)
-        self._seq_maps = DeviceArray.zeros((4 * self.batch, 128), "uint8", device=device)
+        self._maps_workspace = DeviceArray.zeros((4 * self.batch, 128), "uint8", device=device)
         self._checked = checked
 
     @property
@@ -107,22 +105,13 @@ class VarlenAttentionPlan:
         self.maps = attention_tensor_maps(*views, cfg, "bshd")
         lse_ptr = _checks.view(self.lse, "lse").ptr
         self._build = self._maps_kernel.bind(*self.maps, cu_q.ptr, cu_k.ptr, self.total_q, self.total_k,
-                                             self._seq_maps.ptr, grid=(self.batch, 1, 1), block=(32, 1, 1),
+                                             self._maps_workspace.ptr, grid=(self.batch, 1, 1), block=(32, 1, 1),
                                              stream=self._stream, checked=False)  # no barrier to bound
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
-                int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._seq_maps.ptr, 0, 0, 0, 0)
+                int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
+                0, 0, 0, 0)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
-
-    def __call__(self) -> tuple:
-        self._build()
-        self._launch()
-        return self.out, self.lse
-
-    def close(self) -> None:
-        """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
-        _sync(self._stream)
-        self._seq_maps.close()
 
 
 def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
@@ -130,43 +119,24 @@ def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_
                           backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
                           stream: Any = None, checked: bool | str | None = None) -> VarlenAttentionPlan:
     """Check the arguments, compile the variant and bind both launches (not run)."""
-    if not isinstance(causal, bool):
-        raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
     qv, kv, vv, cq, ck, ov, dims = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out)
     batch, h, hk, tq, tk, d = dims
     if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or not 1 <= max_seqlen_q <= tq:
         raise InvalidArgumentError("max_seqlen_q", max_seqlen_q, f"must be an int in [1, {tq}] (q's rows), at least "
                                    "the longest query sequence", "pass max(lengths) of the query sequences")
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
-        raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
-    choice = choose_backend(backend, device=qv.device)
-    if choice.backend is not Backend.TMA:
-        raise UnsupportedDeviceError("variable-length attention builds each sequence's tensor maps on the device "
-                                     "(tensormap.replace)", required="sm_90 (backend 'tma')", actual=choice.arch)
-    for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):
-        if view.ptr % 16:
-            raise InvalidArgumentError(name, f"address 0x{view.ptr:x}", "must be 16-byte aligned for a TMA map",
-                                       "pass an aligned tensor")
-    limit = shared_mem_limit(choice.arch, qv.device)
-    cfg = default_config(choice.backend, d, qv.dtype_name == "bfloat16", block_n=block_n, stages=stages,
-                         shared_mem_limit=limit)
-    check_config(cfg, limit)
+    views = [(qv, "q"), (kv, "k"), (vv, "v")] + ([(ov, "out")] if ov is not None else [])
+    choice, cfg, scale = tma_plan_config("variable-length attention builds each sequence's tensor maps on the device "
+                                         "(tensormap.replace)", causal, scale, d, views, backend, block_n=block_n,
+                                         stages=stages)
     if batch > 65535 or h > 65535:
         raise InvalidArgumentError("cu_seqlens_q", f"{batch} sequences, {h} heads", "must be at most 65535 each",
                                    "split the batch")
     out = out if out is not None else _empty_like(q, qv.shape, False)
-    lse = lse if lse is not None else _empty_like(q, (h, tq), True)
-    lv = _checks.view(lse, "lse")
-    if lv.shape != (h, tq) or lv.dtype_name != "float32" or not lv.is_c_contiguous or lv.device != qv.device:
-        raise InvalidArgumentError("lse", f"shape {lv.shape}, dtype {lv.dtype_name}",
-                                   f"must be a contiguous float32 array of shape ({h}, {tq}) on q's device",
-                                   "leave lse out")
+    lse, lv = lse_buffer(q, lse, (h, tq), qv.device)
     ov = ov or _checks.view(out, "out")
     _checks.refuse_overlap([("out", ov), ("lse", lv)], [("q", qv), ("k", kv), ("v", vv), ("cu_seqlens_q", cq),
                                                         ("cu_seqlens_k", ck)])
-    plan = VarlenAttentionPlan(cfg, choice, dims, max_seqlen_q, causal, float(scale), out, lse, qv.device, stream,
+    plan = VarlenAttentionPlan(cfg, choice, dims, max_seqlen_q, causal, scale, out, lse, qv.device, stream,
                                checked)
     plan._bind(qv, kv, vv, cq, ck, ov)
     return plan

@@ -28,22 +28,12 @@ from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel, sm_count
+from ._plan import wait_for_stream
 from ._plan_cache import cached
 from .gemm import (BLOCK_K, BLOCK_M, DTYPES, NO_MAP, OUT_DTYPES, _empty, _parse_b_major, _rows, check_config, default_config,
                    shared_mem_limit)
 
 MAX_GROUPS = 1024
-
-
-def _sync(stream: Any) -> None:
-    """Wait for a plan's stream (None: the whole context) before its workspace is freed."""
-    from .. import _driver
-    from ..streams import stream_handle
-
-    if stream is None:
-        _driver.call("cuCtxSynchronize")
-    else:
-        _driver.call("cuStreamSynchronize", stream_handle(stream))  # the groups' tables live in shared memory (8 bytes a group)
 
 
 def _check_b(bv: ArrayView, b_kmajor: bool, K: int, dtype: str) -> tuple[int, int]:
@@ -128,7 +118,7 @@ class GroupedGemmPlan:
 
     def close(self) -> None:
         """Free the map workspace once the plan's launches are done (the stream is synchronised first)."""
-        _sync(self._stream)
+        wait_for_stream(self._stream)
         self._c_maps.close()
 
 

@@ -63,10 +63,17 @@ def _required_gpu(probe: GpuProbe) -> None:
         raise pytest.UsageError(f"TMAKIT_TEST_REQUIRE_GPU={want}, but {have}: the GPU tests would all skip")
 
 
+def _gpu_count() -> int:
+    from tmakit import _driver
+
+    return _driver.device_count()
+
+
 def pytest_collection_modifyitems(config, items):
     probe = None
     for item in items:
-        needs = {m.name for m in item.iter_markers()} & {"requires_gpu", "requires_sm90", "requires_sm80"}
+        needs = {m.name for m in item.iter_markers()} & {"requires_gpu", "requires_sm90", "requires_sm80",
+                                                          "requires_2gpus"}
         if not needs:
             continue
         if probe is None:
@@ -78,6 +85,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=f"requires sm_90 (TMA); {probe.name} is sm_{probe.major}{probe.minor}"))
         elif "requires_sm80" in needs and probe.major < 8:
             item.add_marker(pytest.mark.skip(reason=f"requires sm_80 (cp.async); {probe.name} is sm_{probe.major}{probe.minor}"))
+        elif "requires_2gpus" in needs and _gpu_count() < 2:
+            if int(os.environ.get("TMAKIT_TEST_REQUIRE_GPUS", "1") or "1") >= 2:
+                raise pytest.UsageError(f"TMAKIT_TEST_REQUIRE_GPUS=2, but {_gpu_count()} GPU(s) here")
+            item.add_marker(pytest.mark.skip(reason=f"requires 2 GPUs; {_gpu_count()} here"))
 
 
 @pytest.fixture(scope="session")

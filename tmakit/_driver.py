@@ -221,3 +221,27 @@ def make_current(device: int) -> None:
     """Make the device's primary context current unless a context of that device already is."""
     if current_device_ordinal() != device:
         call("cuCtxSetCurrent", primary_context(device))
+
+
+@functools.lru_cache(maxsize=None)
+def enable_peer_access(device: int, peer: int) -> None:
+    """Let kernels (and TMA) on ``device`` read and write ``peer``'s memory: checked with cuDeviceCanAccessPeer,
+    then enabled from ``device``'s primary context (once per pair and process; already enabled is fine)."""
+    from .errors import UnsupportedDeviceError
+
+    count = device_count()
+    for name, ordinal in (("device", device), ("peer", peer)):
+        if not 0 <= ordinal < count:
+            from .errors import InvalidArgumentError
+
+            raise InvalidArgumentError(name, ordinal, f"is not a GPU here ({count} visible)",
+                                       f"pass a device ordinal in 0..{count - 1}")
+    if not int(call("cuDeviceCanAccessPeer", device_handle(device), device_handle(peer))):
+        raise UnsupportedDeviceError(f"GPU {device} ({device_name(device)}) cannot access GPU {peer}'s memory "
+                                     f"({device_name(peer)}): no peer path between them (NVLink or PCIe P2P), or "
+                                     "peer access is disabled", required="peer access", actual="none")
+    with context_for(device):
+        err = driver().cuCtxEnablePeerAccess(primary_context(peer), 0)
+        code = err[0] if isinstance(err, tuple) else err
+        if int(code) != 0 and getattr(code, "name", "") != "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED":
+            check("cuCtxEnablePeerAccess", (code,))

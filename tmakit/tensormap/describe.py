@@ -204,20 +204,35 @@ _new_spec = object.__new__
 tiled_ok = rules.tiled_ok
 
 
+def _check_device(device: Any) -> None:
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise InvalidArgumentError("device", device, "must be a GPU ordinal (an int >= 0)",
+                                   "pass the device whose kernels use the map, e.g. device=0")
+
+
+def _no_array_device(device: int) -> int:
+    raise InvalidArgumentError("device", device, "is only for a map of an array (a peer map of another GPU's array)",
+                               "pass the array, or leave device out")
+
+
 def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swizzle: Any = _AUTO,
                     oob_fill: Any = _ZERO, l2_promotion: Any = _NONE, interleave: Any = _NONE,
                     element_strides: Sequence[int] | None = None, arch: Any = None, encode: bool = True,
                     shape: Sequence[int] | None = None, dtype: Any = None,
-                    strides: Sequence[int] | None = None) -> TensorMap:
+                    strides: Sequence[int] | None = None, device: int | None = None) -> TensorMap:
     """Build a tiled tensor map for ``array`` (or for ``shape``/``dtype``/``strides`` without one).
 
     ``box``, ``shape``, ``strides`` (bytes) and ``element_strides`` are in numpy order (outermost first).
     ``swizzle="auto"`` picks the smallest swizzle span that holds a row (rows are padded to it when narrower).
     Every rule is checked on every call; a ``TensorMapError`` lists all violations. With a GPU of sm_90+, the
     descriptor is encoded in the array's context. The returned TensorMap holds ``array`` (``tm.owner``).
+    ``device``: the GPU whose kernels will use the map, when not the array's (a peer map: the array lives on another
+    GPU of this host): peer access from ``device`` to the array's GPU is checked and enabled, the map is encoded in
+    ``device``'s context and ``tm.device`` is ``device``; a GPU pair without a peer path is an error naming both.
     """
     if type(encode) is not bool:
         encode = check_encode_flag(encode)
+    wanted = device  # the parameter; `device` below is the array's until a peer map replaces it
     if array is not None and shape is None and strides is None and dtype is None:  # the common call
         view = as_array_view(array, "array")
         address, shp, st, dtype_name, _, device, _ = view  # unpacked at once: cheaper than 5 field look-ups
@@ -225,6 +240,13 @@ def describe_tensor(array: Any = None, box: Sequence[int] | None = None, *, swiz
     else:
         view, dt, shp, st = source(array, shape, dtype, strides)
         address, device = (view.ptr, view.device) if view is not None else (0, None)
+    if wanted is not None:  # a map for kernels on another GPU than the array's (a peer map)
+        if view is None:
+            _no_array_device(wanted)
+        _check_device(wanted)
+        if wanted != device:
+            _driver.enable_peer_access(wanted, device)  # raises, naming both GPUs, when there is no peer path
+            device = wanted
     rank = len(shp)
     if box is None:
         raise InvalidArgumentError("box", None, "is required", "pass the tile to load, e.g. box=(64, 64)")

@@ -1,0 +1,77 @@
+"""Peer tensor maps: a map encoded for kernels on GPU 0 over an array in GPU 1's memory (describe_tensor(device=)).
+
+CPU: the argument checks. Two GPUs: >= 1,000 random peer maps (every rank, type, swizzle, element stride, partial
+and out-of-bounds boxes) over a buffer of fresh random bytes on GPU 1, each box loaded by TMA on GPU 0 and
+compared with tmakit.layout.tma_load_image byte for byte; the map keeps the peer array alive.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import random
+
+import numpy as np
+import pytest
+
+from tmakit import InvalidArgumentError, describe_tensor
+
+from _fake_driver import FakeDeviceArray
+
+
+def test_device_must_be_a_gpu_ordinal_and_needs_an_array() -> None:
+    with pytest.raises(InvalidArgumentError, match="device=-1: must be a GPU ordinal"):
+        describe_tensor(FakeDeviceArray((64, 64), "<f4"), box=(8, 8), device=-1)
+    with pytest.raises(InvalidArgumentError, match="device=True"):
+        describe_tensor(FakeDeviceArray((64, 64), "<f4"), box=(8, 8), device=True)
+    with pytest.raises(InvalidArgumentError, match="device=0: is only for a map of an array"):
+        describe_tensor(shape=(64, 64), dtype="float32", box=(8, 8), device=0)
+
+
+@pytest.mark.requires_2gpus
+def test_peer_boxes_equal_the_cpu_model() -> None:
+    from test_tma_hardware import BUFFER_BYTES, random_case
+
+    from tmakit import DeviceArray, encode_tiled, tma_load_image
+    from tmakit.ops import load_tiles
+    from tmakit.ops.load_tiles import POISON
+
+    seed = int(os.environ.get("TMAKIT_HW_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    boxes = equal = maps = 0
+    with DeviceArray.from_host(host, device=1) as buf:
+        # a peer map of the whole buffer: checks and enables GPU 0's access to GPU 1 (encode_tiled below encodes
+        # raw addresses in GPU 0's context and enables nothing)
+        whole = describe_tensor(buf, box=(256,), device=0)
+        assert whole.device == 0 and whole.owner is buf and whole.descriptor is not None
+        while maps < 1000:
+            case = random_case(rng)
+            if case["interleave"].value:
+                continue
+            tm = encode_tiled(case["dtype"], buf.ptr + case["offset"], case["dims"], case["strides"], case["box"],
+                              case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
+            coords = [list(reversed(c)) for c in case["coords"]]
+            got = load_tiles(tm, coords, backend="tma")
+            for i, c in enumerate(case["coords"]):
+                want = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
+                boxes += 1
+                equal += bool(np.array_equal(got.images[i], want))
+            maps += 1
+    assert maps >= 1000 and boxes >= 3000
+    assert equal == boxes, f"TMAKIT_HW_SEED={seed}: {boxes - equal} of {boxes} peer boxes differ from the model"
+
+
+@pytest.mark.requires_2gpus
+def test_a_peer_map_of_a_torch_tensor_keeps_it_alive_and_loads_on_gpu0() -> None:
+    torch = pytest.importorskip("torch")
+    from tmakit.ops import load_tiles
+
+    x = torch.arange(256 * 256, dtype=torch.float32, device="cuda:1").reshape(256, 256)
+    want = x[32:48, 64:96].cpu().numpy()
+    tm = describe_tensor(x, box=(16, 32), swizzle="none", device=0)
+    assert tm.device == 0 and tm.owner is x
+    del x
+    gc.collect()
+    torch.cuda.empty_cache()
+    got = load_tiles(tm, [[32, 64]], backend="tma").typed()[0]
+    assert np.array_equal(got[:, :32], want)

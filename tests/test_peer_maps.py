@@ -31,7 +31,8 @@ def test_device_must_be_a_gpu_ordinal_and_needs_an_array() -> None:
 def test_peer_boxes_equal_the_cpu_model() -> None:
     from test_tma_hardware import BUFFER_BYTES, random_case
 
-    from tmakit import DeviceArray, encode_tiled, tma_load_image
+    torch = pytest.importorskip("torch")
+    from tmakit import encode_tiled, tma_load_image
     from tmakit.ops import load_tiles
     from tmakit.ops.load_tiles import POISON
 
@@ -39,24 +40,24 @@ def test_peer_boxes_equal_the_cpu_model() -> None:
     rng = random.Random(seed)
     host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
     boxes = equal = maps = 0
-    with DeviceArray.from_host(host, device=1) as buf:
-        # a peer map of the whole buffer: checks and enables GPU 0's access to GPU 1 (encode_tiled below encodes
-        # raw addresses in GPU 0's context and enables nothing)
-        whole = describe_tensor(buf, box=(256,), device=0)
-        assert whole.device == 0 and whole.owner is buf and whole.descriptor is not None
-        while maps < 1000:
-            case = random_case(rng)
-            if case["interleave"].value:
-                continue
-            tm = encode_tiled(case["dtype"], buf.ptr + case["offset"], case["dims"], case["strides"], case["box"],
-                              case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
-            coords = [list(reversed(c)) for c in case["coords"]]
-            got = load_tiles(tm, coords, backend="tma")
-            for i, c in enumerate(case["coords"]):
-                want = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
-                boxes += 1
-                equal += bool(np.array_equal(got.images[i], want))
-            maps += 1
+    buf = torch.from_numpy(host).to("cuda:1")
+    # a peer map of the whole buffer: checks and enables GPU 0's access to GPU 1 (encode_tiled below encodes raw
+    # addresses in GPU 0's context and enables nothing)
+    whole = describe_tensor(buf, box=(256,), device=0)
+    assert whole.device == 0 and whole.owner is buf and whole.descriptor is not None
+    while maps < 1000:
+        case = random_case(rng)
+        if case["interleave"].value:
+            continue
+        tm = encode_tiled(case["dtype"], buf.data_ptr() + case["offset"], case["dims"], case["strides"], case["box"],
+                          case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
+        coords = [list(reversed(c)) for c in case["coords"]]
+        got = load_tiles(tm, coords, backend="tma")
+        for i, c in enumerate(case["coords"]):
+            want = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
+            boxes += 1
+            equal += bool(np.array_equal(got.images[i], want))
+        maps += 1
     assert maps >= 1000 and boxes >= 3000
     assert equal == boxes, f"TMAKIT_HW_SEED={seed}: {boxes - equal} of {boxes} peer boxes differ from the model"
 
@@ -75,3 +76,20 @@ def test_a_peer_map_of_a_torch_tensor_keeps_it_alive_and_loads_on_gpu0() -> None
     torch.cuda.empty_cache()
     got = load_tiles(tm, [[32, 64]], backend="tma").typed()[0]
     assert np.array_equal(got[:, :32], want)
+
+
+@pytest.mark.requires_2gpus
+def test_arrays_on_the_second_gpu_are_seen_there() -> None:
+    """A DeviceArray made on GPU 1 (and a cupy-like array known only by its pointer) is viewed on GPU 1: its copies
+    run there, and a peer map of it from GPU 0 loads its bytes."""
+    from tmakit import DeviceArray, _driver
+    from tmakit.arrays import as_array_view
+    from tmakit.ops import load_tiles
+
+    host = np.arange(64 * 64, dtype=np.float32).reshape(64, 64)
+    with DeviceArray.from_host(host, device=1) as a:
+        assert a.device == 1 and as_array_view(a).device == 1 and _driver.pointer_device(a.ptr) == 1
+        assert np.array_equal(a.to_host(), host)
+        tm = describe_tensor(a, box=(8, 16), swizzle="none", device=0)
+        got = load_tiles(tm, [[8, 16]], backend="tma").typed()[0]
+        assert np.array_equal(got[:, :16], host[8:16, 16:32])

@@ -208,12 +208,22 @@ def current_device_ordinal() -> int | None:
 
 
 def pointer_device(ptr: int) -> int | None:
-    """Device ordinal a device pointer belongs to, or None for host/unknown memory."""
+    """Device ordinal a device pointer belongs to, or None for host/unknown memory.
+
+    By the pointer's context, matched against the GPUs' primary contexts where there are several: with two H100s,
+    cuda-bindings 13.3 answered CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL with 0 for memory of GPU 1."""
     drv = driver()
     attr = drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
     err, value = drv.cuPointerGetAttribute(attr, ptr)
     if int(err) != 0:
         return None
+    count = device_count()
+    if count > 1:
+        err, ctx = drv.cuPointerGetAttribute(drv.CUpointer_attribute.CU_POINTER_ATTRIBUTE_CONTEXT, ptr)
+        if int(err) == 0 and ctx is not None and int(ctx):
+            for ordinal in range(count):
+                if int(ctx) == _primary_address(ordinal):
+                    return ordinal
     return int(value)
 
 

@@ -98,7 +98,8 @@ def _view_from_cai(obj: Any, cai: dict) -> ArrayView:
     itemsize = key[1]
     strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else _c_strides(shape, itemsize)
     ptr = int(cai["data"][0])
-    return ArrayView(ptr, shape, strides, name, itemsize, _device_of_pointer(ptr), obj)
+    known = getattr(obj, "__tmakit_device__", None)  # a tmakit DeviceArray knows its device
+    return ArrayView(ptr, shape, strides, name, itemsize, known if known is not None else _device_of_pointer(ptr), obj)
 
 
 def _device_of_pointer(ptr: int) -> int:

@@ -245,6 +245,11 @@ class DeviceArray:
 
     # ---- interop
     @property
+    def __tmakit_device__(self) -> int:
+        """The device ordinal, for tmakit's array adapter (its pointer's attributes are not always right)."""
+        return self._alloc.device
+
+    @property
     def __cuda_array_interface__(self) -> dict:
         ptr = self.ptr  # raises when closed
         return {

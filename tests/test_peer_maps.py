@@ -93,3 +93,20 @@ def test_arrays_on_the_second_gpu_are_seen_there() -> None:
         tm = describe_tensor(a, box=(8, 16), swizzle="none", device=0)
         got = load_tiles(tm, [[8, 16]], backend="tma").typed()[0]
         assert np.array_equal(got[:, :16], host[8:16, 16:32])
+
+
+@pytest.mark.requires_2gpus
+@pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
+def test_copies_across_gpus_move_every_byte(dst_device, src_device) -> None:
+    """tmakit.ops.copy between GPUs (dst's GPU pulls over the peer path), odd sizes and offsets, poisoned dst."""
+    from tmakit import DeviceArray, _driver, ops
+
+    rng = np.random.default_rng(dst_device * 7 + 1)
+    for nbytes in (1, 4097, (1 << 20) + 48, 3 << 22):
+        host = rng.integers(0, 256, nbytes, dtype=np.uint8)
+        with DeviceArray.from_host(host, device=src_device) as src, \
+                DeviceArray.from_host(np.full(nbytes, 0xA5, np.uint8), device=dst_device) as dst:
+            result = ops.copy(dst, src)
+            with _driver.context_for(dst_device):
+                _driver.call("cuCtxSynchronize")
+            assert np.array_equal(dst.to_host(), host), f"{nbytes} bytes GPU {src_device} -> {dst_device} ({result})"

@@ -1,0 +1,85 @@
+"""Copies between two GPUs of one host: tmakit.ops.plan_copy (dst's GPU pulls src over the peer path with TMA bulk
+copies) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to 4 GiB. Writes
+benchmarks/results/copy_peer.json and .md.
+
+Each row: medians of interleaved rounds of host-timed calls, each followed by a synchronisation of both GPUs (the
+copies are milliseconds long, so the host's part is small); GB/s = bytes / time; every copy is checked first.
+
+    python benchmarks/copy_peer.py [--rounds N] [--out DIR] [--name NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+
+SIZES_MIB = (16, 256, 1024, 4096)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
+    parser.add_argument("--out", default=None, help="also copy the results files here")
+    parser.add_argument("--name", default="copy_peer", help="results file stem")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    torch = torch_with_gpu("benchmarks/copy_peer.py", "torch's copy between GPUs")
+    if torch is None:
+        return 0
+    if torch.cuda.device_count() < 2:
+        print("copy_peer: needs two GPUs; nothing measured")
+        return 0
+    from tmakit.ops import plan_copy
+
+    def sync():
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+
+    def seconds(fn, reps):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / reps
+
+    rows = []
+    for mib in SIZES_MIB:
+        n = mib << 20
+        for dst_dev, src_dev in ((0, 1), (1, 0)):
+            src = torch.randint(0, 256, (n,), dtype=torch.uint8, device=f"cuda:{src_dev}")
+            dst = torch.empty(n, dtype=torch.uint8, device=f"cuda:{dst_dev}")
+            plan = plan_copy(dst, src)
+            plan()
+            sync()
+            ok = bool(torch.equal(dst.cpu(), src.cpu())) if mib <= 1024 else bool(torch.equal(dst[::4097].cpu(), src[::4097].cpu()))
+            peer = lambda: dst.copy_(src)  # noqa: E731
+            reps = max(1, min(20, (2 << 30) // n))
+            ours, theirs = [], []
+            for fn in (plan, peer):
+                seconds(fn, 1)
+            for _ in range(args.rounds):
+                ours.append(seconds(plan, reps))
+                theirs.append(seconds(peer, reps))
+            t, tp = statistics.median(ours), statistics.median(theirs)
+            row = {"bytes": n, "direction": f"GPU {src_dev} -> GPU {dst_dev}", "GB/s": round(n / t / 1e9, 1),
+                   "torch GB/s": round(n / tp / 1e9, 1), "x torch": round(tp / t, 3), "ok": ok}
+            print(row, flush=True)
+            rows.append(row)
+            del src, dst, plan
+            torch.cuda.empty_cache()
+    notes = ["tmakit: plan_copy on dst's GPU, TMA bulk copies pulling src over NVLink (peer access enabled); torch: "
+             "dst.copy_(src)", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
+             "batch of calls", "ok: dst equals src (every byte up to 1 GiB, every 4097th above)"]
+    write_results(args.name, "Copies between GPUs: tmakit vs torch", rows, notes, args.out)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -110,3 +110,20 @@ def test_copies_across_gpus_move_every_byte(dst_device, src_device) -> None:
             with _driver.context_for(dst_device):
                 _driver.call("cuCtxSynchronize")
             assert np.array_equal(dst.to_host(), host), f"{nbytes} bytes GPU {src_device} -> {dst_device} ({result})"
+
+
+@pytest.mark.requires_2gpus
+def test_a_plan_launches_on_its_gpu_whatever_context_torch_left_current() -> None:
+    """torch's work on GPU 1 makes GPU 1's context current on this thread; a plan of GPU 0 still launches."""
+    torch = pytest.importorskip("torch")
+    from tmakit.ops import plan_copy
+
+    src = torch.randint(0, 256, (1 << 20,), dtype=torch.uint8, device="cuda:0")
+    dst = torch.empty_like(src)
+    plan = plan_copy(dst, src)
+    torch.zeros(4, device="cuda:1").add_(1)  # GPU 1 current now
+    torch.cuda.set_device(1)
+    plan()
+    torch.cuda.synchronize(0)
+    assert torch.equal(dst, src)
+

@@ -157,7 +157,10 @@ class Kernel:
         try:
             _driver.check("cuLaunchKernelEx", result)
         except CudaDriverError as exc:
-            if exc.name != "CUDA_ERROR_INVALID_CONTEXT":
+            # another device's context current (torch's work on another GPU switches it): the function handle is
+            # invalid there (CUDA_ERROR_INVALID_HANDLE), or no context at all (CUDA_ERROR_INVALID_CONTEXT)
+            wrong_context = exc.name == "CUDA_ERROR_INVALID_HANDLE" and not _driver.is_current(self.device)
+            if exc.name != "CUDA_ERROR_INVALID_CONTEXT" and not wrong_context:
                 raise
         # This thread has no (or another device's) context current: make ours current and launch once more.
         _driver.make_current(self.device)

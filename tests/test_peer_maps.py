@@ -96,8 +96,9 @@ def test_arrays_on_the_second_gpu_are_seen_there() -> None:
 
 
 @pytest.mark.requires_2gpus
+@pytest.mark.parametrize("across", ["pull", "push"])
 @pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
-def test_copies_across_gpus_move_every_byte(dst_device, src_device) -> None:
+def test_copies_across_gpus_move_every_byte(dst_device, src_device, across) -> None:
     """tmakit.ops.copy between GPUs (dst's GPU pulls over the peer path), odd sizes and offsets, poisoned dst."""
     from tmakit import DeviceArray, _driver, ops
 
@@ -106,8 +107,8 @@ def test_copies_across_gpus_move_every_byte(dst_device, src_device) -> None:
         host = rng.integers(0, 256, nbytes, dtype=np.uint8)
         with DeviceArray.from_host(host, device=src_device) as src, \
                 DeviceArray.from_host(np.full(nbytes, 0xA5, np.uint8), device=dst_device) as dst:
-            result = ops.copy(dst, src)
-            with _driver.context_for(dst_device):
+            result = ops.copy(dst, src, across=across)
+            with _driver.context_for(dst_device if across == "pull" else src_device):
                 _driver.call("cuCtxSynchronize")
             assert np.array_equal(dst.to_host(), host), f"{nbytes} bytes GPU {src_device} -> {dst_device} ({result})"
 

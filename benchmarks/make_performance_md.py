@@ -302,20 +302,28 @@ def fp8_gemm(d: dict) -> dict:
             "sweep": sweep(d, "torch._scaled_mm")}
 
 
+def copy_peer(d: dict) -> dict:
+    out = [[f"{r['bytes'] >> 20} MiB", r["direction"], f"{r['GB/s']:.0f}", f"{r['push GB/s']:.0f}",
+            f"{r['torch GB/s']:.0f}", ratio(r["x torch"]), ratio(r["push x torch"])] for r in d["rows"]]
+    return {"run": run_line(d), "table": table(["size", "direction", "pull GB/s", "push GB/s", "torch GB/s",
+                                                "pull vs torch", "push vs torch"], out, {2, 3, 4, 5, 6})}
+
+
 SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm": gemm, "attention": attention, "tma_modes_vs_model": tma_modes_vs_model, "launch_overhead": launch_overhead,
     "describe_overhead": describe_overhead, "op_host_cost": op_host_cost, "copy_bandwidth": copy_bandwidth,
     "transfer_bandwidth": transfer_bandwidth, "compile_times": compile_times, "checked_overhead": checked_overhead,
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
     "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm,
-    "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm}
+    "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm,
+    "copy_peer": copy_peer}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
             "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
             "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
             "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""),
-            "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
+            "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "copy_peer": ("copy_peer.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
 
 
 def _not_measured(name: str) -> str:

@@ -54,8 +54,8 @@ extern "C" __global__ void user_kernel(const __grid_constant__ TensorMapDesc map
 """
 
 
-def _nvcc(source: Path, arch: str, tmp_path: Path) -> str:
-    proc = subprocess.run(["nvcc", "-c", "-std=c++17", f"-I{INCLUDE}", GENCODE[arch], str(source), "-o",
+def _nvcc(source: Path, arch: str, tmp_path: Path, defines: tuple[str, ...] = ()) -> str:
+    proc = subprocess.run(["nvcc", "-c", "-std=c++17", f"-I{INCLUDE}", GENCODE[arch], *defines, str(source), "-o",
                            str(tmp_path / "out.o")], capture_output=True, text=True, timeout=600)
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, f"nvcc -c {source.name} for {arch} failed:\n{log}"
@@ -76,6 +76,21 @@ def test_user_translation_unit_with_every_header(arch, tmp_path):
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_every_kernel_compiles_under_nvcc(kernel, arch, tmp_path):
     log = _nvcc(INCLUDE / kernel, arch, tmp_path)
+    assert "warning" not in log, log
+
+
+# The builds of one kernel source the ops compile beside its defaults (grouped and fp8 GEMM, variable-length and
+# paged attention): each is a different program for nvcc's passes.
+BUILDS = [("gemm.cu", ("-DTMAKIT_GEMM_GROUPED=1", "-DTMAKIT_GEMM_CLUSTER=1")),
+          ("gemm.cu", ("-DTMAKIT_GEMM_FP8=1", "-DTMAKIT_GEMM_BN=128", "-DTMAKIT_GEMM_CLUSTER=1")),
+          ("attention.cu", ("-DTMAKIT_ATTN_VARLEN=1",)), ("attention.cu", ("-DTMAKIT_ATTN_PAGED=1",))]
+
+
+@requires_nvcc
+@pytest.mark.parametrize("arch", sorted(GENCODE))
+@pytest.mark.parametrize("kernel, defines", BUILDS, ids=[f"{k}{''.join(d)}" for k, d in BUILDS])
+def test_every_build_of_a_kernel_compiles_under_nvcc(kernel, defines, arch, tmp_path):
+    log = _nvcc(INCLUDE / kernel, arch, tmp_path, defines)
     assert "warning" not in log, log
 
 

@@ -21,15 +21,15 @@ from _fake_driver import FakeDeviceArray
 
 
 def _fp8_config():
-    cfg = default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=128, cluster=1, splits=1)
-    return type(cfg)(**{**cfg.__dict__, "fp8": True})
+    return default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=128, cluster=1, splits=1, fp8=True)
 
 
 def test_fp8_build_compiles_and_lints() -> None:
     from tmakit import lint
 
     cfg = _fp8_config()
-    assert cfg.stage_bytes == 33 * 1024  # A and B 16 KiB each, 512 bytes of row scales, 1024-byte aligned
+    assert cfg.fp8 and cfg.stage_bytes == 33 * 1024  # A and B 16 KiB each, 512 bytes of row scales, 1024-aligned
+    assert cfg.stages == 5 and cfg.shared_mem <= 232448  # as many 33 KiB stages as the H100 holds (the results: s5)
     code = compile_cuda("gemm.cu", arch="sm_90a", defines=cfg.defines)
     assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in code.ptx
     report = lint(code, entry="tmakit_gemm_tma")

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from .arch import Arch
-from .errors import CudaDriverError, UnsupportedDeviceError
+from .errors import CudaDriverError, InvalidArgumentError, UnsupportedDeviceError
 
 _lock = threading.Lock()
 _initialised = False
@@ -237,13 +237,9 @@ def make_current(device: int) -> None:
 def enable_peer_access(device: int, peer: int) -> None:
     """Let kernels (and TMA) on ``device`` read and write ``peer``'s memory: checked with cuDeviceCanAccessPeer,
     then enabled from ``device``'s primary context (once per pair and process; already enabled is fine)."""
-    from .errors import UnsupportedDeviceError
-
     count = device_count()
     for name, ordinal in (("device", device), ("peer", peer)):
         if not 0 <= ordinal < count:
-            from .errors import InvalidArgumentError
-
             raise InvalidArgumentError(name, ordinal, f"is not a GPU here ({count} visible)",
                                        f"pass a device ordinal in 0..{count - 1}")
     if not int(call("cuDeviceCanAccessPeer", device_handle(device), device_handle(peer))):

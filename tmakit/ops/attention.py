@@ -270,14 +270,19 @@ def _check_inputs(q: Any, k: Any, v: Any, out: Any, layout: str) -> tuple[ArrayV
     if Sq < 1 or Sk < 1 or B < 1 or H < 1:
         raise InvalidArgumentError("q" if Sq < 1 or B < 1 or H < 1 else "k", f"shape {qv.shape if Sq < 1 else kv.shape}",
                                    "every dimension must be at least 1", "pass non-empty tensors")
-    ov = None
-    if out is not None:
-        ov = _checks.view(out, "out")
-        if ov.shape != qv.shape or ov.dtype_name != qv.dtype_name:
-            raise InvalidArgumentError("out", f"shape {ov.shape}, dtype {ov.dtype_name}",
-                                       f"must have q's shape {qv.shape} and dtype {qv.dtype_name}", "allocate out like q")
-        _checks.require_contiguous(ov, "out")
-    return qv, kv, vv, ov
+    return qv, kv, vv, out_like_q(out, qv)
+
+
+def out_like_q(out: Any, qv: ArrayView) -> ArrayView | None:
+    """The view of ``out`` (None when not given), checked: q's shape and dtype, contiguous."""
+    if out is None:
+        return None
+    ov = _checks.view(out, "out")
+    if ov.shape != qv.shape or ov.dtype_name != qv.dtype_name:
+        raise InvalidArgumentError("out", f"shape {ov.shape}, dtype {ov.dtype_name}",
+                                   f"must have q's shape {qv.shape} and dtype {qv.dtype_name}", "allocate out like q")
+    _checks.require_contiguous(ov, "out")
+    return ov
 
 
 def _parse_layout(layout: Any) -> str:

@@ -26,7 +26,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, _bhsd_view, _empty_like, _tile_map, lse_buffer,
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, out_like_q, _bhsd_view, _empty_like, _tile_map, lse_buffer,
                         tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
@@ -63,13 +63,10 @@ def _check_inputs(q: Any, k: Any, v: Any, table: Any, lens: Any, out: Any) -> tu
     if lv.dtype_name != "int32" or lv.shape != (b,) or not lv.is_c_contiguous or lv.device != qv.device:
         raise InvalidArgumentError("seqlens_k", f"{lv.dtype_name} array of shape {lv.shape}",
                                    f"must be contiguous int32 of shape ({b},) on q's device", "pass each sequence's keys")
-    ov = None
-    if out is not None:
-        ov = _checks.view(out, "out")
-        if ov.shape != qv.shape or ov.dtype_name != qv.dtype_name or ov.device != qv.device:
-            raise InvalidArgumentError("out", f"shape {ov.shape}, dtype {ov.dtype_name}",
-                                       f"must have q's shape {qv.shape} and dtype {qv.dtype_name}", "allocate out like q")
-        _checks.require_contiguous(ov, "out")
+    ov = out_like_q(out, qv)
+    if ov is not None and ov.device != qv.device:
+        raise InvalidArgumentError("out", f"array on device {ov.device}", f"must be on q's device ({qv.device})",
+                                   "allocate out like q")
     return qv, kv, vv, tv, lv, ov, (b, sq, h, hk, d, pages, page_size, tv.shape[1])
 
 

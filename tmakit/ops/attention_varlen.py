@@ -26,7 +26,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, _empty_like, attention_tensor_maps, lse_buffer,
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, out_like_q, _empty_like, attention_tensor_maps, lse_buffer,
                         tma_plan_config)
 
 
@@ -69,13 +69,10 @@ def _check_inputs(q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, out: Any) -> tup
     if cus[0].shape != cus[1].shape:
         raise InvalidArgumentError("cu_seqlens_k", f"shape {cus[1].shape}", f"must match cu_seqlens_q's {cus[0].shape} "
                                    "(one entry per sequence and the total)", "pass both for the same batch")
-    ov = None
-    if out is not None:
-        ov = _checks.view(out, "out")
-        if ov.shape != qv.shape or ov.dtype_name != qv.dtype_name or ov.device != qv.device:
-            raise InvalidArgumentError("out", f"shape {ov.shape}, dtype {ov.dtype_name}",
-                                       f"must have q's shape {qv.shape} and dtype {qv.dtype_name}", "allocate out like q")
-        _checks.require_contiguous(ov, "out")
+    ov = out_like_q(out, qv)
+    if ov is not None and ov.device != qv.device:
+        raise InvalidArgumentError("out", f"array on device {ov.device}", f"must be on q's device ({qv.device})",
+                                   "allocate out like q")
     return qv, kv, vv, cus[0], cus[1], ov, (cus[0].shape[0] - 1, h, hk, tq, tk, d)
 
 

@@ -122,14 +122,7 @@ def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *
                                      actual=choice.arch)
     limit = shared_mem_limit(choice.arch, av.device)
     cfg = default_config(choice.backend, bf16=True, b_kmajor=True, block_n=128, cluster=1, stages=stages,
-                         group_m=group_m, shared_mem_limit=limit, splits=1)
-    cfg = type(cfg)(**{**cfg.__dict__, "fp8": True})
-    if stages is None:  # the fp8 stage is 33 KiB: as many as fit
-        for s in (6, 5, 4, 3):
-            trial = type(cfg)(**{**cfg.__dict__, "stages": s})
-            if trial.shared_mem <= limit:
-                cfg = trial
-                break
+                         group_m=group_m, shared_mem_limit=limit, splits=1, fp8=True)
     check_config(cfg, limit, dims[2])
     result = out if out is not None else _empty(a, dims[:2], "bfloat16")
     plan = Fp8GemmPlan(cfg, choice, dims, result, av.device, stream, checked)

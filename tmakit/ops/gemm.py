@@ -144,7 +144,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0) -> GemmConfig:
+                   groups: int = 0, fp8: bool = False) -> GemmConfig:
     """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
     H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
@@ -160,12 +160,12 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         splits = choose_splits(m, n, k, bn, cl, sms) if backend is Backend.TMA and m and n and k and sms else 1
     if stages is None:
         stages = 2
-        for s in (4, 3):
-            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups).shared_mem \
+        for s in ((6, 5, 4, 3) if fp8 else (4, 3)):  # the fp8 stage (33 KiB) leaves room for more
+            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8).shared_mem \
                     <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8)
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:

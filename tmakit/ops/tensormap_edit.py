@@ -139,9 +139,7 @@ def edit_tensormaps(edits: Sequence[TensorMapEdit]) -> list[TensorMapEditResult]
     if largest + align + 1024 > limit:
         raise InvalidArgumentError("edits", f"a box of {largest} bytes", f"does not fit the {limit} bytes of shared "
                                    "memory a block may have", "load a smaller box")
-    steps_np = np.zeros(max(1, len(records)), _STEP)
-    for j, (f, o, v) in enumerate(records):
-        steps_np[j] = (f, o, v)
+    steps_np = np.array(records or [(0, 0, 0)], _STEP)  # one unused step when there are none (no empty buffer)
     _driver.ensure_context(device)
     k = kernel("tensormap_replace.cu", "tmakit_tensormap_replace", choice, device)
     with DeviceArray.from_host(bases, device=device) as d_bases, \

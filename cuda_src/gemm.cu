@@ -359,32 +359,62 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       if constexpr (kFp8) {
-        // Per k-block: the block's product into `part` (fresh), then acc += part * scale_a[row] * scale_b: fp32
-        // promotion every 128 of K, as the block scales require (DeepGEMM's recipe).
-        float part[kBN / 2];
+        // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
+        // scale_b: fp32 promotion every 128 of K, as the block scales require (DeepGEMM's recipe). Two partials
+        // alternate, so block kb's wgmma run while block kb - 1 is promoted (its stage, which holds its A scales,
+        // is released after that).
+        float part[2][kBN / 2];
 #pragma unroll
         for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
         const int r = consumer * 64 + wgmma_d_row(t, 0);  // this thread's rows r and r + 8 of the tile
         const float* sb_row = scale_b + static_cast<long long>(n0 / kBN) * scale_b_pitch;
-        for (int kb = kb_begin; kb < kb_end; ++kb) {
+        Ring::State done = c;  // the stage of the block being promoted
+        auto issue = [&](float (&d)[kBN / 2]) {
           ring.consumer_wait(c);
           const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < kSlices; ++kk) {
-            wgmma_mma_async_ss<kBN, kType, kType>(part, wgmma_desc_rebase(desc_a(kk), a_st),
+            wgmma_mma_async_ss<kBN, kType, kType>(d, wgmma_desc_rebase(desc_a(kk), a_st),
                                                    wgmma_desc_rebase(desc_b(kk), b_st), kk > 0);
           }
           wgmma_commit_group();
-          wgmma_wait_group<0>();
-          wgmma_fence_operands(part);
-          const float* sa = reinterpret_cast<const float*>(smem + c.index * kStageBytes + kABytes + kBBytes);
-          const float sb = sb_row[kb];
-          const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
-          release(c);
           c.advance();
+        };
+        // acc += d * the scales of block kb (stage `done`), then that stage is released.
+        auto promote = [&](float (&d)[kBN / 2], float sb) {
+          wgmma_fence_operands(d);
+          const float* sa = reinterpret_cast<const float*>(smem + done.index * kStageBytes + kABytes + kBBytes);
+          const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
+          release(done);
+          done.advance();
 #pragma unroll
-          for (int i = 0; i < kBN / 2; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
+          for (int i = 0; i < kBN / 2; ++i) acc[i] += d[i] * ((i & 2) ? s1 : s0);
+        };
+        float sb_prev = sb_row[kb_begin];
+        issue(part[0]);
+        int kb = kb_begin + 1;
+        for (; kb + 1 < kb_end; kb += 2) {  // two blocks a trip, so that each partial is one register array
+          const float sb1 = sb_row[kb];  // loaded before the waits: off the promotion's path
+          issue(part[1]);
+          wgmma_wait_group<1>();
+          promote(part[0], sb_prev);
+          const float sb0 = sb_row[kb + 1];
+          issue(part[0]);
+          wgmma_wait_group<1>();
+          promote(part[1], sb1);
+          sb_prev = sb0;
+        }
+        if (kb < kb_end) {  // one block left: into part[1]
+          const float sb1 = sb_row[kb];
+          issue(part[1]);
+          wgmma_wait_group<1>();
+          promote(part[0], sb_prev);
+          wgmma_wait_group<0>();
+          promote(part[1], sb1);
+        } else {
+          wgmma_wait_group<0>();
+          promote(part[0], sb_prev);
         }
       } else {
         Ring::State done = c;  // the oldest stage not yet released

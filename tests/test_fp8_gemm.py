@@ -93,3 +93,18 @@ def test_fp8_gemm_matches_the_dequantized_product(i) -> None:
         assert not torch.isnan(out).any(), f"{where}: NaN (a tile left unwritten)"
         err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
         assert err < 1e-2, f"{where}: max error {err:.3g} relative to the largest entry"
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("k", [16, 128, 256, 384, 512, 656])
+def test_fp8_gemm_every_count_of_k_blocks(k) -> None:
+    """The consumers promote one k-block while the next one's wgmma run, two partial accumulators alternating:
+    1 to 6 k-blocks (odd and even counts, a tail) each end on the right partial."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + k)
+    a, b, sa, sb, ref = quantized(torch, 200, 264, k, gen)
+    out = torch.full((200, 264), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan_fp8_gemm(a, b, sa, sb, out)()
+    torch.cuda.synchronize()
+    err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 1e-2, f"200x264x{k}: max error {err:.3g} relative to the largest entry"

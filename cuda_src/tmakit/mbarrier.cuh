@@ -113,6 +113,11 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(MbarrierRef bar, uint32
   return done != 0;
 }
 
+// The timeout's trap, out of line: a `trap` inlined into a kernel that raises its registers with setmaxnreg makes
+// ptxas allocate the whole kernel within the launch's per-thread share (168 registers for 384 threads) instead of
+// the setmaxnreg count, so accumulators that fit the raised count spill and wgmma is serialized (ptxas C7512).
+__device__ __noinline__ void mbarrier_timeout_trap() { asm volatile("trap;"); }
+
 __device__ __forceinline__ uint64_t globaltimer_ns() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -126,7 +131,7 @@ __device__ __forceinline__ void mbarrier_wait_parity(MbarrierRef bar, uint32_t p
   if (mbarrier_try_wait_parity(bar, parity)) return;
   const uint64_t start = timeout_ns ? globaltimer_ns() : 0;
   while (!mbarrier_try_wait_parity(bar, parity)) {
-    if (timeout_ns && globaltimer_ns() - start > timeout_ns) asm volatile("trap;");  // a lost arrival/transaction
+    if (timeout_ns && globaltimer_ns() - start > timeout_ns) mbarrier_timeout_trap();  // a lost arrival/transaction
   }
 }
 

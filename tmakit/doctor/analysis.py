@@ -270,7 +270,7 @@ class Kernel:
             for inst in self.cfg.insts[blk.start:blk.end]:
                 if inst.head == "mbarrier" and inst.opcode.split(".")[1] in ("try_wait", "test_wait"):
                     continue
-                if inst.head in _SIDE_EFFECTS or inst.head == "mbarrier":
+                if (inst.head in _SIDE_EFFECTS or inst.head == "mbarrier") and not self.module.calls_trap(inst):
                     return False
         return True
 

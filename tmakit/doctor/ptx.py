@@ -99,6 +99,14 @@ class Module:
                                        f"use one of {[f.name for f in entries]}")
         return found
 
+    def calls_trap(self, inst: Inst) -> bool:
+        """Whether ``inst`` calls a function of this module that traps before anything else: a bounded wait's
+        out-of-line timeout (tmakit's mbarrier.cuh), bookkeeping rather than work in a wait's retry loop."""
+        if inst.head != "call" or not inst.operands:
+            return False
+        callee = self.functions.get(inst.operands[0].strip())
+        return callee is not None and bool(callee.insts) and callee.insts[0].head == "trap"
+
     def source_line(self, inst: Inst) -> str | None:
         """"file:line" of the instruction (from ``.loc``; needs line info), or None."""
         if inst.loc is None or inst.loc[1] == 0:

@@ -441,20 +441,39 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     };
 
     bars.q_full.wait_parity(0);
-    // One block at a time: S, softmax, rescale, PV, each waited for; the two consumer warpgroups overlap
-    // each other (one computes its softmax while the other's wgmma run). After each wait the accumulators it
-    // completed are fenced, so no read of them moves above the wait.
+    // Software-pipelined over the key blocks (FlashAttention-3's intra-warpgroup overlap): block j's S = Q K^T
+    // and block j-1's O += P V are issued together, and block j's softmax runs while the tensor cores work
+    // through that P V. Groups complete in issue order, so wait_group<1> finds S done and P V maybe not; P (the
+    // previous block's, packed) and O are touched again only after wait_group<0>. The two consumer warpgroups
+    // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them moves
+    // above the wait.
     Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
-    for (int j = 0; j < n_blocks; ++j) {
+    if (n_blocks > 0) {
       bars.k_ring.consumer_wait(kc);
       issue_s(kc.index);
       wgmma_wait_group<0>();
       wgmma_fence_operands(s);
       bars.k_ring.consumer_release(kc);  // S has read the K stage: the producer may refill it
       kc.advance();
-      softmax(j);
-      rescale_rows<OT>(o, alpha);
+      softmax(0);  // O is still zero: no rescale
       pack_p();
+      for (int j = 1; j < n_blocks; ++j) {
+        bars.k_ring.consumer_wait(kc);
+        issue_s(kc.index);
+        bars.v_ring.consumer_wait(vc);
+        issue_pv(vc.index);
+        wgmma_wait_group<1>();
+        wgmma_fence_operands(s);
+        bars.k_ring.consumer_release(kc);
+        kc.advance();
+        softmax(j);
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(o);
+        bars.v_ring.consumer_release(vc);
+        vc.advance();
+        rescale_rows<OT>(o, alpha);
+        pack_p();
+      }
       bars.v_ring.consumer_wait(vc);
       issue_pv(vc.index);
       wgmma_wait_group<0>();

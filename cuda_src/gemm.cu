@@ -184,8 +184,8 @@ typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warp
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
-static_assert(!kFp8 || (kBKMajor && kBN == 128 && kCluster == 1 && !kGrouped && !kOutF32 && kBf16),
-              "fp8: B K-major, BN 128 (one B scale a tile and k-block), no cluster, no groups, bf16 out");
+static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
+              "fp8: B K-major, BN 128 (one B scale a tile and k-block), no groups, bf16 out");
 
 // Grouped: the work unit u's group (the last g with tile_start[g] <= u, tile_start[] the groups' first units in
 // shared memory, `groups` + 1 entries; row_end[] their row ends) and its place in the group.

@@ -1,6 +1,6 @@
 """FP8 GEMM with block scales (DeepGEMM's layout): ``out = (A * scale_a) @ (B * scale_b).T`` in bf16.
 
-``plan = plan_fp8_gemm(a, b, scale_a, scale_b, out=None, *, stages=None, group_m=8, ...)``:
+``plan = plan_fp8_gemm(a, b, scale_a, scale_b, out=None, *, stages=None, cluster=None, group_m=8, ...)``:
 
 - a: (M, K) e4m3 (``torch.float8_e4m3fn``, or its bytes as uint8), row-major; b: (N, K) e4m3, K contiguous (a
   ``torch.nn.Linear`` weight); K a multiple of 16 (16-byte rows for the tensor maps).
@@ -13,7 +13,9 @@
 The kernel is cuda_src/gemm.cu built with TMAKIT_GEMM_FP8: the persistent TMA + wgmma kernel with e4m3 k32 wgmma,
 128 of K per stage, 128 x 128 tiles, and fp32 promotion: each k-block's product goes to a fresh accumulator, which
 is added into the tile's with the row's scale times the block's (so the block scales apply exactly, and the
-tensor cores' limited-precision fp8 accumulation never spans more than 128 of K).
+tensor cores' limited-precision fp8 accumulation never spans more than 128 of K); two such accumulators alternate,
+so one block is promoted while the next one's wgmma run. ``cluster`` 2 (the default where A has more than one tile
+row) pairs CTAs on vertically adjacent tiles that multicast B's tile (each loads half), halving B's L2 reads.
 """
 from __future__ import annotations
 
@@ -81,8 +83,9 @@ class Fp8GemmPlan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        tiles = -(-self.m // BLOCK_M) * -(-self.n // self.config.block_n)
-        return (max(1, min(tiles, sm_count(self.device))), 1, 1)
+        cl = self.config.cluster
+        units = -(-(-(-self.m // BLOCK_M)) // cl) * -(-self.n // self.config.block_n)
+        return (max(1, min(units, sm_count(self.device) // cl)) * cl, 1, 1)
 
     @property
     def flops(self) -> float:
@@ -93,7 +96,7 @@ class Fp8GemmPlan:
         self._operands = (a, b, sa, sb, c)  # the views own their arrays while the plan lives
         kw = dict(swizzle="128B", oob_fill="zero")
         ta = describe_tensor(a, box=(BLOCK_M, 128), l2_promotion="256B", **kw)
-        tb = describe_tensor(b, box=(cfg.block_n, 128), l2_promotion="256B", **kw)
+        tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, 128), l2_promotion="256B", **kw)  # a CTA's share
         tc = describe_tensor(c, box=(64, 64), **kw)
         # scale_a as the (K / 128, M) row-major array it is in memory: a box is one k-block's 128 row scales
         kb = -(-self.k // SCALE_BLOCK)
@@ -104,7 +107,8 @@ class Fp8GemmPlan:
         ldc = c.strides[0] // c.itemsize if self.m > 1 else self.n
         args = (ta, tb, tc, c.ptr, self.m, self.n, self.k, ldc, 1.0, 0.0, cfg.group_m, 1, 0, 0, 0, 0, tsa, sb.ptr, kb)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked)
+                                         stream=self._stream, checked=self._checked,
+                                         cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
 
     def __call__(self) -> Any:
         self._launch()
@@ -112,7 +116,7 @@ class Fp8GemmPlan:
 
 
 def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *, stages: int | None = None,
-                  group_m: int = 8, backend: Any = "auto", stream: Any = None,
+                  cluster: int | None = None, group_m: int = 8, backend: Any = "auto", stream: Any = None,
                   checked: bool | str | None = None) -> Fp8GemmPlan:
     """Check the arguments, compile the fp8 variant and bind one launch (not run)."""
     av, bv, sa, sb, ov, dims = _check_inputs(a, b, scale_a, scale_b, out)
@@ -121,7 +125,9 @@ def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *
         raise UnsupportedDeviceError("e4m3 wgmma and TMA-loaded scales are sm_90", required="sm_90 (backend 'tma')",
                                      actual=choice.arch)
     limit = shared_mem_limit(choice.arch, av.device)
-    cfg = default_config(choice.backend, bf16=True, b_kmajor=True, block_n=128, cluster=1, stages=stages,
+    if cluster is None:
+        cluster = 2 if dims[0] > BLOCK_M else 1  # one tile row: nobody to share B with
+    cfg = default_config(choice.backend, bf16=True, b_kmajor=True, block_n=128, cluster=cluster, stages=stages,
                          group_m=group_m, shared_mem_limit=limit, splits=1, fp8=True)
     check_config(cfg, limit, dims[2])
     result = out if out is not None else _empty(a, dims[:2], "bfloat16")

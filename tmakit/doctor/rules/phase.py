@@ -4,6 +4,7 @@
   phase every trip, returns at once from the second trip on (stale data) or waits for a phase that never comes.
 - Where the loop's counters can be followed (a loop-carried register with a constant start and a constant step),
   the loop is run for 16 trips: the parity waited for on each barrier must flip with each use of that barrier
+  (waits on it before the loop, a peeled first trip, count as uses)
   (tile-ai/tilelang#2927: a per-iteration barrier with the loop's parity; tile-ai/tilelang#3087: a ring's
   parity on a barrier that flips every iteration).
 - Lagging waiters: several threads wait, then a subset of them (an elected lane, a leader warp) releases the
@@ -73,7 +74,7 @@ def _simulate(k: Kernel, w, header: int) -> None:
     lits = [(e, pol) for e, pol, b in k.placed_literals(w.inst)  # conditions decided inside the loop, per trip
             if b in body and k.kind_of(e) not in ("thread", "const", "rank")]
     env = dict(init)
-    uses: dict[int, int] = {}
+    uses = _earlier_uses(k, w, header)
     offset = None
     for trip in range(TRIPS):
         runs = True
@@ -109,6 +110,20 @@ def _simulate(k: Kernel, w, header: int) -> None:
                 return
             nxt[leaf] = v & 0xFFFFFFFF if abs(v) < 1 << 32 else v
         env = nxt
+
+
+def _earlier_uses(k: Kernel, w, header: int) -> dict[int, int]:
+    """Waits on the same barriers before the loop, by slot: a loop whose first trip was peeled into a prologue
+    (software pipelining) finds those slots one phase on."""
+    uses: dict[int, int] = {}
+    body, first = k.cfg.loops[header], k.cfg.blocks[header].start
+    for x in k.by_kind("wait"):
+        if x.inst.block in body or x.index >= first or x.barrier is None or not may_alias(x.barrier, w.barrier):
+            continue
+        key = evaluate(substitute(x.barrier, _zero_syms(x.barrier)), {})
+        if key is not None:
+            uses[key] = uses.get(key, 0) + 1
+    return uses
 
 
 def _zero_syms(e: Expr) -> dict:

@@ -218,13 +218,17 @@ constexpr int kConsumerRegs = 240;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 
 struct SharedBarriers {
-  Mbarrier q_full;
+  Mbarrier q_full;   // the Q tile of the CTA's current work tile has landed
+  Mbarrier q_empty;  // both consumer warpgroups are done with it: the next tile's Q may be loaded
   Ring k_ring;  // K stages: released once S = Q K^T has read them
   Ring v_ring;  // V stages: released once O += P V has read them
 };
 
-// Dynamic shared memory: [Q | K stages | V stages | barriers], 1024-byte aligned tiles.
-constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes;
+// O is staged for its TMA stores in a buffer of its own where it fits (D <= 128), so that the next work tile's Q
+// loads while this one's O is stored; at D = 256 it is staged in the Q tile's bytes.
+constexpr bool kOwnOBuffer = kD <= 128;
+// Dynamic shared memory: [Q | K stages | V stages | O (kOwnOBuffer) | barriers], 1024-byte aligned tiles.
+constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes + (kOwnOBuffer ? kQBytes : 0u);
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
 
@@ -281,7 +285,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          const __grid_constant__ tmakit::TensorMapDesc o_map, float* __restrict__ lse_out, int heads,
                          int sq, int sk, float scale_log2, int causal, int kv_group, const int* __restrict__ cu_q,
                          const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps,
-                         const int* __restrict__ block_table, int page_size, int max_pages, int num_pages) {
+                         const int* __restrict__ block_table, int page_size, int max_pages, int num_pages,
+                         int m_blocks, int batches) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -290,47 +295,66 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   uint8_t* q_tile = smem;
   uint8_t* k_tiles = smem + kQBytes;
   uint8_t* v_tiles = k_tiles + kStages * kKVBytes;
+  uint8_t* o_tile = kOwnOBuffer ? v_tiles + kStages * kKVBytes : q_tile;
   SharedBarriers& bars = *reinterpret_cast<SharedBarriers*>(smem + kSmemTiles);
 
-  const int m_blocks = gridDim.x;
-  const int m_block = causal ? m_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
-  const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
-  const int kv_head = head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
-  // Variable lengths (TMAKIT_ATTN_VARLEN): sequence `batch` is rows cu_q[batch] .. cu_q[batch + 1] of the packed q
-  // (sq: all of q's rows) and cu_k's of k and v; its maps (seq_maps[4 batch ..], built by
-  // tmakit_attention_varlen_maps) end at its last row, so TMA fills past it. Rows and columns below are the
-  // sequence's own; q_row0 / k_row0 place them in the packed tensors.
-  int q_row0 = 0, k_row0 = 0, coord_batch = batch;
-  int64_t lse_base = (static_cast<int64_t>(batch) * heads + head) * sq;
-  const TensorMapDesc *qm = &q_map, *km = &k_map, *vm = &v_map, *om = &o_map;
-  if constexpr (kVarlen) {
-    // the offsets are unchecked: clamped to the packed rows (sq, sk hold the totals), as the maps kernel does
-    q_row0 = min(max(cu_q[batch], 0), sq), k_row0 = min(max(cu_k[batch], 0), sk), coord_batch = 0;
-    lse_base = static_cast<int64_t>(head) * sq + q_row0;  // lse is (H, total q rows)
-    sq = min(max(cu_q[batch + 1], q_row0), sq) - q_row0, sk = min(max(cu_k[batch + 1], k_row0), sk) - k_row0;
-    if (m0 >= sq) return;  // past this sequence (the grid covers the longest): the whole block leaves
-    qm = seq_maps + 4 * batch, km = qm + 1, vm = qm + 2, om = qm + 3;
-  }
-  // Paged K/V (TMAKIT_ATTN_PAGED): k_map / v_map describe the cache as (pages, H_kv, page_size, D); key block j is
-  // kBlockN / page_size pages, each its own box at the page id block_table[batch][page]. Sequence `batch` has
-  // cu_k[batch] keys (clamped to its table); its last page is read through seq_maps[2 batch ..] (k, v), whose
-  // rows end at the sequence's last key, and pages past the end at id num_pages (out of bounds): both are filled
-  // with zeros, so no stale cache slot reaches P V.
-  int n_pages = 0;
-  if constexpr (kPaged) {
-    sk = min(max(cu_k[batch], 0), max_pages * page_size);
-    n_pages = (sk + page_size - 1) / page_size;
-  }
-  const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
+  // Persistent: the grid (at most one CTA per SM) walks the work tiles (m_block, head, batch), m_block fastest
+  // (the tiles of one head run side by side and share its K and V in L2), heaviest first under the causal mask;
+  // CTA b takes tiles b, b + gridDim.x, ... The producer loads the next tile's Q and K/V while the consumers
+  // finish this one's softmax, P V and O stores.
+  const int tiles = m_blocks * heads * batches;
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
 
+  // One work tile: its coordinates, and, for variable lengths or a paged cache, its sequence's place and length.
+  struct Tile {
+    int m0, head, batch, kv_head, q_row0, k_row0, coord_batch, sq, sk, n_pages, n_blocks;
+    int64_t lse_base;
+    const TensorMapDesc *qm, *km, *vm, *om;
+  };
+  auto tile_at = [&](int t) -> Tile {
+    Tile w;
+    const int m_idx = t % m_blocks, hb = t / m_blocks;
+    w.m0 = (causal ? m_blocks - 1 - m_idx : m_idx) * kBlockM;
+    w.head = hb % heads, w.batch = hb / heads;
+    w.kv_head = w.head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
+    w.q_row0 = 0, w.k_row0 = 0, w.coord_batch = w.batch, w.sq = sq, w.sk = sk, w.n_pages = 0;
+    w.lse_base = (static_cast<int64_t>(w.batch) * heads + w.head) * sq;
+    w.qm = &q_map, w.km = &k_map, w.vm = &v_map, w.om = &o_map;
+    // Variable lengths (TMAKIT_ATTN_VARLEN): sequence `batch` is rows cu_q[batch] .. cu_q[batch + 1] of the packed
+    // q (sq: all of q's rows) and cu_k's of k and v; its maps (seq_maps[4 batch ..], built by
+    // tmakit_attention_varlen_maps) end at its last row, so TMA fills past it. Rows and columns below are the
+    // sequence's own; q_row0 / k_row0 place them in the packed tensors.
+    if constexpr (kVarlen) {
+      // the offsets are unchecked: clamped to the packed rows (sq, sk hold the totals), as the maps kernel does
+      w.q_row0 = min(max(cu_q[w.batch], 0), sq), w.k_row0 = min(max(cu_k[w.batch], 0), sk), w.coord_batch = 0;
+      w.lse_base = static_cast<int64_t>(w.head) * sq + w.q_row0;  // lse is (H, total q rows)
+      w.sq = min(max(cu_q[w.batch + 1], w.q_row0), sq) - w.q_row0;
+      w.sk = min(max(cu_k[w.batch + 1], w.k_row0), sk) - w.k_row0;
+      w.qm = seq_maps + 4 * w.batch, w.km = w.qm + 1, w.vm = w.qm + 2, w.om = w.qm + 3;
+    }
+    // Paged K/V (TMAKIT_ATTN_PAGED): k_map / v_map describe the cache as (pages, H_kv, page_size, D); key block j
+    // is kBlockN / page_size pages, each its own box at the page id block_table[batch][page]. Sequence `batch`
+    // has cu_k[batch] keys (clamped to its table); its last page is read through seq_maps[2 batch ..] (k, v),
+    // whose rows end at the sequence's last key, and pages past the end at id num_pages (out of bounds): both
+    // are filled with zeros, so no stale cache slot reaches P V.
+    if constexpr (kPaged) {
+      w.sk = min(max(cu_k[w.batch], 0), max_pages * page_size);
+      w.n_pages = (w.sk + page_size - 1) / page_size;
+    }
+    w.n_blocks = key_blocks(w.m0, kBlockM, w.sk, causal);
+    return w;
+  };
+  // A tile past its sequence's end (variable lengths: the tiles cover the longest) is skipped by every warpgroup.
+  auto skipped = [&](const Tile& w) { return kVarlen && w.m0 >= w.sq; };
+
   if (threadIdx.x == 0) {
-    prefetch_tensormap(qm);
-    prefetch_tensormap(km);
-    prefetch_tensormap(vm);
-    prefetch_tensormap(om);
+    prefetch_tensormap(&q_map);
+    prefetch_tensormap(&k_map);
+    prefetch_tensormap(&v_map);
+    prefetch_tensormap(&o_map);
     bars.q_full.init(1);
+    bars.q_empty.init(2);    // thread 0 of each consumer warpgroup
     bars.k_ring.init(1, 2);  // FULL: the arming thread; EMPTY: the 2 consumer warpgroups
     bars.v_ring.init(1, 2);
   }
@@ -340,74 +364,77 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     // ---------------------------------------------------------------- producer
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x < 32 && elect_one_sync()) {
-      // maps written by the previous kernel: acquired by the thread that issues the TMA through them
-      if constexpr (kVarlen) {
-        fence_proxy_tensormap_acquire(qm);
-        fence_proxy_tensormap_acquire(km);
-        fence_proxy_tensormap_acquire(vm);
-      }
-      if constexpr (kPaged) {
-        fence_proxy_tensormap_acquire(seq_maps + 2 * batch);
-        fence_proxy_tensormap_acquire(seq_maps + 2 * batch + 1);
-      }
-      bars.q_full.arrive_expect_tx(kQBytes);
-      for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, qm, tile_coords(h, q_row0 + m0, head, coord_batch),
-                                    bars.q_full);
       Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
-      // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map).
-      auto load_pages = [&](uint8_t* stage, const TensorMapDesc* map, const TensorMapDesc* tail, int j, int pages,
-                            Mbarrier& full) {
-        const int per_block = kBlockN / page_size;
-        for (int p = 0; p < per_block; ++p) {
-          const int page = j * per_block + p;
-          int id = page < pages ? block_table[static_cast<int64_t>(batch) * max_pages + page] : num_pages;
-          if (id < 0 || id > num_pages) id = num_pages;  // a table entry past the cache: read as zeros
-          const TensorMapDesc* m = page == pages - 1 ? tail : map;
-          for (int h = 0; h < kSlabs; ++h)
-            cp_async_bulk_tensor_g2s<4>(stage + h * kBlockN * kRowBytes + p * page_size * kRowBytes, m,
-                                        tile_coords(h, 0, kv_head, id), full);
+      int done = 0;  // tiles this CTA has loaded: the Q barriers' phases
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        const Tile w = tile_at(t);
+        if (skipped(w)) continue;
+        // maps written by the previous kernel: acquired by the thread that issues the TMA through them
+        if constexpr (kVarlen) {
+          fence_proxy_tensormap_acquire(w.qm);
+          fence_proxy_tensormap_acquire(w.km);
+          fence_proxy_tensormap_acquire(w.vm);
         }
-      };
-      for (int j = 0; j < n_blocks; ++j) {
-        bars.k_ring.producer_acquire(kp);
-        Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
         if constexpr (kPaged) {
-          load_pages(k_tiles + kp.index * kKVBytes, km, seq_maps + 2 * batch, j, n_pages, k_full);
-        } else {
-          for (int h = 0; h < kSlabs; ++h)
-            cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, km,
-                                        tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), k_full);
+          fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch);
+          fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch + 1);
         }
-        kp.advance();
-        bars.v_ring.producer_acquire(vp);
-        Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
-        if constexpr (kPaged) {
-          load_pages(v_tiles + vp.index * kKVBytes, vm, seq_maps + 2 * batch + 1, j, n_pages, v_full);
-        } else {
-          for (int h = 0; h < kSlabs; ++h)
-            cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, vm,
-                                        tile_coords(h, k_row0 + j * kBlockN, kv_head, coord_batch), v_full);
+        if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);  // the previous tile's S (and O staging) are done
+        bars.q_full.arrive_expect_tx(kQBytes);
+        for (int h = 0; h < kSlabs; ++h)
+          cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, w.qm,
+                                      tile_coords(h, w.q_row0 + w.m0, w.head, w.coord_batch), bars.q_full);
+        ++done;
+        // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map).
+        auto load_pages = [&](uint8_t* stage, const TensorMapDesc* map, const TensorMapDesc* tail, int j,
+                              Mbarrier& full) {
+          const int per_block = kBlockN / page_size;
+          for (int p = 0; p < per_block; ++p) {
+            const int page = j * per_block + p;
+            int id = page < w.n_pages ? block_table[static_cast<int64_t>(w.batch) * max_pages + page] : num_pages;
+            if (id < 0 || id > num_pages) id = num_pages;  // a table entry past the cache: read as zeros
+            const TensorMapDesc* m = page == w.n_pages - 1 ? tail : map;
+            for (int h = 0; h < kSlabs; ++h)
+              cp_async_bulk_tensor_g2s<4>(stage + h * kBlockN * kRowBytes + p * page_size * kRowBytes, m,
+                                          tile_coords(h, 0, w.kv_head, id), full);
+          }
+        };
+        for (int j = 0; j < w.n_blocks; ++j) {
+          bars.k_ring.producer_acquire(kp);
+          Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
+          if constexpr (kPaged) {
+            load_pages(k_tiles + kp.index * kKVBytes, w.km, seq_maps + 2 * w.batch, j, k_full);
+          } else {
+            for (int h = 0; h < kSlabs; ++h)
+              cp_async_bulk_tensor_g2s<4>(k_tiles + kp.index * kKVBytes + h * kBlockN * kRowBytes, w.km,
+                                          tile_coords(h, w.k_row0 + j * kBlockN, w.kv_head, w.coord_batch), k_full);
+          }
+          kp.advance();
+          bars.v_ring.producer_acquire(vp);
+          Mbarrier& v_full = bars.v_ring.producer_expect(vp, kKVBytes);
+          if constexpr (kPaged) {
+            load_pages(v_tiles + vp.index * kKVBytes, w.vm, seq_maps + 2 * w.batch + 1, j, v_full);
+          } else {
+            for (int h = 0; h < kSlabs; ++h)
+              cp_async_bulk_tensor_g2s<4>(v_tiles + vp.index * kKVBytes + h * kBlockN * kRowBytes, w.vm,
+                                          tile_coords(h, w.k_row0 + j * kBlockN, w.kv_head, w.coord_batch), v_full);
+          }
+          vp.advance();
         }
-        vp.advance();
       }
     }
   } else {
     // ---------------------------------------------------------------- consumers
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = warpgroup - 1;                         // consumer warpgroup: rows cw*64 .. cw*64+63
-    const int row0 = m0 + cw * 64 + warp_in_group * 16;   // this warp's first query row
     constexpr int NT = kBlockN / 8, OT = kD / 8;
-    float o[OT][4];
-#pragma unroll
-    for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
-    RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
     const uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;
-
     constexpr int KT = kBlockN / 16;  // k16 slices of P
+    float o[OT][4];
     float s[NT][4];
     uint32_t p[KT][4];
     float alpha[2];
+    RowState st;
     // S = Q K^T: kD/16 wgmma SS into s, one commit group (not waited for).
     auto issue_s = [&](uint32_t stage) {
       const uint32_t k_base = shared_addr(k_tiles + stage * kKVBytes);
@@ -430,86 +457,111 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       }
       wgmma_commit_group();
     };
-    auto softmax = [&](int j) {
-      const int col0 = j * kBlockN;
-      const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
-      online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
-    };
     auto pack_p = [&]() {
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
     };
-
-    bars.q_full.wait_parity(0);
-    // Software-pipelined over the key blocks (FlashAttention-3's intra-warpgroup overlap): block j's S = Q K^T
-    // and block j-1's O += P V are issued together, and block j's softmax runs while the tensor cores work
-    // through that P V. Groups complete in issue order, so wait_group<1> finds S done and P V maybe not; P (the
-    // previous block's, packed) and O are touched again only after wait_group<0>. The two consumer warpgroups
-    // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them moves
-    // above the wait.
+    // Both warpgroups are done with the Q tile (their last S has completed, or their O stores have read the Q
+    // bytes): every consumer thread has seen this tile's Q phase before the producer may start the next one (a
+    // tile without keys has no wgmma to line the warps up), so none can find q_full two phases on. Then thread 0
+    // of each warpgroup arrives.
+    const NamedBarrier consumers(3, 256);
+    auto release_q = [&]() {
+      consumers.sync();
+      if (tid == 0) bars.q_empty.arrive();
+    };
+    StorePipeline<1> store(o_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
     Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
-    if (n_blocks > 0) {
-      bars.k_ring.consumer_wait(kc);
-      issue_s(kc.index);
-      wgmma_wait_group<0>();
-      wgmma_fence_operands(s);
-      bars.k_ring.consumer_release(kc);  // S has read the K stage: the producer may refill it
-      kc.advance();
-      softmax(0);  // O is still zero: no rescale
-      pack_p();
-      for (int j = 1; j < n_blocks; ++j) {
+    int done = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile w = tile_at(t);
+      if (skipped(w)) continue;
+      const int row0 = w.m0 + cw * 64 + warp_in_group * 16;  // this warp's first query row
+#pragma unroll
+      for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+      st = RowState{{neg_inf(), neg_inf()}, {0.f, 0.f}};
+      auto softmax = [&](int j) {
+        const int col0 = j * kBlockN;
+        const bool mask = col0 + kBlockN > w.sk || (causal && col0 + kBlockN - 1 > row0);
+        online_softmax<NT>(s, st, alpha, lane, row0, col0, w.sk, mask, causal, scale_log2);
+      };
+
+      bars.q_full.wait_parity(done & 1);
+      ++done;
+      // Software-pipelined over the key blocks (FlashAttention-3's intra-warpgroup overlap): block j's S = Q K^T
+      // and block j-1's O += P V are issued together, and block j's softmax runs while the tensor cores work
+      // through that P V. Groups complete in issue order, so wait_group<1> finds S done and P V maybe not; P (the
+      // previous block's, packed) and O are touched again only after wait_group<0>. The two consumer warpgroups
+      // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them
+      // moves above the wait.
+      if (w.n_blocks > 0) {
         bars.k_ring.consumer_wait(kc);
         issue_s(kc.index);
+        wgmma_wait_group<0>();
+        wgmma_fence_operands(s);
+        bars.k_ring.consumer_release(kc);  // S has read the K stage: the producer may refill it
+        kc.advance();
+        softmax(0);  // O is still zero: no rescale
+        pack_p();
+        for (int j = 1; j < w.n_blocks; ++j) {
+          bars.k_ring.consumer_wait(kc);
+          issue_s(kc.index);
+          bars.v_ring.consumer_wait(vc);
+          issue_pv(vc.index);
+          wgmma_wait_group<1>();
+          wgmma_fence_operands(s);
+          bars.k_ring.consumer_release(kc);
+          kc.advance();
+          softmax(j);
+          wgmma_wait_group<0>();
+          wgmma_fence_operands(o);
+          bars.v_ring.consumer_release(vc);
+          vc.advance();
+          rescale_rows<OT>(o, alpha);
+          pack_p();
+        }
         bars.v_ring.consumer_wait(vc);
         issue_pv(vc.index);
-        wgmma_wait_group<1>();
-        wgmma_fence_operands(s);
-        bars.k_ring.consumer_release(kc);
-        kc.advance();
-        softmax(j);
         wgmma_wait_group<0>();
         wgmma_fence_operands(o);
         bars.v_ring.consumer_release(vc);
         vc.advance();
-        rescale_rows<OT>(o, alpha);
-        pack_p();
       }
-      bars.v_ring.consumer_wait(vc);
-      issue_pv(vc.index);
-      wgmma_wait_group<0>();
-      wgmma_fence_operands(o);
-      bars.v_ring.consumer_release(vc);
-      vc.advance();
-    }
+      if constexpr (kOwnOBuffer) release_q();  // every S of this tile has completed
 
-    float lse[2];
-    finish_rows<OT>(o, st, lse);
-    const int g = lane >> 2, t = lane & 3;
-    if (t == 0) {
-      float* lse_row = lse_out + lse_base;
-      if (row0 + g < sq) lse_row[row0 + g] = lse[0];
-      if (row0 + g + 8 < sq) lse_row[row0 + g + 8] = lse[1];
-    }
-    // O (this warpgroup's 64 rows) into the Q tile's bytes, whose rows this warpgroup alone read (its last S
-    // wgmma has completed), then one TMA store per slab.
-    StorePipeline<1> store(q_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
-    uint8_t* rows = store.acquire();
+      float lse[2];
+      finish_rows<OT>(o, st, lse);
+      const int g = lane >> 2, tq = lane & 3;
+      if (tq == 0) {
+        float* lse_row = lse_out + w.lse_base;
+        if (row0 + g < w.sq) lse_row[row0 + g] = lse[0];
+        if (row0 + g + 8 < w.sq) lse_row[row0 + g + 8] = lse[1];
+      }
+      // O (this warpgroup's 64 rows) into its staging rows (at D = 256 the Q tile's, which this warpgroup alone
+      // read and its last S wgmma has completed), then one TMA store per slab; acquire waits until the previous
+      // tile's stores have read the buffer.
+      uint8_t* rows = store.acquire();
 #pragma unroll
-    for (int n = 0; n < OT; ++n) {
+      for (int n = 0; n < OT; ++n) {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int r = warp_in_group * 16 + g + 8 * i, c = 8 * n + 2 * t;
-        *reinterpret_cast<uint32_t*>(rows + tile_offset(kBlockM, r, c)) = pack_f32x2<kBf16>(o[n][2 * i], o[n][2 * i + 1]);
+        for (int i = 0; i < 2; ++i) {
+          const int r = warp_in_group * 16 + g + 8 * i, c = 8 * n + 2 * tq;
+          *reinterpret_cast<uint32_t*>(rows + tile_offset(kBlockM, r, c)) = pack_f32x2<kBf16>(o[n][2 * i], o[n][2 * i + 1]);
+        }
+      }
+      store.publish();
+      if (store.issuer()) {
+        if constexpr (kVarlen) fence_proxy_tensormap_acquire(w.om);
+        for (int h = 0; h < kSlabs; ++h)
+          cp_async_bulk_tensor_s2g<4>(w.om, tile_coords(h, w.q_row0 + w.m0 + cw * 64, w.head, w.coord_batch),
+                                      rows + h * kBlockM * kRowBytes);
+      }
+      store.commit();
+      if constexpr (!kOwnOBuffer) {
+        store.drain_reads();  // the issuer: the stores have read the Q bytes
+        release_q();
       }
     }
-    store.publish();
-    if (store.issuer()) {
-      if constexpr (kVarlen) fence_proxy_tensormap_acquire(om);
-      for (int h = 0; h < kSlabs; ++h)
-        cp_async_bulk_tensor_s2g<4>(om, tile_coords(h, q_row0 + m0 + cw * 64, head, coord_batch),
-                                    rows + h * kBlockM * kRowBytes);
-    }
-    store.commit();
     store.drain_reads();
   }
 #else

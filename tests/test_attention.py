@@ -80,18 +80,22 @@ def test_head_dims_beyond_256_are_refused_and_256_fits() -> None:
 
 
 def test_shared_memory_budget_refuses_too_many_stages() -> None:
-    cfg = default_config(Backend.TMA, 128, stages=4)  # 32 KiB Q + 4 x 64 KiB
-    with pytest.raises(InvalidArgumentError, match=r"stages.*D=128 needs 64 KiB per stage.*289\.\d KiB, 227\.0 KiB available"):
+    cfg = default_config(Backend.TMA, 128, stages=3)  # 32 KiB Q + 3 x 64 KiB + 32 KiB O staging
+    with pytest.raises(InvalidArgumentError, match=r"stages.*D=128 needs 64 KiB per stage.*; 3 stages, the 32 KiB Q "
+                       r"tile and the 32 KiB O staging tile need 257\.\d KiB, 227\.0 KiB available"):
         check_config(cfg, 232448)
-    check_config(default_config(Backend.TMA, 128, stages=3), 232448)  # 224 KiB fits
+    check_config(default_config(Backend.TMA, 128, stages=2), 232448)  # 192 KiB fits
     with pytest.raises(InvalidArgumentError, match="stages.*99.0 KiB available"):
         check_config(default_config(Backend.CP_ASYNC, 128, warps=8, stages=3), 101376)
 
 
 def test_config_shared_memory_matches_kernel_layout() -> None:
     cfg = default_config(Backend.TMA, 128)
-    assert cfg.shared_mem == 32768 + 2 * 65536 + 8 * (1 + 2 * 2 * 2) + 1024  # Q's barrier, K and V rings' FULL/EMPTY
+    # Q, the K/V stages, O's staging tile; Q's FULL and EMPTY barriers, the K and V rings' FULL/EMPTY
+    assert cfg.shared_mem == 32768 + 2 * 65536 + 32768 + 8 * (2 + 2 * 2 * 2) + 1024
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
+    assert "O staging tile: 32.0 KiB" in "\n".join(cfg.budget_lines())
+    assert default_config(Backend.TMA, 256).o_bytes == 0  # D = 256: O is staged in the Q tile
     c2 = default_config(Backend.CP_ASYNC, 64, warps=4, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
     c3 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=232448)

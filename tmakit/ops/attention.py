@@ -55,7 +55,7 @@ from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
 from . import _checks
-from ._kernels import kernel
+from ._kernels import kernel, sm_count
 from ._plan import wait_for_stream
 from ._plan_cache import cached
 
@@ -96,9 +96,15 @@ class AttentionConfig:
     def shared_mem(self) -> int:
         """Dynamic shared memory per block (bytes), as the kernel lays it out."""
         tiles = self.q_bytes + self.stages * self.stage_bytes
-        if self.backend is Backend.TMA:  # Q's barrier and the K and V rings' FULL and EMPTY barriers
-            return tiles + _BARRIER_BYTES * (1 + 4 * self.stages) + _ALIGN_SLACK
+        if self.backend is Backend.TMA:  # O's staging buffer; Q's two barriers, the K and V rings' FULL and EMPTY
+            return tiles + self.o_bytes + _BARRIER_BYTES * (2 + 4 * self.stages) + _ALIGN_SLACK
         return tiles + _ALIGN_SLACK
+
+    @property
+    def o_bytes(self) -> int:
+        """tma: O's own staging buffer for its TMA stores (D <= 128; at D = 256 O is staged in the Q tile), so that
+        the next work tile's Q loads while this one's O is stored."""
+        return self.q_bytes if self.backend is Backend.TMA and self.head_dim <= 128 else 0
 
     @property
     def defines(self) -> dict[str, int | str]:
@@ -119,6 +125,7 @@ class AttentionConfig:
         kib = lambda n: f"{n / 1024:.1f} KiB"  # noqa: E731
         return [f"Q tile {self.block_m} x {self.head_dim}: {kib(self.q_bytes)}",
                 f"per stage (K + V tiles of {self.block_n} keys): {kib(self.stage_bytes)} x {self.stages} stages",
+                *([f"O staging tile: {kib(self.o_bytes)}"] if self.o_bytes else []),
                 f"total dynamic shared memory per block: {kib(self.shared_mem)}"]
 
 
@@ -209,8 +216,9 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
     if cfg.backend is Backend.CP_ASYNC and cfg.warps not in (1, 2, 4, 8):
         raise InvalidArgumentError("warps", cfg.warps, "must be 1, 2, 4 or 8", "use 4")
     if cfg.shared_mem > limit:
-        raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages and the "
-                                   f"{cfg.q_bytes / 1024:g} KiB Q tile need {cfg.shared_mem / 1024:.1f} KiB, "
+        o_tile = f" and the {cfg.o_bytes / 1024:g} KiB O staging tile" if cfg.o_bytes else ""
+        raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages, the "
+                                   f"{cfg.q_bytes / 1024:g} KiB Q tile{o_tile} need {cfg.shared_mem / 1024:.1f} KiB, "
                                    f"{limit / 1024:.1f} KiB available per block",
                                    "use fewer stages or a smaller block_n")
 
@@ -379,8 +387,13 @@ class AttentionPlan:
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
 
     @property
-    def grid(self) -> tuple[int, int, int]:
+    def tiles(self) -> tuple[int, int, int]:
+        """The work tiles: (query blocks, heads, batch)."""
         return (-(-self.sq // self.config.block_m), self.heads, self.batch)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return launch_grid(self.tiles, self.config, self.device)
 
     @property
     def flops(self) -> float:
@@ -394,7 +407,8 @@ class AttentionPlan:
         common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal), self.heads // self.kv_heads)
         if cfg.backend is Backend.TMA:
             self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
-            args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0)  # no variable lengths, no paged cache
+            args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0,  # no variable lengths, no paged cache
+                    *persistent_args(self.tiles))
         else:
             strides = []
             for view in (q, k, v, o):
@@ -426,6 +440,19 @@ class AttentionPlan:
             self._bind(qv, kv, vv, ov, self.lse)
         self._launch()
         return self.out, self.lse
+
+
+def launch_grid(tiles: tuple[int, int, int], cfg: AttentionConfig, device: int | None) -> tuple[int, int, int]:
+    """tma: a persistent grid, at most one CTA per SM, walking the work tiles (m_block, head, batch); cp.async: one
+    block per tile."""
+    if cfg.backend is not Backend.TMA:
+        return tiles
+    return (max(1, min(tiles[0] * tiles[1] * tiles[2], sm_count(device))), 1, 1)
+
+
+def persistent_args(tiles: tuple[int, int, int]) -> tuple[int, int]:
+    """The tma kernel's last two arguments: the query blocks and the batch of the work tiles (heads it has)."""
+    return tiles[0], tiles[2]
 
 
 def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, cfg: AttentionConfig, layout: str, *,

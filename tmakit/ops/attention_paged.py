@@ -26,8 +26,8 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, out_like_q, _bhsd_view, _empty_like, _tile_map, lse_buffer,
-                        tma_plan_config)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, out_like_q, _bhsd_view,
+                        _empty_like, _tile_map, lse_buffer, tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
 
@@ -86,8 +86,13 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
 
     @property
-    def grid(self) -> tuple[int, int, int]:
+    def tiles(self) -> tuple[int, int, int]:
+        """The work tiles: (query blocks, heads, sequences)."""
         return (-(-self.sq // self.config.block_m), self.heads, self.batch)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return launch_grid(self.tiles, self.config, self.device)
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, table: ArrayView, lens: ArrayView, o: ArrayView) -> None:
         cfg = self.config
@@ -105,7 +110,8 @@ class PagedAttentionPlan(DeviceMapsPlan):
         lse_ptr = _checks.view(self.lse, "lse").ptr
         args = (*self.maps, lse_ptr, self.heads, self.sq, self.max_pages * self.page_size,
                 self.scale * math.log2(math.e), int(self.causal), self.heads // self.kv_heads, 0, lens.ptr,
-                self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages)
+                self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages,
+                *persistent_args(self.tiles))
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

@@ -26,8 +26,8 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, out_like_q, _empty_like, attention_tensor_maps, lse_buffer,
-                        tma_plan_config)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, out_like_q, _empty_like,
+                        attention_tensor_maps, lse_buffer, tma_plan_config)
 
 
 def _packed(v: ArrayView, name: str) -> ArrayView:
@@ -92,8 +92,13 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         self._checked = checked
 
     @property
-    def grid(self) -> tuple[int, int, int]:
+    def tiles(self) -> tuple[int, int, int]:
+        """The work tiles: (query blocks of the longest sequence, heads, sequences)."""
         return (-(-self.max_seqlen_q // self.config.block_m), self.heads, self.batch)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return launch_grid(self.tiles, self.config, self.device)
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, cu_q: ArrayView, cu_k: ArrayView, o: ArrayView) -> None:
         cfg = self.config
@@ -106,7 +111,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
                                              stream=self._stream, checked=False)  # no barrier to bound
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
                 int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
-                0, 0, 0, 0)
+                0, 0, 0, 0, *persistent_args(self.tiles))
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

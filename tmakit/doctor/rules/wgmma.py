@@ -26,12 +26,31 @@ def _first_trip(k: Kernel, exprs: list[Expr], tid: int) -> dict:
         for leaf in leaves(e):
             if leaf[0] == "sym":
                 env[leaf] = 0
-            elif leaf[0] == "phi":
-                starts = [evaluate(k.values.definition(d, leaf[1]), env) for d in sorted(leaf[2])]
-                known = [s for s in starts if s is not None]
-                if known:
-                    env[leaf] = known[0]
+            elif leaf[0] == "phi" and leaf not in env:
+                start = _phi_start(k, leaf, env, 0)
+                if start is not None:
+                    env[leaf] = start
     return env
+
+
+def _phi_start(k: Kernel, leaf, env: dict, depth: int):
+    """A loop-carried value's first known value: its definitions in order, a nested loop's counter (a phi whose
+    start is another loop's phi) followed outwards a few levels."""
+    if depth > 4:
+        return None
+    for d in sorted(leaf[2]):
+        e = k.values.definition(d, leaf[1])
+        for inner in leaves(e):
+            if inner[0] == "sym":
+                env.setdefault(inner, 0)
+            elif inner[0] == "phi" and inner != leaf and inner not in env:
+                v = _phi_start(k, inner, env, depth + 1)
+                if v is not None:
+                    env[inner] = v
+        v = evaluate(e, env)
+        if v is not None:
+            return v
+    return None
 
 
 def check(k: Kernel) -> None:

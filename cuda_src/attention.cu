@@ -220,6 +220,7 @@ typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warp
 struct SharedBarriers {
   Mbarrier q_full;   // the Q tile of the CTA's current work tile has landed
   Mbarrier q_empty;  // both consumer warpgroups are done with it: the next tile's Q may be loaded
+  int tile;          // the work tile q_full's phase brings (-1: none left), written before the producer arrives
   Ring k_ring;  // K stages: released once S = Q K^T has read them
   Ring v_ring;  // V stages: released once O += P V has read them
 };
@@ -286,7 +287,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          int sq, int sk, float scale_log2, int causal, int kv_group, const int* __restrict__ cu_q,
                          const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps,
                          const int* __restrict__ block_table, int page_size, int max_pages, int num_pages,
-                         int m_blocks, int batches) {
+                         int m_blocks, int batches, int* tile_counter) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -299,9 +300,11 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   SharedBarriers& bars = *reinterpret_cast<SharedBarriers*>(smem + kSmemTiles);
 
   // Persistent: the grid (at most one CTA per SM) walks the work tiles (m_block, head, batch), m_block fastest
-  // (the tiles of one head run side by side and share its K and V in L2), heaviest first under the causal mask;
-  // CTA b takes tiles b, b + gridDim.x, ... The producer loads the next tile's Q and K/V while the consumers
-  // finish this one's softmax, P V and O stores.
+  // (the tiles of one head run side by side and share its K and V in L2), heaviest first under the causal mask.
+  // Each CTA's producer claims the next unclaimed tile from tile_counter[0] (an atomic add: a CTA that finishes
+  // early takes more, as the hardware's block scheduler would) and hands it to the consumers with the Q tile;
+  // it loads the next tile's Q and K/V while the consumers finish this one's softmax, P V and O stores. The last
+  // CTA to run out of tiles (tile_counter[1] counts them) sets both counters back to 0 for the next launch.
   const int tiles = m_blocks * heads * batches;
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
@@ -345,7 +348,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     w.n_blocks = key_blocks(w.m0, kBlockM, w.sk, causal);
     return w;
   };
-  // A tile past its sequence's end (variable lengths: the tiles cover the longest) is skipped by every warpgroup.
+  // A tile past its sequence's end (variable lengths: the tiles cover the longest) is skipped by the producer,
+  // never handed to the consumers.
   auto skipped = [&](const Tile& w) { return kVarlen && w.m0 >= w.sq; };
 
   if (threadIdx.x == 0) {
@@ -366,7 +370,18 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     if (threadIdx.x < 32 && elect_one_sync()) {
       Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
       int done = 0;  // tiles this CTA has loaded: the Q barriers' phases
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      for (;;) {
+        const int t = atomicAdd(tile_counter, 1);
+        if (t >= tiles) {
+          if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);
+          bars.tile = -1;  // the consumers' last phase: no tile
+          bars.q_full.arrive();
+          if (atomicAdd(tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {  // every CTA is past its claims
+            tile_counter[0] = 0;
+            tile_counter[1] = 0;
+          }
+          break;
+        }
         const Tile w = tile_at(t);
         if (skipped(w)) continue;
         // maps written by the previous kernel: acquired by the thread that issues the TMA through them
@@ -380,7 +395,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
           fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch + 1);
         }
         if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);  // the previous tile's S (and O staging) are done
-        bars.q_full.arrive_expect_tx(kQBytes);
+        bars.tile = t;
+        bars.q_full.arrive_expect_tx(kQBytes);  // releases the tile's number with the arrival
         for (int h = 0; h < kSlabs; ++h)
           cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, w.qm,
                                       tile_coords(h, w.q_row0 + w.m0, w.head, w.coord_batch), bars.q_full);
@@ -472,10 +488,11 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     };
     StorePipeline<1> store(o_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
     Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
-    int done = 0;
-    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    for (int done = 0;; ++done) {
+      bars.q_full.wait_parity(done & 1);
+      const int t = bars.tile;
+      if (t < 0) break;
       const Tile w = tile_at(t);
-      if (skipped(w)) continue;
       const int row0 = w.m0 + cw * 64 + warp_in_group * 16;  // this warp's first query row
 #pragma unroll
       for (int n = 0; n < OT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -486,8 +503,6 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         online_softmax<NT>(s, st, alpha, lane, row0, col0, w.sk, mask, causal, scale_log2);
       };
 
-      bars.q_full.wait_parity(done & 1);
-      ++done;
       // Software-pipelined over the key blocks (FlashAttention-3's intra-warpgroup overlap): block j's S = Q K^T
       // and block j-1's O += P V are issued together, and block j's softmax runs while the tensor cores work
       // through that P V. Groups complete in issue order, so wait_group<1> finds S done and P V maybe not; P (the

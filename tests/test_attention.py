@@ -393,7 +393,8 @@ def test_attention_sweep(chunk) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("d, block_n, stages", [(64, 64, 2), (64, 128, 4), (128, 64, 2), (128, 128, 3), (256, 64, 2)])
+@pytest.mark.parametrize("d, block_n, stages", [(64, 64, 2), (64, 128, 4), (128, 64, 2), (128, 128, 2), (128, 64, 3),
+                                                 (256, 64, 2)])
 def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages) -> None:
     """The tile plans beside the defaults (64-key blocks, other ring depths: their descriptors and barriers) on
     causal and full problems with partial blocks, 3 runs each on poisoned outputs."""

@@ -385,6 +385,7 @@ class AttentionPlan:
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
         self._launch: Any = None
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
+        self._counter = tile_counter(device) if cfg.backend is Backend.TMA else None
 
     @property
     def tiles(self) -> tuple[int, int, int]:
@@ -408,7 +409,7 @@ class AttentionPlan:
         if cfg.backend is Backend.TMA:
             self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
             args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0,  # no variable lengths, no paged cache
-                    *persistent_args(self.tiles))
+                    *persistent_args(self.tiles, self._counter))
         else:
             strides = []
             for view in (q, k, v, o):
@@ -450,9 +451,16 @@ def launch_grid(tiles: tuple[int, int, int], cfg: AttentionConfig, device: int |
     return (max(1, min(tiles[0] * tiles[1] * tiles[2], sm_count(device))), 1, 1)
 
 
-def persistent_args(tiles: tuple[int, int, int]) -> tuple[int, int]:
-    """The tma kernel's last two arguments: the query blocks and the batch of the work tiles (heads it has)."""
-    return tiles[0], tiles[2]
+def persistent_args(tiles: tuple[int, int, int], counter: DeviceArray) -> tuple[int, int, int]:
+    """The tma kernel's last three arguments: the query blocks and the batch of the work tiles (heads it has), and
+    the two int32 tile counters (``tile_counter()``) its CTAs claim tiles from."""
+    return tiles[0], tiles[2], counter.ptr
+
+
+def tile_counter(device: int | None) -> DeviceArray:
+    """The persistent kernel's two int32 counters (the next unclaimed tile, the CTAs that ran out), zero: each
+    launch's last CTA sets them back to zero. One per plan: launches of a plan run in its stream's order."""
+    return DeviceArray.zeros((2,), "int32", device=device)
 
 
 def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, cfg: AttentionConfig, layout: str, *,

@@ -26,8 +26,8 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, out_like_q, _bhsd_view,
-                        _empty_like, _tile_map, lse_buffer, tma_plan_config)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, tile_counter, out_like_q,
+                        _bhsd_view, _empty_like, _tile_map, lse_buffer, tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
 
@@ -84,6 +84,7 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
         self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
+        self._counter = tile_counter(device)
 
     @property
     def tiles(self) -> tuple[int, int, int]:
@@ -111,7 +112,7 @@ class PagedAttentionPlan(DeviceMapsPlan):
         args = (*self.maps, lse_ptr, self.heads, self.sq, self.max_pages * self.page_size,
                 self.scale * math.log2(math.e), int(self.causal), self.heads // self.kv_heads, 0, lens.ptr,
                 self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages,
-                *persistent_args(self.tiles))
+                *persistent_args(self.tiles, self._counter))
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

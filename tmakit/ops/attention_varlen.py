@@ -26,8 +26,8 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, out_like_q, _empty_like,
-                        attention_tensor_maps, lse_buffer, tma_plan_config)
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, tile_counter, out_like_q,
+                        _empty_like, attention_tensor_maps, lse_buffer, tma_plan_config)
 
 
 def _packed(v: ArrayView, name: str) -> ArrayView:
@@ -89,6 +89,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **defines)
         self._maps_workspace = DeviceArray.zeros((4 * self.batch, 128), "uint8", device=device)
+        self._counter = tile_counter(device)
         self._checked = checked
 
     @property
@@ -111,7 +112,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
                                              stream=self._stream, checked=False)  # no barrier to bound
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
                 int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
-                0, 0, 0, 0, *persistent_args(self.tiles))
+                0, 0, 0, 0, *persistent_args(self.tiles, self._counter))
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

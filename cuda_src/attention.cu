@@ -358,7 +358,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     prefetch_tensormap(&v_map);
     prefetch_tensormap(&o_map);
     bars.q_full.init(1);
-    bars.q_empty.init(2);    // thread 0 of each consumer warpgroup
+    bars.q_empty.init(256);  // every consumer thread
     bars.k_ring.init(1, 2);  // FULL: the arming thread; EMPTY: the 2 consumer warpgroups
     bars.v_ring.init(1, 2);
   }
@@ -477,15 +477,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
 #pragma unroll
       for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
     };
-    // Both warpgroups are done with the Q tile (their last S has completed, or their O stores have read the Q
-    // bytes): every consumer thread has seen this tile's Q phase before the producer may start the next one (a
-    // tile without keys has no wgmma to line the warps up), so none can find q_full two phases on. Then thread 0
-    // of each warpgroup arrives.
-    const NamedBarrier consumers(3, 256);
-    auto release_q = [&]() {
-      consumers.sync();
-      if (tid == 0) bars.q_empty.arrive();
-    };
+    // This thread is done with the Q tile and the tile number (its warpgroup's last S has completed, or its O
+    // stores have read the Q bytes). Every consumer thread arrives, so the producer starts the next tile only
+    // once each has read this one's number and seen this q_full phase (none can find q_full two phases on).
+    auto release_q = [&]() { bars.q_empty.arrive(); };
     StorePipeline<1> store(o_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
     Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
     for (int done = 0;; ++done) {

@@ -2,14 +2,16 @@
 // One source, two engines (config.cuh picks, tmakit/ops/attention.py launches; both entry points exist in every
 // build, the one the build does not serve traps):
 //
-//   tmakit_attention_fwd_tma (sm_90a): three warpgroups. Warpgroup 0 is the producer (setmaxnreg down; one
-//     elected thread issues TMA): the Q tile (BLOCK_M = 128 rows) once, then K and V tiles of BLOCK_N keys through
-//     two tmakit::Pipeline rings of STAGES stages (TmaProducer), one for K and one for V, so that a K stage is
-//     refilled as soon as S = Q K^T has read it. Warpgroups 1 and 2 are consumers (setmaxnreg up), each owning 64
-//     query rows: S = Q K^T by wgmma SS (both K-major), online softmax in fp32 registers (exp2 of log2(e)-scaled
-//     logits, running max and sum per row), P packed to bf16/f16 in registers as the A operand of an RS wgmma
-//     O += P V (V, stored [keys, D], is an MN-major B operand: the transpose bit), and at the end O / l through
-//     shared memory (the Q tile's bytes, the warpgroup's StorePipeline) and TMA stores, lse by plain stores. The
+//   tmakit_attention_fwd_tma (sm_90a): persistent (at most one CTA per SM, work tiles of 128 query rows of one
+//     head claimed from an atomic counter) with three warpgroups. Warpgroup 0 is the producer (setmaxnreg down;
+//     one elected thread issues TMA): per tile the Q tile (BLOCK_M = 128 rows), then K and V tiles of BLOCK_N keys
+//     through two tmakit::Pipeline rings of STAGES stages (TmaProducer) that run on across tiles, one for K and one
+//     for V, so that a K stage is refilled as soon as S = Q K^T has read it. Warpgroups 1 and 2 are consumers
+//     (setmaxnreg up), each owning 64 query rows: S = Q K^T by wgmma SS (both K-major), online softmax in fp32
+//     registers (exp2 of log2(e)-scaled logits, running max and sum per row), P packed to bf16/f16 in registers as
+//     the A operand of an RS wgmma O += P V (V, stored [keys, D], is an MN-major B operand: the transpose bit),
+//     block j's S issued with block j-1's P V; at the end O / l through shared memory (a buffer of its own at
+//     D <= 128, else the Q tile's bytes; the warpgroup's StorePipeline) and TMA stores, lse by plain stores. The
 //     wgmma descriptors are the ones tmakit.wgmma_descriptors derives from the tensor maps (defines below).
 //   tmakit_attention_fwd_cp_async (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the same tiles and the same shared-memory
 //     images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past the sequence end, a

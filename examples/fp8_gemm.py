@@ -35,12 +35,19 @@ def parse_shape(text: str) -> tuple[int, int, int]:
 def explain(m: int, n: int, k: int) -> None:
     kb = -(-k // 128)
     a = tmakit.describe_tensor(shape=(m, k), dtype="e4m3", box=(128, 128), swizzle="128B", encode=False)
-    b = tmakit.describe_tensor(shape=(n, k), dtype="e4m3", box=(128, 128), swizzle="128B", encode=False)
+    cluster = 2 if m > 128 else 1  # plan_fp8_gemm's default: CTA pairs on vertically adjacent tiles share B's
+    b = tmakit.describe_tensor(shape=(n, k), dtype="e4m3", box=(128 // cluster, 128), swizzle="128B", encode=False)
     sa = tmakit.describe_tensor(shape=(kb, m), dtype="float32", box=(1, 128), encode=False)
     for name, tm in (("A (M, K) e4m3", a), ("B (N, K) e4m3", b), ("A's scales (K/128, M) fp32", sa)):
         print(f"map {name}: shape {tm.shape} box {tm.box_shape} swizzle {tm.swizzle.name}, {tm.box_bytes} bytes a box")
-    print(f"a stage: A {a.box_bytes} + B {b.box_bytes} + row scales {sa.box_bytes} bytes (expect_tx "
-          f"{a.box_bytes + b.box_bytes + sa.box_bytes}), padded to 33 KiB; B's scale: one float per tile and k-block")
+    if cluster > 1:
+        print(f"B: each CTA of a {cluster}-CTA cluster loads {128 // cluster} of the tile's 128 rows and multicasts "
+              "them to both, so each stage still receives the whole B tile")
+    b_stage = b.box_bytes * cluster
+    print(f"a stage: A {a.box_bytes} + B {b_stage} + row scales {sa.box_bytes} bytes (expect_tx "
+          f"{a.box_bytes + b_stage + sa.box_bytes}), padded to 33 KiB; B's scale: one float per tile and k-block")
+    print("promotion: two fp32 partial accumulators alternate, so one k-block is scaled into the tile's accumulator "
+          "while the next one's wgmma run")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         tmakit.device_limits(0)
         import torch
     except (tmakit.UnsupportedDeviceError, ImportError) as why:
-        paper = tmakit.ops.describe_gemm(m, n, k, arch="sm_90", backend="tma", block_n=128, cluster=1, splits=1)
+        paper = tmakit.ops.describe_gemm(m, n, k, arch="sm_90", backend="tma", block_n=128, cluster=2 if m > 128 else 1,
+                                         splits=1)
         code = tmakit.compile_cuda(paper.source, arch=paper.compile_arch, defines={**paper.defines, "TMAKIT_GEMM_FP8": 1})
         print(f"compiled the fp8 {paper.config.entry} for {paper.compile_arch}: {len(code.code)} bytes of cubin")
         missing = "no CUDA GPU here" if isinstance(why, tmakit.UnsupportedDeviceError) else "no torch here"
@@ -70,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     scale_b = torch.rand(nb, kb, device="cuda") + 0.5
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     plan = tmakit.ops.plan_fp8_gemm(a, b, scale_a, scale_b, out)
-    print(f"plan: tile 128 x 128 x 128, {plan.config.stages} stages, grid {plan.grid}, "
+    print(f"plan: tile 128 x 128 x 128, {plan.config.stages} stages, cluster {plan.config.cluster}, "
+          f"grid {plan.grid}, "
           f"{plan.config.shared_mem // 1024} KiB shared memory")
     plan()
     torch.cuda.synchronize()

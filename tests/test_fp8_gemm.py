@@ -20,14 +20,15 @@ from tmakit.ops.gemm import default_config
 from _fake_driver import FakeDeviceArray
 
 
-def _fp8_config():
-    return default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=128, cluster=1, splits=1, fp8=True)
+def _fp8_config(cluster: int = 1):
+    return default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=128, cluster=cluster, splits=1, fp8=True)
 
 
-def test_fp8_build_compiles_and_lints() -> None:
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_fp8_build_compiles_and_lints(cluster) -> None:
     from tmakit import lint
 
-    cfg = _fp8_config()
+    cfg = _fp8_config(cluster)
     assert cfg.fp8 and cfg.stage_bytes == 33 * 1024  # A and B 16 KiB each, 512 bytes of row scales, 1024-aligned
     assert cfg.stages == 5 and cfg.shared_mem <= 232448  # as many 33 KiB stages as the H100 holds (the results: s5)
     code = compile_cuda("gemm.cu", arch="sm_90a", defines=cfg.defines)

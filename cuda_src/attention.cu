@@ -4,9 +4,9 @@
 //
 //   tmakit_attention_fwd_tma (sm_90a): persistent (at most one CTA per SM, work tiles of 128 query rows of one
 //     head claimed from an atomic counter) with three warpgroups. Warpgroup 0 is the producer (setmaxnreg down;
-//     one elected thread issues TMA): per tile the Q tile (BLOCK_M = 128 rows), then K and V tiles of BLOCK_N keys
+//     one elected thread issues TMA): per tile the Q tile (BLOCK_M = 64 rows a consumer), then K and V tiles of BLOCK_N keys
 //     through two tmakit::Pipeline rings of STAGES stages (TmaProducer) that run on across tiles, one for K and one
-//     for V, so that a K stage is refilled as soon as S = Q K^T has read it. Warpgroups 1 and 2 are consumers
+//     for V, so that a K stage is refilled as soon as S = Q K^T has read it. Warpgroups 1.. are consumers
 //     (setmaxnreg up), each owning 64 query rows: S = Q K^T by wgmma SS (both K-major), online softmax in fp32
 //     registers (exp2 of log2(e)-scaled logits, running max and sum per row), P packed to bf16/f16 in registers as
 //     the A operand of an RS wgmma O += P V (V, stored [keys, D], is an MN-major B operand: the transpose bit),
@@ -29,7 +29,8 @@
 // Sk >= 1, which the op requires, that is only the kernel's guard).
 //
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128 | 256), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
-// TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
+// TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_CONSUMERS (tma: consumer warpgroups, 2 or 3;
+// BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
 // the wgmma descriptors of a stage at shared address 0 (tmakit/ops/attention.py: descriptor_defines):
 // TMAKIT_ATTN_DESC_Q (Q's D/16 k16 slices for the rows 0-63, then for 64-127), TMAKIT_ATTN_DESC_K (D/16 slices),
 // TMAKIT_ATTN_DESC_V (BLOCK_N/16 slices). The defaults are the derivation's for the default configuration.
@@ -60,6 +61,9 @@
 #endif
 #ifndef TMAKIT_ATTN_WARPS
 #define TMAKIT_ATTN_WARPS 8
+#endif
+#ifndef TMAKIT_ATTN_CONSUMERS
+#define TMAKIT_ATTN_CONSUMERS 2  // tma: consumer warpgroups of 64 query rows (2 or 3; 3 pays at D = 64)
 #endif
 #ifndef TMAKIT_ATTN_VARLEN
 #define TMAKIT_ATTN_VARLEN 0  // 1: packed sequences of different lengths (tma; tmakit/ops/attention_varlen.py)
@@ -97,7 +101,9 @@ constexpr uint32_t kRowBytes = 128;        // bytes per slab row
 static_assert(kD == 64 || kD == 128 || kD == 256, "head dim 64, 128 or 256");
 static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256, "BLOCK_N: a multiple of 16 up to 256");
 static_assert(kStages >= 2, "the K/V ring has at least two stages");
-constexpr int kTmaThreads = 384;                          // producer warpgroup + 2 consumer warpgroups
+constexpr int kConsumers = TMAKIT_ATTN_CONSUMERS;          // tma: consumer warpgroups of 64 query rows
+static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
+constexpr int kTmaThreads = 128 * (1 + kConsumers);       // producer warpgroup + the consumer warpgroups
 constexpr int kCpAsyncThreads = 32 * TMAKIT_ATTN_WARPS;   // warps of 16 query rows
 
 constexpr float kLn2 = 0.6931471805599453f;
@@ -212,11 +218,13 @@ static_assert(!(kVarlen && kPaged), "one of TMAKIT_ATTN_VARLEN and TMAKIT_ATTN_P
 
 constexpr WgmmaType kType = kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kSlabs = kD / kSlabCols;           // slabs per tile row
-constexpr int kBlockM = 128;                      // two consumer warpgroups of 64 rows
+constexpr int kBlockM = 64 * kConsumers;          // the consumer warpgroups' 64 rows each
 constexpr uint32_t kQBytes = kBlockM * kD * 2;    // also the O staging buffer
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;   // one K (or V) stage
 constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240;
+// The register file shared out at run time (setmaxnreg): 24 for the producer, the rest to the consumers
+// (128 x 24 + 256 x 240 and 128 x 24 + 384 x 160 of the 65536).
+constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 
 struct SharedBarriers {
@@ -360,9 +368,9 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     prefetch_tensormap(&v_map);
     prefetch_tensormap(&o_map);
     bars.q_full.init(1);
-    bars.q_empty.init(256);  // every consumer thread
-    bars.k_ring.init(1, 2);  // FULL: the arming thread; EMPTY: the 2 consumer warpgroups
-    bars.v_ring.init(1, 2);
+    bars.q_empty.init(128 * kConsumers);  // every consumer thread
+    bars.k_ring.init(1, kConsumers);  // FULL: the arming thread; EMPTY: the consumer warpgroups
+    bars.v_ring.init(1, kConsumers);
   }
   __syncthreads();
 
@@ -444,7 +452,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   } else {
     // ---------------------------------------------------------------- consumers
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = warpgroup - 1;                         // consumer warpgroup: rows cw*64 .. cw*64+63
+    const int cw = warpgroup - 1;  // consumer warpgroup: rows cw*64 .. cw*64+63
     constexpr int NT = kBlockN / 8, OT = kD / 8;
     const uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;
     constexpr int KT = kBlockN / 16;  // k16 slices of P
@@ -503,7 +511,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       // Software-pipelined over the key blocks (FlashAttention-3's intra-warpgroup overlap): block j's S = Q K^T
       // and block j-1's O += P V are issued together, and block j's softmax runs while the tensor cores work
       // through that P V. Groups complete in issue order, so wait_group<1> finds S done and P V maybe not; P (the
-      // previous block's, packed) and O are touched again only after wait_group<0>. The two consumer warpgroups
+      // previous block's, packed) and O are touched again only after wait_group<0>. The consumer warpgroups
       // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them
       // moves above the wait.
       if (w.n_blocks > 0) {

@@ -108,8 +108,13 @@ def test_config_shared_memory_matches_kernel_layout() -> None:
 def test_block_n_and_warps_rules() -> None:
     with pytest.raises(InvalidArgumentError, match="block_n.*must be 64 or 128 on the tma backend"):
         check_config(default_config(Backend.TMA, 128, block_n=96), 232448)
-    with pytest.raises(InvalidArgumentError, match="warps.*fixed at 12"):
+    with pytest.raises(InvalidArgumentError, match="warps=4: must be 12.*or, at D=64, 16"):
         default_config(Backend.TMA, 128, warps=4)
+    with pytest.raises(InvalidArgumentError, match="warps=16: must be 12.*or, at D=64, 16"):
+        default_config(Backend.TMA, 128, warps=16)  # three consumers' registers hold only D=64's accumulators
+    three = default_config(Backend.TMA, 64)
+    assert (three.warps, three.block_m, three.threads, three.defines["TMAKIT_ATTN_CONSUMERS"]) == (16, 192, 512, 3)
+    assert default_config(Backend.TMA, 64, warps=12).block_m == 128
     with pytest.raises(InvalidArgumentError, match="warps.*must be 1, 2, 4 or 8"):
         check_config(default_config(Backend.CP_ASYNC, 64, warps=3), 232448)
 
@@ -393,11 +398,13 @@ def test_attention_sweep(chunk) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("d, block_n, stages", [(64, 64, 2), (64, 128, 4), (128, 64, 2), (128, 128, 2), (128, 64, 3),
-                                                 (256, 64, 2)])
-def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages) -> None:
-    """The tile plans beside the defaults (64-key blocks, other ring depths: their descriptors and barriers) on
-    causal and full problems with partial blocks, 3 runs each on poisoned outputs."""
+@pytest.mark.parametrize("d, block_n, stages, warps", [(64, 64, 2, None), (64, 128, 4, None), (64, 128, 4, 12),
+                                                        (128, 64, 2, None), (128, 128, 2, None), (128, 64, 3, None),
+                                                        (256, 64, 2, None)])
+def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
+    """The tile plans beside the defaults (64-key blocks, other ring depths, D=64 with two consumer warpgroups
+    instead of three: their descriptors and barriers) on causal and full problems with partial blocks, 3 runs each
+    on poisoned outputs."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cuda").manual_seed(d + block_n + stages)
@@ -405,7 +412,8 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages) -> None:
         q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
         ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
         out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
-        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, block_n=block_n, stages=stages, backend="tma")
+        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, block_n=block_n, stages=stages, warps=warps,
+                              backend="tma")
         for run in range(3):
             out.fill_(float("nan"))
             plan()

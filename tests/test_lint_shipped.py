@@ -81,6 +81,6 @@ def test_attention_lints_clean_with_its_plans_maps(head_dim):
         return describe_tensor(shape=(2, 4, 1024, head_dim), dtype="bf16", box=(1, 1, rows, 64), swizzle="128B")
 
     maps = {"q_map": tmap(cfg.block_m), "k_map": tmap(cfg.block_n), "v_map": tmap(cfg.block_n),
-            "o_map": tmap(cfg.block_m // 2)}
+            "o_map": tmap(64)}
     report = lint("attention.cu", entry=cfg.entry, maps=maps, defines={**Backend.TMA.defines, **cfg.defines})
     assert report.findings == [], str(report)

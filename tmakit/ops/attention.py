@@ -77,7 +77,7 @@ class AttentionConfig:
     block_m: int  # query rows per block
     block_n: int  # keys per K/V stage
     stages: int  # K/V ring depth
-    warps: int  # cp.async path: warps of 16 query rows; tma: 12 (producer + two consumer warpgroups)
+    warps: int  # cp.async path: warps of 16 query rows; tma: 12 or 16 (a producer and 2 or 3 consumer warpgroups)
 
     @property
     def threads(self) -> int:
@@ -113,6 +113,7 @@ class AttentionConfig:
         if self.backend is Backend.CP_ASYNC:
             d["TMAKIT_ATTN_WARPS"] = self.warps
         else:
+            d["TMAKIT_ATTN_CONSUMERS"] = self.warps // 4 - 1
             d.update(descriptor_defines(self))
         return d
 
@@ -173,12 +174,14 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     - D=256 (not tuned): tma 64 keys x 2 stages (192 KiB); cp.async 32 keys (128 KiB with 8 warps).
     """
     if backend is Backend.TMA:
-        if warps not in (None, 12):
-            raise InvalidArgumentError("warps", warps, "is fixed at 12 on the tma backend (a producer warpgroup and "
-                                       "two consumer warpgroups)", "leave warps out")
+        if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):
+            raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
+                                       "of 64 query rows) or, at D=64, 16 (three consumers: 160 registers each "
+                                       "hold D=64's accumulators, not wider ones)", "leave warps out")
+        warps = warps or (16 if head_dim == 64 else 12)
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
-        return AttentionConfig(backend, head_dim, bf16, 128, block_n or (64 if head_dim == 256 else 128),
-                               stages or (4 if head_dim == 64 else 2), 12)
+        return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or (64 if head_dim == 256 else 128),
+                               stages or (4 if head_dim == 64 else 2), warps)
     w = warps or 8
     fits = lambda w_, n_: shared_mem_limit is None or AttentionConfig(  # noqa: E731
         backend, head_dim, bf16, 16 * w_, n_, stages or 2, w_).shared_mem <= shared_mem_limit
@@ -467,12 +470,12 @@ def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView
                           encode: bool = True, arch: Any = None) -> tuple:
     """The four TMA maps of the tma kernel: each tensor as a (B, H, S, D) map whatever its layout, boxes of
     (1, 1, rows, 64) with 128B swizzle and zero fill: Q and K/V boxes of block_m and block_n rows, O boxes of
-    block_m / 2 rows (one per consumer warpgroup). ``encode=False`` plans them without a GPU, checked for ``arch``
+    64 rows (one per consumer warpgroup). ``encode=False`` plans them without a GPU, checked for ``arch``
     (default: the arrays' device's)."""
     def tmap(view: ArrayView, rows: int) -> Any:
         return _tile_map(_bhsd_view(view, layout), rows, oob_fill="zero", encode=encode, arch=arch)
 
-    return tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, cfg.block_m // 2)
+    return tmap(q, cfg.block_m), tmap(k, cfg.block_n), tmap(v, cfg.block_n), tmap(o, 64)
 
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,

@@ -99,7 +99,7 @@ class PagedAttentionPlan(DeviceMapsPlan):
         cfg = self.config
         self._operands = (q, k, v, table, lens, o)  # the views own their arrays while the plan lives
         qm = _tile_map(_bhsd_view(q, "bshd"), cfg.block_m, oob_fill="zero")
-        om = _tile_map(_bhsd_view(o, "bshd"), cfg.block_m // 2, oob_fill="zero")
+        om = _tile_map(_bhsd_view(o, "bshd"), 64, oob_fill="zero")
         # the caches as (pages, H_kv, page_size, D): one box is one page of one head's 64-column slab
         km = _tile_map(_bhsd_view(k, "bshd"), self.page_size, oob_fill="zero")
         vm = _tile_map(_bhsd_view(v, "bshd"), self.page_size, oob_fill="zero")

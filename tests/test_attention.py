@@ -115,6 +115,7 @@ def test_block_n_and_warps_rules() -> None:
     three = default_config(Backend.TMA, 64)
     assert (three.warps, three.block_m, three.threads, three.defines["TMAKIT_ATTN_CONSUMERS"]) == (16, 192, 512, 3)
     assert default_config(Backend.TMA, 64, warps=12).block_m == 128
+    assert default_config(Backend.TMA, 64, sq=640).warps == 12 and default_config(Backend.TMA, 64, sq=641).warps == 16
     with pytest.raises(InvalidArgumentError, match="warps.*must be 1, 2, 4 or 8"):
         check_config(default_config(Backend.CP_ASYNC, 64, warps=3), 232448)
 

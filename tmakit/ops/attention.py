@@ -65,6 +65,7 @@ LAYOUTS = ("bhsd", "bshd")
 _SLAB = 64  # columns per 128-byte swizzled slab
 _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
+_THREE_CONSUMERS_ABOVE = 640  # tma, D=64: query rows above which 192-row tiles pay (default_config's docstring)
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def descriptor_defines(cfg: AttentionConfig) -> dict[str, str]:
 
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
                    stages: int | None = None, warps: int | None = None,
-                   shared_mem_limit: int | None = None) -> AttentionConfig:
+                   shared_mem_limit: int | None = None, sq: int | None = None) -> AttentionConfig:
     """The default tile plan of a backend for a head dim (tuning arguments override each field). With
     ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it.
 
@@ -172,13 +173,15 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     - cp.async forced: 8 warps (128 query rows share each K/V tile) 1.06x 4 warps; 128 keys per stage 1.13x 64
       keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
     - D=256 (not tuned): tma 64 keys x 2 stages (192 KiB); cp.async 32 keys (128 KiB with 8 warps).
+    - tma, D=64: three consumer warpgroups (192-row tiles, 16 warps) where the query length ``sq`` exceeds 640 rows
+      (1.02-1.39x two consumers at S 715-11012); two below (S 575: 0.98x; S 137-154 fill a 192-row tile poorly).
     """
     if backend is Backend.TMA:
         if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):
             raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
                                        "of 64 query rows) or, at D=64, 16 (three consumers: 160 registers each "
                                        "hold D=64's accumulators, not wider ones)", "leave warps out")
-        warps = warps or (16 if head_dim == 64 else 12)
+        warps = warps or (16 if head_dim == 64 and (sq is None or sq > _THREE_CONSUMERS_ABOVE) else 12)
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
         return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or (64 if head_dim == 256 else 128),
                                stages or (4 if head_dim == 64 else 2), warps)
@@ -316,7 +319,7 @@ def _empty_like(q: Any, shape: tuple[int, ...], float32: bool) -> Any:
 
 
 def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: list[tuple[ArrayView, str]], backend: Any,
-                    *, block_n: int | None = None, stages: int | None = None) -> tuple:
+                    *, block_n: int | None = None, stages: int | None = None, sq: int | None = None) -> tuple:
     """The checks and tile plan that the TMA-only attention plans (variable lengths, paged cache) share:
     ``(choice, config, scale)`` after checking ``causal``, ``scale`` (None: 1/sqrt(D)), the backend (``what`` names
     the reason it must be tma) and the 16-byte alignment of every (view, name)."""
@@ -336,7 +339,7 @@ def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: li
                                        "pass an aligned tensor")
     limit = shared_mem_limit(choice.arch, device)
     cfg = default_config(choice.backend, head_dim, views[0][0].dtype_name == "bfloat16", block_n=block_n,
-                         stages=stages, shared_mem_limit=limit)
+                         stages=stages, shared_mem_limit=limit, sq=sq)
     check_config(cfg, limit)
     return choice, cfg, float(scale)
 
@@ -497,7 +500,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     choice = choose_backend(backend, device=qv.device)
     limit = shared_mem_limit(choice.arch, qv.device)
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
-                         shared_mem_limit=limit)
+                         shared_mem_limit=limit, sq=Sq)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:
         for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):

@@ -126,7 +126,8 @@ def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, s
     b, sq, h, hk, d, pages, page_size, max_pages = dims
     views = [(qv, "q"), (kv, "k_cache"), (vv, "v_cache")] + ([(ov, "out")] if ov is not None else [])
     choice, cfg, scale = tma_plan_config("paged attention reads the cache page by page through TMA boxes and "
-                                         "device-built maps", causal, scale, d, views, backend, stages=stages)
+                                         "device-built maps", causal, scale, d, views, backend, stages=stages,
+                                         sq=sq)
     if cfg.block_n % page_size:
         raise InvalidArgumentError("k_cache", f"page size {page_size}", f"must divide the key block of head dim {d} "
                                    f"({cfg.block_n} keys)", f"use pages of at most {cfg.block_n} keys")

@@ -130,7 +130,7 @@ def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_
     views = [(qv, "q"), (kv, "k"), (vv, "v")] + ([(ov, "out")] if ov is not None else [])
     choice, cfg, scale = tma_plan_config("variable-length attention builds each sequence's tensor maps on the device "
                                          "(tensormap.replace)", causal, scale, d, views, backend, block_n=block_n,
-                                         stages=stages)
+                                         stages=stages, sq=max_seqlen_q)
     if batch > 65535 or h > 65535:
         raise InvalidArgumentError("cu_seqlens_q", f"{batch} sequences, {h} heads", "must be at most 65535 each",
                                    "split the batch")

@@ -154,7 +154,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     choice = choose_backend(backend, arch=arch)
     limit = _attention.shared_mem_limit(choice.arch, None)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
-                                    shared_mem_limit=limit)
+                                    shared_mem_limit=limit, sq=sq)
     _attention.check_config(cfg, limit)
     maps: tuple = ()
     if choice.backend is Backend.TMA:

@@ -20,22 +20,19 @@ The tensors are described to TMA as 4-D (B, H, S, D) maps whatever their memory 
 where a head and a sequence row are), with boxes of (1, 1, rows, 64) and 128B swizzle: a head dim of 128 is
 two 64-column slabs per tile.
 
-Measured on the H100 (benchmarks/results/attention.md; bf16, B=4, H=16, S=4096, D=128, beside torch SDPA in
-the same run): tma 597 TFLOP/s (0.90x SDPA), causal 534 (0.95x); cp.async forced 250 (0.39x), causal 231 (0.42x).
+Measured on the H100: benchmarks/results/attention.md and docs/PERFORMANCE.md (beside torch SDPA in the same run).
 
-Timeline of one tma block (one per SM: 161 KiB of shared memory, 384 threads), per key block j of 128 keys:
-  producer warpgroup (24 registers; one thread): wait empty[j % 2] -> expect_tx + 2 TMA boxes of K into
-    k_full[j % 2] -> expect_tx + 2 boxes of V into v_full[j % 2]; it runs two blocks ahead and otherwise waits.
-  each consumer warpgroup (64 query rows): wait k_full -> 8 wgmma m64n128k16 SS (S = Q K^T, ~512 tensor cycles)
-    -> wait -> softmax (mask on the diagonal / tail block, row max by quad shuffles, 64 ex2 per thread, O *= alpha,
-    P packed to 16 bits) -> wait v_full -> 8 wgmma m64n128k16 RS (O += P V, ~512 cycles) -> wait -> arrive empty.
-  The two consumer warpgroups share the tensor pipe and drift into alternation: one's softmax runs under the
-  other's wgmma. What limits the rest (ncu, one launch of that shape): SM throughput 62%, the ex2 unit (XU)
-  busy 33% of its peak, FMA 16%, DRAM 7%: within a warpgroup S -> softmax -> PV is serial, so the tensor pipe
-  idles whenever both warpgroups are in their softmax at once. Issuing S of block j+1 before the softmax of
-  block j (FlashAttention-3's intra-warpgroup overlap) needs S, P and O live together: ptxas allocated the
-  consumers within the 168-register entry cap (setmaxnreg raises the budget, not ptxas's allocation here) and
-  serialized the wgmma (C7512/C7514), so it is not used.
+The tma kernel is persistent: at most one CTA per SM (192 KiB of shared memory at D=128, 384 threads; 512 at D=64
+above 640 query rows) claims work tiles (64 query rows per consumer warpgroup, one head) from a per-plan counter.
+  producer warpgroup (24 registers; one thread): per tile, wait q_empty -> the Q tile; per key block j, wait
+    empty -> expect_tx + the boxes of K into k_full -> the same for V. It runs ahead across tiles.
+  each consumer warpgroup (64 query rows; 240 registers, 160 with three consumers): S_0, softmax_0; then per key
+    block j: S_j = Q K_j^T (wgmma SS) and O += P_{j-1} V_{j-1} (wgmma RS) issued together, wait for S_j,
+    softmax_j (mask on the diagonal / tail block, row max by quad shuffles, ex2, P packed to 16 bits) while the
+    tensor cores run P V, wait for it, O *= alpha; last P V; then every consumer thread arrives on q_empty (the
+    next tile's Q loads) and O / l goes out through its staging buffer by TMA stores, lse by plain stores.
+  The bounded waits' trap is out of line (cuda_src/tmakit/mbarrier.cuh): inlined, ptxas allocated the consumers
+  within the 168-register launch share and ignored setmaxnreg, which kept S, P and O from living together.
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Peer tensor maps: a map encoded for kernels on GPU 0 over an array in GPU 1's memory (describe_tensor(device=)).
 
-CPU: the argument checks. Two GPUs: >= 1,000 random peer maps (every rank, type, swizzle, element stride, partial
-and out-of-bounds boxes) over a buffer of fresh random bytes on GPU 1, each box loaded by TMA on GPU 0 and
-compared with tmakit.layout.tma_load_image byte for byte; the map keeps the peer array alive.
+CPU: the argument checks. Two or more GPUs: >= 1,000 random peer maps (every rank, type, swizzle, element stride,
+partial and out-of-bounds boxes) spread over every ordered pair of GPUs (i, j), over a buffer of fresh random bytes on
+GPU j, each box loaded by TMA on GPU i and compared with tmakit.layout.tma_load_image byte for byte; the map keeps
+the peer array alive; copies between GPU 0 and the last GPU.
 """
 from __future__ import annotations
 
@@ -39,25 +40,35 @@ def test_peer_boxes_equal_the_cpu_model() -> None:
     seed = int(os.environ.get("TMAKIT_HW_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     host = np.random.default_rng(seed).integers(0, 256, BUFFER_BYTES, dtype=np.uint8)
+    # every ordered pair of GPUs (2 on two GPUs, 12 on four): a kernel on GPU i loads from GPU j's memory
+    n = torch.cuda.device_count()
+    pairs = [(i, j) for i in range(n) for j in range(n) if i != j]
+    per_pair = max(100, -(-1000 // len(pairs)))
     boxes = equal = maps = 0
-    buf = torch.from_numpy(host).to("cuda:1")
-    # a peer map of the whole buffer: checks and enables GPU 0's access to GPU 1 (encode_tiled below encodes raw
-    # addresses in GPU 0's context and enables nothing)
-    whole = describe_tensor(buf, box=(256,), device=0)
-    assert whole.device == 0 and whole.owner is buf and whole.descriptor is not None
-    while maps < 1000:
-        case = random_case(rng)
-        if case["interleave"].value:
-            continue
-        tm = encode_tiled(case["dtype"], buf.data_ptr() + case["offset"], case["dims"], case["strides"], case["box"],
-                          case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=0, owner=buf)
-        coords = [list(reversed(c)) for c in case["coords"]]
-        got = load_tiles(tm, coords, backend="tma")
-        for i, c in enumerate(case["coords"]):
-            want = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
-            boxes += 1
-            equal += bool(np.array_equal(got.images[i], want))
-        maps += 1
+    for at, home in pairs:
+        buf = torch.from_numpy(host).to(f"cuda:{home}")
+        # a peer map of the whole buffer: checks and enables GPU at's access to GPU home (encode_tiled below
+        # encodes raw addresses in GPU at's context and enables nothing)
+        whole = describe_tensor(buf, box=(256,), device=at)
+        assert whole.device == at and whole.owner is buf and whole.descriptor is not None
+        done = 0
+        while done < per_pair:
+            case = random_case(rng)
+            if case["interleave"].value:
+                continue
+            tm = encode_tiled(case["dtype"], buf.data_ptr() + case["offset"], case["dims"], case["strides"],
+                              case["box"], case["es"], swizzle=case["swizzle"], oob_fill=case["oob"], device=at,
+                              owner=buf)
+            coords = [list(reversed(c)) for c in case["coords"]]
+            got = load_tiles(tm, coords, backend="tma")
+            for i, c in enumerate(case["coords"]):
+                want = tma_load_image(tm, host[case["offset"]:], c, poison=POISON)
+                boxes += 1
+                same = bool(np.array_equal(got.images[i], want))
+                equal += same
+                assert same or boxes - equal < 5, f"TMAKIT_HW_SEED={seed}: GPU {at} from GPU {home}: boxes differ"
+            done += 1
+        maps += done
     assert maps >= 1000 and boxes >= 3000
     assert equal == boxes, f"TMAKIT_HW_SEED={seed}: {boxes - equal} of {boxes} peer boxes differ from the model"
 
@@ -97,10 +108,15 @@ def test_arrays_on_the_second_gpu_are_seen_there() -> None:
 
 @pytest.mark.requires_2gpus
 @pytest.mark.parametrize("across", ["pull", "push"])
-@pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
+@pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0), (0, -1), (-1, 0)],
+                         ids=["0<-1", "1<-0", "0<-last", "last<-0"])
 def test_copies_across_gpus_move_every_byte(dst_device, src_device, across) -> None:
-    """tmakit.ops.copy between GPUs (dst's GPU pulls over the peer path), odd sizes and offsets, poisoned dst."""
+    """tmakit.ops.copy between GPUs (dst's GPU pulls over the peer path), odd sizes and offsets, poisoned dst;
+    -1: the last GPU (on more than two GPUs, a pair other than 0 and 1)."""
     from tmakit import DeviceArray, _driver, ops
+
+    count = _driver.device_count()
+    dst_device, src_device = dst_device % count, src_device % count
 
     rng = np.random.default_rng(dst_device * 7 + 1)
     for nbytes in (1, 4097, (1 << 20) + 48, 3 << 22):

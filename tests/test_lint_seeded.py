@@ -40,3 +40,56 @@ def test_seeded_bug_is_flagged_by_its_rule(seed: Seed):
 def test_correct_twin_has_no_finding(seed: Seed):
     report = _lint(seed, bug=False)
     assert report.findings == [], f"{seed.thread} twin:\n{report}"
+
+
+PEELED_RING = r"""
+__device__ __noinline__ void give_up() { asm volatile("trap;"); }  // a bounded wait's timeout, out of line
+__device__ __forceinline__ void bounded_wait(u64* b, u32 parity) {
+  long long start = clock64();
+  while (!try_wait(b, parity)) {
+    if (clock64() - start > (1ll << 40)) give_up();
+  }
+}
+extern "C" __global__ void __launch_bounds__(128) peeled_ring(const __grid_constant__ TMap a, int k_tiles) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ u64 full[2], empty[2];
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < 2; ++s) { bar_init(&full[s], 1); bar_init(&empty[s], 96); }
+    fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+#pragma unroll 1
+    for (int k = 0; k < k_tiles; ++k) {
+      const int s = k & 1;
+      bounded_wait(&empty[s], ((k >> 1) & 1) ^ 1);
+      expect(&full[s], 8192);
+      load2d(smem + s * 8192, &a, 0, k * 64, &full[s]);
+    }
+  } else if (threadIdx.x >= 32 && k_tiles > 0) {
+    bounded_wait(&full[0], 0);  // the first trip, peeled (a software-pipelined loop's prologue)
+    arrive(&empty[0]);
+#pragma unroll 1
+    for (int k = 1; k < k_tiles; ++k) {
+      const int s = k & 1;
+      bounded_wait(&full[s], PARITY);
+      arrive(&empty[s]);
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("parity, flagged", [("(k >> 1) & 1", False), ("((k >> 1) & 1) ^ (s == 0)", True)])
+def test_a_peeled_first_trip_and_an_out_of_line_timeout(parity, flagged):
+    """A ring consumed by a loop whose first trip was peeled (its slot 0 is one phase on when the loop starts),
+    waiting through a bounded wait that calls an out-of-line trap: clean with the ring's parity; with slot 0's
+    parity a phase off inside the loop, flagged by phase.parity_sequence."""
+    from lint_seeds import BF16_128B, PRELUDE
+
+    report = lint(PRELUDE + PEELED_RING, entry="peeled_ring", maps={"a": describe_map(BF16_128B)},
+                  defines={"PARITY": parity})
+    if flagged:
+        assert "phase.parity_sequence" in report.rules("error"), str(report)
+    else:
+        assert report.findings == [], str(report)

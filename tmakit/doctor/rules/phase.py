@@ -115,14 +115,19 @@ def _simulate(k: Kernel, w, header: int) -> None:
 def _earlier_uses(k: Kernel, w, header: int) -> dict[int, int]:
     """Waits on the same barriers before the loop, by slot: a loop whose first trip was peeled into a prologue
     (software pipelining) finds those slots one phase on."""
-    uses: dict[int, int] = {}
+    # (slot, parity) pairs: one wait's probes (a first one, then its retry loop's) are one phase of one slot
+    phases: set[tuple[int, int]] = set()
     body, first = k.cfg.loops[header], k.cfg.blocks[header].start
     for x in k.by_kind("wait"):
         if x.inst.block in body or x.index >= first or x.barrier is None or not may_alias(x.barrier, w.barrier):
             continue
         key = evaluate(substitute(x.barrier, _zero_syms(x.barrier)), {})
-        if key is not None:
-            uses[key] = uses.get(key, 0) + 1
+        parity = evaluate(x.info["parity"], {}) if x.info.get("parity") is not None else None
+        if key is not None and parity is not None:
+            phases.add((key, parity & 1))
+    uses: dict[int, int] = {}
+    for key, _ in phases:
+        uses[key] = uses.get(key, 0) + 1
     return uses
 
 

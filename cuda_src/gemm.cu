@@ -452,6 +452,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           // wrote the whole 16-byte chunk, past column N into the row's padding).
           const bool direct = slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
+          if (!kOutF32 && beta == 0.f && !direct) {
+            // C not read, a 16-bit output, staged whole: each warp's 16 rows x 64 columns by four stmatrix.x4
+            // (two n8 blocks each: the accumulator fragments as they are, packed), no per-element addressing.
+            // Rows past M and columns past N are clipped by the TMA store.
+            const uint32_t base = shared_addr(buf);
+#pragma unroll
+            for (int q = 0; q < kSlabCols / 16; ++q) {
+              const int jj = s * (kSlabCols / 8) + 2 * q;  // the first of the two n8 blocks
+              uint32_t r[4];
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {  // e: (rows g / g + 8) x (block jj / jj + 1), stmatrix's matrix order
+                const int i = 4 * (jj + (e >> 1)) + 2 * (e & 1);
+                r[e] = pack_out2(alpha == 0.f ? 0.f : alpha * acc[i], alpha == 0.f ? 0.f : alpha * acc[i + 1]);
+              }
+              stmatrix_sync_aligned_m8n8_x4_shared_b16(
+                  ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes, kSwizzle128B), r);
+            }
+          } else {
 #pragma unroll
           for (int j = 0; j < kSlabCols / 8; ++j) {
             const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
@@ -477,6 +495,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 *reinterpret_cast<uint32_t*>(buf + off) = pack_out2(v0, v1);
               }
             }
+          }
           }
           store.publish();
           if (store.issuer() && !direct && slab_n0 < N)

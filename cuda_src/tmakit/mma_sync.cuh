@@ -1,6 +1,7 @@
 // Warp-level tensor-core wrappers for sm_80+ (the cp.async twin of every wgmma kernel), named after the PTX
 // they emit. PTX ISA sections:
 //   "Warp-level matrix load instruction: ldmatrix"                       (ldmatrix.sync.aligned.m8n8.x4{.trans})
+//   "Warp-level matrix store instruction: stmatrix"                      (stmatrix.sync.aligned.m8n8.x4, sm_90)
 //   "Warp-level matrix multiply-accumulate instructions: mma"             (mma.sync.aligned.m16n8k16)
 //   "Matrix Fragments for mma.m16n8k16 with floating point type"          (which lane holds which element)
 //
@@ -13,6 +14,7 @@
 // address, and a 16-byte chunk stays whole under the swizzle, so a lane's row address is the swizzled
 // offset of the chunk's first element: ldmatrix_x4_address() computes it.
 #pragma once
+#include "tmakit/config.cuh"
 #include "tmakit/swizzle.cuh"
 #include "tmakit/types.cuh"
 
@@ -63,6 +65,21 @@ __device__ __forceinline__ void ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(u
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr)
                : "memory");
+}
+
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90; PTX ISA "Warp-level matrix store instruction: stmatrix"):
+// four 8x8 b16 matrices to shared memory, ldmatrix's inverse. Register i of lane L holds row L/4, columns 2(L%4),
+// 2(L%4)+1 of matrix i (an mma / wgmma accumulator fragment, packed); lane L supplies the address of row (L % 8) of
+// matrix (L / 8), as for ldmatrix (ldmatrix_x4_address gives the A-fragment order). All 32 lanes call it.
+__device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t smem_addr, const uint32_t (&r)[4]) {
+#if TMAKIT_HAS_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)smem_addr, (void)r;
+  TMAKIT_REQUIRES_SM90();
+#endif
 }
 
 // Byte offset of element (row, col) of a row-major b16 tile image of `row_bytes` bytes per row whose base

@@ -226,7 +226,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   Ring& ring = *reinterpret_cast<Ring*>(epi + kEpilogueBytes);
   // Grouped: each consumer warpgroup's C map is edited in shared memory (128-byte aligned) and published to its own
   // slot c_maps[2 * blockIdx.x + consumer]; the groups' first units and row ends follow.
-  TensorMapDesc* c_edit = reinterpret_cast<TensorMapDesc*>(epi + kEpilogueBytes + ((sizeof(Ring) + 127) / 128) * 128);
+  // Each consumer warpgroup's barrier for the C slabs it loads by TMA (beta != 0), after the ring.
+  Mbarrier* c_full = reinterpret_cast<Mbarrier*>(epi + kEpilogueBytes + sizeof(Ring));
+  TensorMapDesc* c_edit = reinterpret_cast<TensorMapDesc*>(
+      epi + kEpilogueBytes + ((sizeof(Ring) + 2 * sizeof(Mbarrier) + 127) / 128) * 128);
   int* tile_start = reinterpret_cast<int*>(c_edit + 2);
   int* row_end = tile_start + groups + 1;
 
@@ -260,6 +263,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
   if (threadIdx.x == 0) {
+    c_full[0].init(1);
+    c_full[1].init(1);
     ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
     prefetch_tensormap(&map_a);
     prefetch_tensormap(&map_b);
@@ -320,6 +325,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int consumer = wg - 1;
     StorePipeline<2> store(epi + consumer * 2 * kSlabBytes, kSlabBytes, NamedBarrier(1 + consumer, 128));
+    uint32_t c_phase = 0;  // the phase of c_full[consumer] the next C slab completes
     // Every CTA of the cluster filled the stage (its share of B by multicast): release it to each of them.
     auto release = [&](const Ring::State& s) {
       if constexpr (kCluster > 1) ring.consumer_release_cluster(s, kCluster);
@@ -443,7 +449,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;
       const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
-      if (row0 < m_end) {
+      // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
+      // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
+      {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
           const int slab_n0 = n0 + s * kSlabCols;
@@ -469,33 +477,64 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               stmatrix_sync_aligned_m8n8_x4_shared_b16(
                   ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes, kSwizzle128B), r);
             }
-          } else {
+          } else if (direct) {
 #pragma unroll
-          for (int j = 0; j < kSlabCols / 8; ++j) {
-            const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
+            for (int j = 0; j < kSlabCols / 8; ++j) {
+              const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int i = 4 * jj + 2 * h;
-              const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
-              const int gm = row0 + r, gn = slab_n0 + cl;
-              const long long at = static_cast<long long>(split * split_rows + gm) * ldc + gn;
-              const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < m_end && gn < N);
-              const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < m_end && gn + 1 < N);
-              if (direct) {
+              for (int h = 0; h < 2; ++h) {
+                const int i = 4 * jj + 2 * h;
+                const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
+                const int gm = row0 + r, gn = slab_n0 + cl;
+                const long long at = static_cast<long long>(split * split_rows + gm) * ldc + gn;
+                const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < m_end && gn < N);
+                const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < m_end && gn + 1 < N);
                 if (gm < m_end) {
                   if (gn < N) store_c(c_ptr, at, v0);
                   if (gn + 1 < N) store_c(c_ptr, at + 1, v1);
                 }
-                continue;
-              }
-              const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
-              if constexpr (kOutF32) {
-                *reinterpret_cast<float2*>(buf + off) = make_float2(v0, v1);
-              } else {
-                *reinterpret_cast<uint32_t*>(buf + off) = pack_out2(v0, v1);
               }
             }
-          }
+          } else {
+            // beta != 0: C's slab comes by TMA into the buffer (rows and columns past C read as zeros), and each
+            // thread reads its values back where it then writes the result; fp32 outputs the same way.
+            if (beta != 0.f) {
+              auto load_c_slab = [&](Mbarrier& bar) {  // each warpgroup its own barrier, named (not indexed)
+                if (t == 0) {  // the store issuer
+                  bar.arrive_expect_tx(kSlabBytes);
+                  cp_async_bulk_tensor_g2s<2>(buf, c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, bar);
+                }
+                bar.wait_parity(c_phase);
+              };
+              if (consumer == 0) load_c_slab(c_full[0]);
+              else load_c_slab(c_full[1]);
+              c_phase ^= 1u;
+            }
+#pragma unroll
+            for (int j = 0; j < kSlabCols / 8; ++j) {
+              const int jj = s * (kSlabCols / 8) + j;  // n8 block of the accumulator
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int i = 4 * jj + 2 * h;
+                const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
+                const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
+                float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
+                if constexpr (kOutF32) {
+                  if (beta != 0.f) {
+                    const float2 c2 = *reinterpret_cast<const float2*>(buf + off);
+                    v0 += beta * c2.x, v1 += beta * c2.y;
+                  }
+                  *reinterpret_cast<float2*>(buf + off) = make_float2(v0, v1);
+                } else {
+                  if (beta != 0.f) {
+                    const uint32_t c2 = *reinterpret_cast<const uint32_t*>(buf + off);
+                    v0 += beta * in_to_f32(static_cast<half_bits>(c2 & 0xffffu));
+                    v1 += beta * in_to_f32(static_cast<half_bits>(c2 >> 16));
+                  }
+                  *reinterpret_cast<uint32_t*>(buf + off) = pack_out2(v0, v1);
+                }
+              }
+            }
           }
           store.publish();
           if (store.issuer() && !direct && slab_n0 < N)

@@ -298,7 +298,9 @@ class GemmPlan:
 
             self._reduce_kernel = kernel("gemm.cu", "tmakit_gemm_splitk_reduce", choice, device,
                                          **{**cfg.defines, "TMAKIT_GEMM_OUT_F32": int(cfg.out_f32)})
-            rows, pitch = -(-self.m // BLOCK_M) * BLOCK_M, -(-self.n // 4) * 4  # fp32 rows of 16-byte multiples
+            # each split's slice holds whole cluster rows of tiles (the kernel stores every tile row it computes,
+            # past M too, and TMA clips only at the workspace's end); fp32 rows of 16-byte multiples
+            rows, pitch = -(-self.m // (BLOCK_M * cfg.cluster)) * BLOCK_M * cfg.cluster, -(-self.n // 4) * 4
             self._workspace = DeviceArray.empty((cfg.splits * rows, pitch), "float32", device=device)
             self._split_rows, self._w_pitch = rows, pitch
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK

@@ -302,6 +302,16 @@ def fp8_gemm(d: dict) -> dict:
             "sweep": sweep(d, "torch._scaled_mm")}
 
 
+def gemm_epilogue(d: dict) -> dict:
+    out = [[r["shape"], r["dtype"], f"{r['beta']:g}", r["out"], r["tile"], f"{r['TFLOP/s']:.0f}",
+            f"{r['addmm TFLOP/s']:.0f}", ratio(r["x addmm"]), sci(r["max rel err"])]
+           for r in d["rows"] if r.get("set") != "sweep"]
+    return {"run": run_line(d),
+            "table": table(["shape (M x N x K)", "in", "beta", "out", "tile", "TFLOP/s", "addmm TFLOP/s", "vs addmm",
+                            "max rel err"], out, {5, 6, 7, 8}),
+            "sweep": sweep(d, "torch.addmm")}
+
+
 def copy_peer(d: dict) -> dict:
     out = [[f"{r['bytes'] >> 20} MiB", r["direction"], f"{r['GB/s']:.0f}", f"{r['push GB/s']:.0f}",
             f"{r['torch GB/s']:.0f}", ratio(r["x torch"]), ratio(r["push x torch"])] for r in d["rows"]]
@@ -316,14 +326,15 @@ SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
     "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm,
     "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm,
-    "copy_peer": copy_peer}
+    "copy_peer": copy_peer, "gemm_epilogue": gemm_epilogue}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
             "copy_bandwidth_h200": ("copy_bandwidth.py", "--name copy_bandwidth_h200"),
             "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
             "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""),
-            "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "copy_peer": ("copy_peer.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200")}
+            "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "copy_peer": ("copy_peer.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200"),
+            "gemm_epilogue": ("gemm_epilogue.py", "")}
 
 
 def _not_measured(name: str) -> str:

@@ -14,9 +14,10 @@
 //                  per thread). Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from shared memory through
 //                  the descriptors tmakit.wgmma_descriptors derives from the tensor maps), commit, wait for the
 //                  previous k-block's batch (so one batch is always in flight) and release that stage to the
-//                  producers of every CTA of the cluster. Epilogue: alpha/beta in registers (beta reads C),
-//                  converted into 128-byte-wide swizzled slabs through the warpgroup's StorePipeline (two slab
-//                  buffers), each slab a TMA store (clipped at the edges of C).
+//                  producers of every CTA of the cluster. Epilogue: 128-byte-wide swizzled slabs through the
+//                  warpgroup's StorePipeline (two slab buffers), each slab a TMA store (clipped at the edges of C):
+//                  a 16-bit output without beta staged by stmatrix; with beta C's slab is first loaded by TMA into
+//                  the buffer and read back in place; fp32 outputs by per-thread shared stores.
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
 //     of tiles sweep N together, so the A and B panels in flight stay in L2. Split-K (splits > 1, an fp32
 //     build): each tile's k-blocks are cut into `splits` ranges, each range a unit whose partial product goes

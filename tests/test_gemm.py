@@ -63,6 +63,8 @@ def test_gemm_variants_compile(backend: Backend, arch: str, bf16: bool, kmajor: 
         assert "multicast::cluster" in ptx and "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
         assert "mapa.shared::cluster" in ptx and "barrier.cluster.arrive" in ptx
         assert "cp.async.bulk.wait_group.read 1" in ptx  # the epilogue's two slab buffers
+        assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in ptx  # 16-bit outputs staged as fragments
+        assert "cp.async.bulk.tensor.2d.shared::cluster.global" in ptx  # C's slabs loaded for beta
     else:
         assert "mma.sync.aligned.m16n8k16" in ptx and "cp.async.cg.shared.global" in ptx
         assert ("ldmatrix.sync.aligned.m8n8.x4.trans" in ptx) == (not kmajor)

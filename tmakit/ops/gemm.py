@@ -105,6 +105,7 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
 _TILE_COST = {256: 1.0, 128: 0.6}
 _CLUSTER_COST = {2: 0.95, 1: 1.0}
 _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
+_ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int) -> int:
@@ -118,9 +119,15 @@ def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
-                widths: tuple[int, ...] = (256, 128)) -> tuple[int, int]:
+                widths: tuple[int, ...] = (256, 128), k: int | None = None) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
-    cluster is kept. Ties go to the wider tile, then to the cluster."""
+    cluster is kept. Ties go to the wider tile, then to the cluster. A problem of one wave of 128-wide lone tiles
+    and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
+    (H100, 7a0a9c0: 344x344x896 0.62x cuBLAS against 0.53x with clusters, 896x856x432 0.79x against 0.64x,
+    328x1784x3056 0.69x against 0.55x, with split-K as chosen)."""
+    if (block_n in (None, 128) and cluster in (None, 1) and 128 in widths and k is not None and k <= _ONE_WAVE_K
+            and tile_turns(m, n, 128, 1, sms) == 1):
+        return 128, 1
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))]
 
     def cost(o: tuple[int, int]) -> tuple:
@@ -153,7 +160,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     cluster, no split."""
     wide = shared_mem_limit >= 150 * 1024
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
-        bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,))
+        bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,), k=k)
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)

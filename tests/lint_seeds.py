@@ -350,8 +350,8 @@ extern "C" __global__ void __launch_bounds__(32) warp_arrive(const __grid_consta
 }
 """
 
-STAGE_RING = PRELUDE + r"""
-extern "C" __global__ void __launch_bounds__(128) stage_ring(const __grid_constant__ TMap a, const int* skip, int k_tiles) {
+# A two-stage ring's setup and producer (thread 0), for kernels whose consumers (threads 32..127) differ.
+RING_PRODUCER = r"""
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ u64 full[2], empty[2];
   if (threadIdx.x == 0) {
@@ -367,7 +367,11 @@ extern "C" __global__ void __launch_bounds__(128) stage_ring(const __grid_consta
       expect(&full[s], 8192);
       load2d(smem + s * 8192, &a, 0, k * 64, &full[s]);
     }
-  } else if (threadIdx.x >= 32) {
+  }"""
+
+STAGE_RING = PRELUDE + r"""
+extern "C" __global__ void __launch_bounds__(128) stage_ring(const __grid_constant__ TMap a, const int* skip, int k_tiles) {
+""" + RING_PRODUCER + r""" else if (threadIdx.x >= 32) {
 #pragma unroll 1
     for (int k = 0; k < k_tiles; ++k) {
       const int s = k & 1;

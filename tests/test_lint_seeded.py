@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lint_seeds import SEEDS, Seed
+from lint_seeds import RING_PRODUCER, SEEDS, Seed
 from tmakit.doctor import lint
 from tmakit.doctor.lint import describe_map
 
@@ -51,22 +51,7 @@ __device__ __forceinline__ void bounded_wait(u64* b, u32 parity) {
   }
 }
 extern "C" __global__ void __launch_bounds__(128) peeled_ring(const __grid_constant__ TMap a, int k_tiles) {
-  extern __shared__ __align__(1024) unsigned char smem[];
-  __shared__ u64 full[2], empty[2];
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < 2; ++s) { bar_init(&full[s], 1); bar_init(&empty[s], 96); }
-    fence_init();
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-#pragma unroll 1
-    for (int k = 0; k < k_tiles; ++k) {
-      const int s = k & 1;
-      bounded_wait(&empty[s], ((k >> 1) & 1) ^ 1);
-      expect(&full[s], 8192);
-      load2d(smem + s * 8192, &a, 0, k * 64, &full[s]);
-    }
-  } else if (threadIdx.x >= 32 && k_tiles > 0) {
+""" + RING_PRODUCER + r""" else if (threadIdx.x >= 32 && k_tiles > 0) {
     bounded_wait(&full[0], 0);  // the first trip, peeled (a software-pipelined loop's prologue)
     arrive(&empty[0]);
 #pragma unroll 1

@@ -78,3 +78,40 @@ def test_a_peeled_first_trip_and_an_out_of_line_timeout(parity, flagged):
         assert "phase.parity_sequence" in report.rules("error"), str(report)
     else:
         assert report.findings == [], str(report)
+
+
+UNROLLED_LOADS = r"""
+extern "C" __global__ void __launch_bounds__(128) unrolled_loads(const __grid_constant__ TMap a, int n, float beta) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ u64 bar;
+  if (threadIdx.x == 0) { bar_init(&bar, 1); fence_init(); }
+  __syncthreads();
+  u32 phase = 0;
+#pragma unroll
+  for (int s = 0; s < 6; ++s) {  // an epilogue's slabs: each loaded only where it is needed (data conditions)
+    if (beta != 0.f && s * 64 + 64 <= n) {
+      if (threadIdx.x == 0) {
+        EXPECT_GUARD expect(&bar, 8192);
+        load2d(smem, &a, s * 64, 0, &bar);
+      }
+      wait(&bar, phase);
+      phase ^= 1;
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("guard, flagged", [("if (true)", False), ("if (n > 100)", True)])
+def test_expect_tx_and_copies_under_the_same_conditions_balance(guard, flagged):
+    """Six unrolled (expect_tx, load) pairs, each under its own data condition (more than the rule enumerates):
+    balanced pair by pair, they lint clean; an expect_tx under a condition its load does not share is an error
+    (tx.conditional: when the condition is false the copy's bytes land on no expect_tx)."""
+    from lint_seeds import BF16_128B, PRELUDE
+
+    report = lint(PRELUDE + UNROLLED_LOADS, entry="unrolled_loads", maps={"a": describe_map(BF16_128B)},
+                  defines={"EXPECT_GUARD": guard})
+    if flagged:
+        assert "tx.conditional" in report.rules("error"), str(report)
+    else:
+        assert report.findings == [], str(report)

@@ -130,6 +130,15 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
         balance[frozenset(lits[ev.index])] += sign * b
     if all(v == 0 for v in balance.values()):
         return
+    # the balanced sets net to zero under any conditions: enumerate only the conditions of the others
+    items = [it for it in items if balance[frozenset(lits[it[0].index])] != 0]
+    lits = {ev.index: lits[ev.index] for ev, *_ in items}
+    paired = _pairs(items, lits)
+    if paired is not None:  # one copy per expect_tx, of its bytes: each pair on its own conditions
+        for pair in paired:  # the first pair that disagrees is reported (an unrolled loop's others would repeat it)
+            if _compare_pair(k, rank, key, pair, {ev.index: lits[ev.index] for ev, *_ in pair}):
+                return
+        return
     common = frozenset.intersection(*lits.values()) if lits else frozenset()
     exprs = sorted({e for ls in lits.values() for e, _ in ls - common}, key=repr)
     if len(exprs) > 4:
@@ -173,6 +182,51 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
               f"it ({parts}): the phase completes before the data has landed (a race), and the late bytes count "
               "against the next phase", f"expect_tx({delivered}) before issuing the copies", "tx", anchor,
               barrier=key, value=expected)
+
+
+def _pairs(items, lits) -> list[tuple] | None:
+    """Each expect_tx with the copy of the same bytes whose conditions it shares most, or None where they do
+    not pair one to one."""
+    expects = [it for it in items if it[3] > 0]
+    copies = [it for it in items if it[3] < 0]
+    if not expects or len(expects) != len(copies):
+        return None
+    out, free = [], list(copies)
+    for e in expects:
+        same = [c for c in free if c[1] == e[1]]
+        if not same:
+            return None
+        best = max(same, key=lambda c: len(lits[c[0].index] & lits[e[0].index]))
+        free.remove(best)
+        out.append((e, best))
+    return out
+
+
+def _compare_pair(k: Kernel, rank: int, key, pair, lits) -> bool:
+    """One expect_tx and its copy: under the conditions they share, the ones they do not must agree. True when it
+    reported something."""
+    exprs = sorted({e for ls in lits.values() for e, _ in ls} - {e for e, _ in frozenset.intersection(*lits.values())},
+                   key=repr)
+    if len(exprs) > 4:
+        k.add(RULE_UNKNOWN, "note", f"barrier {k.name(key)}: too many data conditions around its expect_tx and "
+              "copies to enumerate", "-", "tx", pair[0][0].inst, barrier=key)
+        return True
+    common = frozenset.intersection(*lits.values())
+    for values in itertools.product((True, False), repeat=len(exprs)):
+        truth = dict(zip(exprs, values))
+        active = [it for it in pair if all(truth.get(e, True) == pol for e, pol in lits[it[0].index] - common)]
+        expected = sum(b for ev, b, _, s in active if s > 0)
+        delivered = sum(b for ev, b, _, s in active if s < 0)
+        if expected != delivered:
+            where = f" (CTA rank {rank} of the cluster)" if len(k.ranks) > 1 else ""
+            k.add(RULE_COND, "error", f"on barrier {k.name(key)}{where}, when {_describe(k, truth, pair)}, expect_tx "
+                  f"posts {expected} B but the copies that run deliver {delivered} B: the expected bytes and the "
+                  f"copies are under different conditions"
+                  f"{' (the phase never completes: the waiters hang)' if expected > delivered else ''}",
+                  "post expect_tx under the same condition as the copies (or arrive without tx when a copy is skipped)",
+                  "tx", pair[0][0].inst, barrier=key)
+            return True
+    return False
 
 
 def _describe(k: Kernel, truth: dict, items) -> str:

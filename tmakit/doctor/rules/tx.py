@@ -134,17 +134,25 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
     items = [it for it in items if balance[frozenset(lits[it[0].index])] != 0]
     lits = {ev.index: lits[ev.index] for ev, *_ in items}
     paired = _pairs(items, lits)
-    if paired is not None:  # one copy per expect_tx, of its bytes: each pair on its own conditions
-        for pair in paired:  # the first pair that disagrees is reported (an unrolled loop's others would repeat it)
-            if _compare_pair(k, rank, key, pair, {ev.index: lits[ev.index] for ev, *_ in pair}):
-                return
+    if paired is None:
+        _enumerate(k, rank, key, items, lits)
         return
+    # one copy per expect_tx, of its bytes: each pair on its own conditions; the first that disagrees is reported
+    # (an unrolled loop's other pairs would repeat it)
+    for pair in paired:
+        if _enumerate(k, rank, key, list(pair), {ev.index: lits[ev.index] for ev, *_ in pair}):
+            return
+
+
+def _enumerate(k: Kernel, rank: int, key, items, lits) -> bool:
+    """Every truth assignment of the data conditions the items do not all share (at most 4): the bytes expected
+    and delivered must agree. True when it reported something."""
     common = frozenset.intersection(*lits.values()) if lits else frozenset()
     exprs = sorted({e for ls in lits.values() for e, _ in ls - common}, key=repr)
     if len(exprs) > 4:
         k.add(RULE_UNKNOWN, "note", f"barrier {k.name(key)}: too many data conditions around its expect_tx and "
               "copies to enumerate", "-", "tx", items[0][0].inst, barrier=key)
-        return
+        return True
     results = []
     for values in itertools.product((True, False), repeat=len(exprs)):
         truth = dict(zip(exprs, values))
@@ -154,7 +162,7 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
         results.append((truth, expected, delivered, active))
     bad = [r for r in results if r[1] != r[2]]
     if not bad:
-        return
+        return False
     exp_ev = next((it[0] for it in items if it[3] > 0), None)
     dlv_ev = next((it[0] for it in items if it[3] < 0), None)
     anchor = (exp_ev or dlv_ev).inst
@@ -167,7 +175,7 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
               f"{' (the phase never completes: the waiters hang)' if expected > delivered else ''}",
               "post expect_tx under the same condition as the copies (or arrive without tx when a copy is skipped)",
               "tx", anchor, barrier=key)
-        return
+        return True
     truth, expected, delivered, active = bad[0]
     parts = "; ".join(f"line {ev.inst.line}: {text}" for ev, b, text, s in active if s < 0) or "no copy completes on it"
     if expected > delivered:
@@ -182,6 +190,7 @@ def _compare_group(k: Kernel, rank: int, key, g) -> None:
               f"it ({parts}): the phase completes before the data has landed (a race), and the late bytes count "
               "against the next phase", f"expect_tx({delivered}) before issuing the copies", "tx", anchor,
               barrier=key, value=expected)
+    return True
 
 
 def _pairs(items, lits) -> list[tuple] | None:
@@ -200,33 +209,6 @@ def _pairs(items, lits) -> list[tuple] | None:
         free.remove(best)
         out.append((e, best))
     return out
-
-
-def _compare_pair(k: Kernel, rank: int, key, pair, lits) -> bool:
-    """One expect_tx and its copy: under the conditions they share, the ones they do not must agree. True when it
-    reported something."""
-    exprs = sorted({e for ls in lits.values() for e, _ in ls} - {e for e, _ in frozenset.intersection(*lits.values())},
-                   key=repr)
-    if len(exprs) > 4:
-        k.add(RULE_UNKNOWN, "note", f"barrier {k.name(key)}: too many data conditions around its expect_tx and "
-              "copies to enumerate", "-", "tx", pair[0][0].inst, barrier=key)
-        return True
-    common = frozenset.intersection(*lits.values())
-    for values in itertools.product((True, False), repeat=len(exprs)):
-        truth = dict(zip(exprs, values))
-        active = [it for it in pair if all(truth.get(e, True) == pol for e, pol in lits[it[0].index] - common)]
-        expected = sum(b for ev, b, _, s in active if s > 0)
-        delivered = sum(b for ev, b, _, s in active if s < 0)
-        if expected != delivered:
-            where = f" (CTA rank {rank} of the cluster)" if len(k.ranks) > 1 else ""
-            k.add(RULE_COND, "error", f"on barrier {k.name(key)}{where}, when {_describe(k, truth, pair)}, expect_tx "
-                  f"posts {expected} B but the copies that run deliver {delivered} B: the expected bytes and the "
-                  f"copies are under different conditions"
-                  f"{' (the phase never completes: the waiters hang)' if expected > delivered else ''}",
-                  "post expect_tx under the same condition as the copies (or arrive without tx when a copy is skipped)",
-                  "tx", pair[0][0].inst, barrier=key)
-            return True
-    return False
 
 
 def _describe(k: Kernel, truth: dict, items) -> str:

@@ -17,7 +17,9 @@
 //                  producers of every CTA of the cluster. Epilogue: 128-byte-wide swizzled slabs through the
 //                  warpgroup's StorePipeline (two slab buffers), each slab a TMA store (clipped at the edges of C):
 //                  a 16-bit output without beta staged by stmatrix; with beta C's slab is first loaded by TMA into
-//                  the buffer and read back in place; fp32 outputs by per-thread shared stores.
+//                  the buffer and read back in place; fp32 outputs by per-thread shared stores. With
+//                  TMAKIT_GEMM_STORE_ADD the slabs go out as TMA reduce-adds (C += the slab, atomic per element:
+//                  several GEMMs, on this GPU or on peers writing over NVLink, may add into one C).
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
 //     of tiles sweep N together, so the A and B panels in flight stay in L2. Split-K (splits > 1, an fp32
 //     build): each tile's k-blocks are cut into `splits` ranges, each range a unit whose partial product goes
@@ -35,10 +37,10 @@
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
-// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, and the wgmma descriptors of the stages
-// (tmakit/ops/gemm.py: descriptor_defines, from tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of
-// A's four k16 slices for the consumer rows 0-63 and then 64-127, and TMAKIT_GEMM_DESC_B, B's four, each for a
-// stage at shared address 0. The defaults are the derivation's for the default configuration.
+// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), and the wgmma
+// descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from tmakit.wgmma_descriptors):
+// TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the consumer rows 0-63 and then 64-127, and
+// TMAKIT_GEMM_DESC_B, B's four, each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
 #include "tmakit/cluster.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
@@ -69,6 +71,9 @@
 #endif
 #ifndef TMAKIT_GEMM_OUT_F32
 #define TMAKIT_GEMM_OUT_F32 0
+#endif
+#ifndef TMAKIT_GEMM_STORE_ADD
+#define TMAKIT_GEMM_STORE_ADD 0  // 1: C tiles stored by cp.reduce.async.bulk.tensor .add (beta 0, no split-K)
 #endif
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
@@ -538,8 +543,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             }
           }
           store.publish();
-          if (store.issuer() && !direct && slab_n0 < N)
-            cp_async_bulk_tensor_s2g<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+          if (store.issuer() && !direct && slab_n0 < N) {
+            if constexpr (TMAKIT_GEMM_STORE_ADD != 0)  // ops/gemm.py refuses the direct (ragged-N) path here
+              cp_reduce_async_bulk_tensor_add<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+            else
+              cp_async_bulk_tensor_s2g<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+          }
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
       }

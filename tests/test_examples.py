@@ -26,13 +26,14 @@ SMALL = {"describe_and_load.py": ["--rows", "200", "--cols", "256"],
          "gemm.py": ["--shape", "1000,4097,520", "--check"],
          "attention.py": ["--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen", "1000", "--check"],
          "grouped_gemm.py": ["--experts", "5", "--tokens", "1000", "--n", "264", "--k", "200", "--check"],
-         "fp8_gemm.py": ["--shape", "1000,520,1040", "--check"]}
+         "fp8_gemm.py": ["--shape", "1000,520,1040", "--check"],
+         "multi_gpu.py": ["--m", "300", "--n", "520", "--k", "264", "--check", "--bench", "--rounds", "1"]}
 CHECKED = {"describe_and_load.py": "every byte matches the CPU model", "tma_copy_transpose.py": "results checked:",
            "async_memcpy_overlap.py": "overlapped end-to-end", "gemm.py": "(ok, tolerance", "attention.py": "check: PASSED",
-           "grouped_gemm.py": "(ok, tolerance", "fp8_gemm.py": "(ok, tolerance"}
+           "grouped_gemm.py": "(ok, tolerance", "fp8_gemm.py": "(ok, tolerance", "multi_gpu.py": "(ok, tolerance"}
 BAD = {"describe_and_load.py": ["--cols", "1023"], "tma_copy_transpose.py": ["--dtype", "complex128"],
        "async_memcpy_overlap.py": ["--gib", "-1"], "gemm.py": ["--shape", "1,2"], "attention.py": ["--seqlen", "0"],
-       "grouped_gemm.py": ["--experts", "0"], "fp8_gemm.py": ["--shape", "64,64,60"]}
+       "grouped_gemm.py": ["--experts", "0"], "fp8_gemm.py": ["--shape", "64,64,60"], "multi_gpu.py": ["--k", "260"]}
 
 
 @pytest.fixture(scope="module")
@@ -120,13 +121,22 @@ def test_without_a_gpu_the_transpose_example_names_the_path_the_gpu_takes(instal
     assert done.returncode == 0 and "the tma path" in done.stdout and "8 row classes" in done.stdout, done.stdout
 
 
-@pytest.mark.requires_gpu
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_on_the_gpu(installed, name):
+def _on_the_gpu(installed, name):
     done = _run(installed, name, *SMALL[name])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no CUDA GPU" not in done.stdout and "no torch" not in done.stdout and "WRONG" not in done.stdout, done.stdout
     assert CHECKED[name] in done.stdout, done.stdout  # the example checked its results (torch is there for the peers)
+
+
+@pytest.mark.requires_gpu
+@pytest.mark.parametrize("name", [n for n in EXAMPLES if n != "multi_gpu.py"])
+def test_on_the_gpu(installed, name):
+    _on_the_gpu(installed, name)
+
+
+@pytest.mark.requires_2gpus
+def test_multi_gpu_example_on_two_gpus(installed):
+    _on_the_gpu(installed, "multi_gpu.py")
 
 
 @pytest.mark.requires_sm90

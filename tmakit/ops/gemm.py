@@ -17,7 +17,7 @@ once and returns the output.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import _driver
@@ -55,6 +55,7 @@ class GemmConfig:
     splits: int = 1  # tma: split-K, the k-blocks of each tile cut into this many ranges (fp32 partials, then a sum)
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
     fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
+    store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
 
     @property
     def threads(self) -> int:
@@ -81,7 +82,8 @@ class GemmConfig:
             "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
-            "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8)}
+            "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
+            "TMAKIT_GEMM_STORE_ADD": int(self.store_add)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -259,9 +261,8 @@ def _check_inputs(a: Any, b: Any, c: Any, b_kmajor: bool, out_dtype: str | None)
             raise InvalidArgumentError("c", f"shape {cv.shape}, dtype {cv.dtype_name}",
                                        f"must be ({M}, {N}) in a's dtype ({av.dtype_name}) or float32",
                                        "allocate c as (M, N) of a's dtype or float32")
-        if cv.device != av.device:
-            raise InvalidArgumentError("c", f"array on device {cv.device}", f"must be on a's device ({av.device})",
-                                       "move it to a's device")
+        if cv.device != av.device:  # a peer output, written over the peer path (NVLink)
+            _driver.enable_peer_access(av.device, cv.device)  # raises, naming both GPUs
         _rows(cv, "c")
         _checks.refuse_overlap([("c", cv)], [("a", av), ("b", bv)])  # c may be read (beta), never a or b
     return av, bv, cv, (M, N, K)
@@ -291,8 +292,9 @@ class GemmPlan:
 
     def __init__(self, cfg: GemmConfig, choice: BackendChoice, dims: tuple[int, int, int], alpha: float, beta: float,
                  out: Any, device: int, stream: Any = None,
-                 checked: bool | str | None = None):
+                 checked: bool | str | None = None, sms: int | None = None):
         self.config, self.backend = cfg, choice
+        self.sms = sms or sm_count(device)  # the SMs the persistent grid fills
         self.m, self.n, self.k = dims
         self.alpha, self.beta, self.out, self.device, self._stream = alpha, beta, out, device, stream
         self.maps: tuple = ()
@@ -323,7 +325,7 @@ class GemmPlan:
             return (tm * tn, 1, 1)
         cl = self.config.cluster
         units = -(-tm // cl) * tn * self.config.splits
-        return (min(units, sm_count(self.device) // cl) * cl, 1, 1)
+        return (min(units, max(1, self.sms // cl)) * cl, 1, 1)
 
     @property
     def flops(self) -> float:
@@ -403,7 +405,9 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
     box_a, box_b = _operand_boxes(cfg)
     ta = describe_tensor(a, box=box_a, l2_promotion="256B", **kw)
     tb = describe_tensor(b, box=box_b, l2_promotion="256B", **kw)
-    tc = describe_tensor(c, box=(64, 128 // c.itemsize), **kw)
+    # a peer output's map is encoded for a's GPU, whose kernel stores through it
+    peer = {"device": a.device} if encode and c.device != a.device else {}
+    tc = describe_tensor(c, box=(64, 128 // c.itemsize), **kw, **peer)
     return ta, tb, tc
 
 
@@ -429,11 +433,21 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
-              stream: Any = None, checked: bool | str | None = None) -> GemmPlan:
+              reduce: str | None = None, sms: int | None = None, stream: Any = None,
+              checked: bool | str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
-    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
+    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
+
+    ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and
+    enabled); ``a`` and ``b`` may not: a GEMM reading A through a peer map ran at 95 TFLOP/s against 806 local on
+    the H200 (every tile column re-reads A over NVLink: peer lines are not cached in this GPU's L2).
+    ``reduce="add"``: ``c += alpha * a @ b`` by TMA reduce-add stores (``cp.reduce.async.bulk.tensor .add``,
+    atomic per element), so several GEMMs, on this GPU or on peers, may add into one ``c`` at once (tma only;
+    beta 0, no split-K, N * the output's element size a multiple of 16 bytes).
+    ``sms``: the SMs the persistent grid fills (default all): fewer leaves SMs to work run beside it, such as
+    the all-gather GEMM's copies."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -445,16 +459,48 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read)", "pass c")
     odt = out_dtype or (cv.dtype_name if cv is not None else av.dtype_name)
     choice = choose_backend(backend, device=av.device)
+    if reduce is not None:
+        _check_reduce(reduce, cv, beta, splits, choice, odt)
+        splits = 1
+    device_sms = sm_count(av.device)
+    if sms is not None and (not isinstance(sms, int) or isinstance(sms, bool) or not 1 <= sms <= device_sms):
+        raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
+                                   "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
-                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sm_count(av.device), k=dims[2],
+                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
                          splits=splits)
+    if reduce is not None:
+        cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
     out = c if c is not None else _empty(a, dims[:2], odt)
-    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked)
+    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
     return plan
+
+
+def _check_reduce(reduce: Any, cv: ArrayView | None, beta: float, splits: int | None, choice: BackendChoice,
+                  odt: str) -> None:
+    if reduce != "add":
+        raise InvalidArgumentError("reduce", reduce, 'must be None (store C) or "add" (C += the product by TMA '
+                                   "reduce-add stores)", 'leave it out, or pass reduce="add"')
+    if cv is None:
+        raise InvalidArgumentError("c", None, 'is needed with reduce="add" (the product is added into it)', "pass c")
+    if beta != 0:
+        raise InvalidArgumentError("beta", beta, 'must be 0 with reduce="add" (C is added to in memory, not read: '
+                                   "other GEMMs may be adding into it)", "scale C beforehand, or use beta without "
+                                   "reduce")
+    if splits not in (None, 1):
+        raise InvalidArgumentError("splits", splits, 'must be 1 with reduce="add" (one product per tile)',
+                                   "leave splits out")
+    if choice.backend is not Backend.TMA:
+        raise InvalidArgumentError("backend", choice.name, 'must be tma with reduce="add": the cp.async twin '
+                                   "(sm_80) has no reducing store", "run it on an sm_90 GPU with backend auto")
+    if (cv.shape[1] * cv.itemsize) % 16:
+        raise InvalidArgumentError("c", f"shape {cv.shape} ({odt})", 'must have rows of a multiple of 16 bytes with '
+                                   'reduce="add" (a TMA reduction cannot end inside a 16-byte chunk of a row)',
+                                   f"pad N to a multiple of {16 // cv.itemsize}")
 
 
 def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:

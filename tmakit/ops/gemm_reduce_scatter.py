@@ -1,0 +1,75 @@
+"""GEMM + reduce-scatter, tensor parallelism's second layer: each rank holds a K-slice of the activations and of
+the weights, so its product ``a @ b`` is a partial sum of the whole output; rank r owns rows chunk r of the sum.
+
+Here each rank's GEMM adds its partial product straight into the owners' chunks: the epilogue's slabs go out as
+TMA reduce-adds (``plan_gemm(reduce="add")``, ``cp.reduce.async.bulk.tensor .add``, atomic per element) through
+maps of the owners' buffers, over NVLink for the peers' chunks. No partial is staged, and no reduction kernel runs
+after the GEMM. One GEMM per chunk, the peers' first (each rank starting with a different one), its own last.
+
+Ordering across GPUs is the caller's: every chunk must hold zeros (or what the sum adds to) before any rank's plan
+runs, and holds the sum once every rank's plan has finished (a barrier of the process group before and after; in
+one process, a synchronize of each GPU).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .. import _driver
+from ..errors import InvalidArgumentError
+from . import _checks
+from .all_gather_gemm import own_index, ring_order, rows_of
+from .gemm import _parse_b_major, plan_gemm
+
+
+class GemmReduceScatterPlan:
+    """A prepared GEMM + reduce-scatter: ``plan()`` queues this rank's reduce-adds on ``stream`` (one GEMM per
+    chunk) and returns ``outs``."""
+
+    def __init__(self, outs: Sequence[Any], gemms: list, flops: float):
+        self.outs, self.flops, self._gemms = outs, flops, gemms
+
+    def __call__(self) -> Sequence[Any]:
+        for gemm in self._gemms:
+            gemm()
+        return self.outs
+
+
+def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int | None = None, b_major: str = "k",
+                             out_dtype: str | None = None, stream: Any = None,
+                             checked: bool | str | None = None) -> GemmReduceScatterPlan:
+    """Add rows chunk r of ``a @ b`` (``a`` (M, K), ``b`` (N, K), or (K, N) with ``b_major="n"``, on one GPU)
+    into ``outs[r]`` for every rank r.
+
+    ``outs``: every rank's (M_r, N) output chunk in rank order (sum M_r = M), the peers' on other GPUs of this
+    process or mapped here (``tmakit.ops.symmetric_views``); this GPU's own is ``outs[rank]`` (default: the only
+    chunk on a's GPU). Chunks are a's dtype or float32 (``out_dtype``), rows of a multiple of 16 bytes.
+    """
+    av, bv = _checks.view(a, "a"), _checks.view(b, "b")
+    if len(av.shape) != 2:
+        raise InvalidArgumentError("a", f"shape {av.shape}", "must be 2-D (M, K)", "reshape it to a matrix")
+    if isinstance(outs, (str, bytes)) or not isinstance(outs, Sequence) or not outs:
+        raise InvalidArgumentError("outs", type(outs).__name__, "must be a non-empty sequence of arrays, one output "
+                                   "chunk per rank", "pass [chunk_of_rank_0, chunk_of_rank_1, ...]")
+    views = [_checks.view(o, f"outs[{i}]") for i, o in enumerate(outs)]
+    n = bv.shape[0] if _parse_b_major(b_major) else bv.shape[-1]
+    rows = [v.shape[0] if len(v.shape) == 2 else -1 for v in views]
+    if sum(rows) != av.shape[0] or any(r < 0 for r in rows):
+        raise InvalidArgumentError("outs", f"shapes {[v.shape for v in views]}", f"must be (rows, {n}) chunks whose "
+                                   f"rows add up to a's {av.shape[0]}", "split the output's rows among the ranks")
+    own = own_index(views, av.device, rank, "outs")
+    for v in views:
+        if v.device != av.device:
+            _driver.enable_peer_access(av.device, v.device)  # raises, naming both GPUs
+    _checks.refuse_overlap([(f"outs[{i}]", v) for i, v in enumerate(views)], [("a", av), ("b", bv)])
+    for i, v in enumerate(views):  # no two chunks may share bytes: their adds would land twice
+        _checks.refuse_overlap([(f"outs[{i}]", v)], [(f"outs[{j}]", w) for j, w in enumerate(views) if j > i])
+    starts = [sum(rows[:i]) for i in range(len(rows))]
+    gemms = []
+    for r in ring_order(own, len(views)) + [own]:
+        if rows[r]:
+            gemms.append(plan_gemm(rows_of(av, starts[r], rows[r]), b, outs[r], b_major=b_major, reduce="add",
+                                   out_dtype=out_dtype, stream=stream, checked=checked))
+    return GemmReduceScatterPlan(outs, gemms, 2.0 * av.shape[0] * n * av.shape[1])
+
+
+__all__ = ["GemmReduceScatterPlan", "plan_gemm_reduce_scatter"]

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import device_name, torch_with_gpu, write_results  # noqa: E402
 from benchmarks._sweep import checked_arguments, log_uniform, summary, sweep_arguments  # noqa: E402
 
 GATHER = [(1024, 14336, 8192), (4096, 14336, 8192), (8192, 8192, 8192), (2048, 4096, 4096), (1024, 16384, 16384)]
@@ -103,7 +103,7 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
 
             nccl()
             plan()
-            fns = {"tmakit": plan, "nccl": nccl}
+            fns = {"tmakit": plan, "nccl": nccl, "cublas": lambda: torch.matmul(gathered, b.t(), out=ref)}
             err, fused_err = rel_err(plan.out, ref), None
             try:
                 fused_err = rel_err(fused()[1][0], ref)
@@ -112,12 +112,6 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
                 fused_err = f"n/a ({type(e).__name__})"
             ok = err <= TOLERANCE and bool(torch.equal(plan.gathered, gathered))
             t = medians(fns, reps)
-            row = {"op": op, "set": which, "shape": _label((m, n, k)), "TFLOP/s": round(flops / t["tmakit"] / 1e9, 1),
-                   "x nccl+cuBLAS": round(t["nccl"] / t["tmakit"], 3),
-                   "x fused": round(t["fused"] / t["tmakit"], 3) if "fused" in t else None,
-                   "ms": round(t["tmakit"], 3), "nccl ms": round(t["nccl"], 3),
-                   "fused ms": round(t["fused"], 3) if "fused" in t else None,
-                   "rel err": err, "fused rel err": fused_err, "ok": ok}
             del shard, views, plan
         else:
             a = torch.randn(world * m, k, device=dev, dtype=torch.bfloat16, generator=gen)
@@ -138,17 +132,29 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
                 torch.matmul(a, b.t(), out=partial)
                 dist.reduce_scatter_tensor(ref, partial)
 
+            def fused():
+                return torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b.t(), "sum", 0, group)
+
             ours()
             nccl()
             torch.cuda.synchronize()
             err = rel_err(chunk, ref)
             ok = err <= TOLERANCE
-            t = medians({"tmakit": ours, "nccl": nccl}, reps)
-            row = {"op": op, "set": which, "shape": _label((m, n, k)), "TFLOP/s": round(flops / t["tmakit"] / 1e9, 1),
-                   "x nccl+cuBLAS": round(t["nccl"] / t["tmakit"], 3), "x fused": None,
-                   "ms": round(t["tmakit"], 3), "nccl ms": round(t["nccl"], 3), "fused ms": None,
-                   "rel err": err, "fused rel err": None, "ok": ok}
+            fns = {"tmakit": ours, "nccl": nccl, "cublas": lambda: torch.matmul(a, b.t(), out=partial)}
+            try:
+                fused_err = rel_err(fused(), ref)
+                fns["fused"] = fused
+            except Exception as e:  # noqa: BLE001 - the peer may be missing from this torch build
+                fused_err = f"n/a ({type(e).__name__})"
+            t = medians(fns, reps)
             del chunk, plan, handle
+        row = {"op": op, "set": which, "shape": _label((m, n, k)), "TFLOP/s": round(flops / t["tmakit"] / 1e9, 1),
+               "x nccl+cuBLAS": round(t["nccl"] / t["tmakit"], 3),
+               "x fused": round(t["fused"] / t["tmakit"], 3) if "fused" in t else None,
+               "bound": round(t["nccl"] / t["cublas"], 3),
+               "ms": round(t["tmakit"], 3), "nccl ms": round(t["nccl"], 3), "cuBLAS ms": round(t["cublas"], 3),
+               "fused ms": round(t["fused"], 3) if "fused" in t else None,
+               "rel err": err, "fused rel err": fused_err, "ok": ok}
         ok_all = torch.tensor([int(row["ok"])], device=dev)
         dist.all_reduce(ok_all, op=dist.ReduceOp.MIN)
         row["ok"] = bool(ok_all.item())
@@ -165,6 +171,8 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = sweep_arguments(__doc__.splitlines()[0], "collective_gemm", sweep=8, rounds=5)
     args = checked_arguments(parser, argv)
+    if args.name == "collective_gemm" and "H200" in device_name():
+        args.name = "collective_gemm_h200"  # one results file per card
     torch = torch_with_gpu("benchmarks/collective_gemm.py", "NCCL, cuBLAS and torch symmetric memory")
     if torch is None:
         return 0
@@ -185,21 +193,25 @@ def main(argv: list[str] | None = None) -> int:
     for op, peer in (("all-gather", "x nccl+cuBLAS"), ("reduce-scatter", "x nccl+cuBLAS")):
         swept = [(r["shape"], r[peer]) for r in rows if r["op"] == op and r["set"] == "sweep"]
         extra[f"sweep {op}"] = summary(args.seed if op == "all-gather" else args.seed + 1, swept)
-    fused = [(r["shape"], r["x fused"]) for r in rows if r["op"] == "all-gather" and r["set"] == "sweep" and r["x fused"]]
-    extra["sweep all-gather fused"] = summary(args.seed, fused)
+    for op, seed in (("all-gather", args.seed), ("reduce-scatter", args.seed + 1)):
+        fused = [(r["shape"], r["x fused"]) for r in rows if r["op"] == op and r["set"] == "sweep" and r["x fused"]]
+        extra[f"sweep {op} fused"] = summary(seed, fused)
     notes = [f"{world} GPUs, one process each (NCCL; NVLink multicast off); shapes per rank: all-gather M x N x K "
              "(A's rows per rank), reduce-scatter M x N x K (output rows per rank, K per rank)",
              "tmakit all-gather: plan_all_gather_gemm on torch symmetric-memory views of the shards (TMA copies pull "
              "the peers' shards on 16 SMs while the own shard's GEMM runs on the rest); peers: NCCL "
              "all_gather_into_tensor + torch.matmul, torch.ops.symm_mem.fused_all_gather_matmul",
              "tmakit reduce-scatter: zero the own chunk, symmetric-memory barrier, plan_gemm_reduce_scatter (TMA "
-             "reduce-add stores into every owner's chunk), barrier; peer: torch.matmul + NCCL reduce_scatter_tensor",
+             "reduce-add stores into every owner's chunk), barrier; peers: torch.matmul + NCCL reduce_scatter_tensor, "
+             "torch.ops.symm_mem.fused_matmul_reduce_scatter",
+             "bound: NCCL + cuBLAS time over cuBLAS's GEMM alone, the most any overlap of the collective with a "
+             "GEMM as fast as cuBLAS's can gain over NCCL + cuBLAS",
              "TFLOP/s: 2 world M N K / time of the slowest rank; medians of interleaved rounds",
              f"ok: tmakit's output within {TOLERANCE} (max abs error over max abs) of the NCCL + cuBLAS result on "
              "every rank, and (all-gather) the gathered A equal to NCCL's"]
     write_results(args.name, "Tensor-parallel GEMMs across GPUs: tmakit vs NCCL + cuBLAS", rows, notes, args.out,
                   extra=extra)
-    for key in ("sweep all-gather", "sweep reduce-scatter", "sweep all-gather fused"):
+    for key in ("sweep all-gather", "sweep reduce-scatter", "sweep all-gather fused", "sweep reduce-scatter fused"):
         print(key, extra[key])
     return 0 if all(r["ok"] for r in rows) else 1
 

@@ -70,6 +70,7 @@ def test_all_gather_argument_errors(fake_launch, monkeypatch) -> None:
         (([s0, s1], b), {"out": out}, r"rank=None.*must be given: 2 of a_shards are on GPU 0"),
         (([s0, s1], b), {"out": out, "rank": 2}, r"rank=2.*\[0, 2\)"),
         (([s0, s1], b), {"out": out, "rank": 0, "copy_blocks": 132}, r"copy_blocks=132.*\[1, 132\)"),
+        (([s0, s1], b), {"out": out, "rank": 0, "overlap_rows": 65}, r"overlap_rows=65.*\[0, 64\]"),
         (([s0, s1], b), {"out": device_view(A + 0x1000, (128, 64), "float16"), "rank": 0}, r"out=.*overlaps a_shards\[0\]"),
         (([s0, s1], b), {"rank": 0}, r"out=None.*only for torch inputs"),
     ]
@@ -177,7 +178,9 @@ def test_all_gather_gemm_on_every_gpu(case) -> None:
         b = (bh if b_major == "k" else bh.t().contiguous()).to(f"cuda:{d}")
         outs.append(torch.empty(sum(rows), n, device=f"cuda:{d}", dtype=dtype))
         gathered.append(torch.empty(sum(rows), k, device=f"cuda:{d}", dtype=dtype))
-        plans.append(plan_all_gather_gemm(shards, b, outs[-1], gathered=gathered[-1], b_major=b_major))
+        split = rng.choice((None, 0, rows[d] // 2, rows[d]))  # the own shard's GEMM beside the copies: cut anywhere
+        plans.append(plan_all_gather_gemm(shards, b, outs[-1], gathered=gathered[-1], b_major=b_major,
+                                          overlap_rows=split))
     for run in range(RUNS):
         for o, g in zip(outs, gathered):
             o.fill_(float("nan"))

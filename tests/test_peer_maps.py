@@ -144,3 +144,22 @@ def test_a_plan_launches_on_its_gpu_whatever_context_torch_left_current() -> Non
     torch.cuda.synchronize(0)
     assert torch.equal(dst, src)
 
+
+@pytest.mark.requires_2gpus
+def test_events_and_waits_on_a_default_stream_of_another_gpu() -> None:
+    """GPU 1's default stream, used while GPU 0's context is current (torch's last device): the event is recorded
+    and waited for in GPU 1's context (the default stream is the current context's; it was an invalid handle)."""
+    torch = pytest.importorskip("torch")
+    from tmakit import Event, Stream
+    from tmakit.streams import as_stream
+
+    s1 = as_stream(None, device=1)
+    side = Stream(1)
+    torch.zeros(4, device="cuda:0").add_(1)
+    torch.cuda.set_device(0)
+    e = Event(1, timing=False).record(s1)
+    side.wait(e)
+    s1.wait(Event(1, timing=False).record(side))
+    s1.sync()
+    assert e.query()
+

@@ -89,7 +89,8 @@ class Event:
             raise InvalidArgumentError("stream", s, f"is on device {s.device} but the event is on device {self.device}",
                                        "record on a stream of the event's device")
         self._require_open()
-        _driver.call("cuEventRecord", self._handle, s.raw)
+        with _driver.context_for(self.device):  # a default stream (0) is the current context's
+            _driver.call("cuEventRecord", self._handle, s.raw)
         self.recorded = True
         return self
 
@@ -185,7 +186,8 @@ class Stream:
         return (0, self.handle)
 
     def sync(self) -> None:
-        _driver.call("cuStreamSynchronize", self.raw)
+        with _driver.context_for(self.device):  # a default stream (0) is the current context's
+            _driver.call("cuStreamSynchronize", self.raw)
         _watcher.sweep()
 
     def record(self, event: Event | None = None) -> Event:
@@ -197,7 +199,8 @@ class Stream:
             other = other.record(Event(other.device, timing=False))
         if not isinstance(other, Event):
             raise InvalidArgumentError("other", type(other).__name__, "must be a tmakit.Event or tmakit.Stream", "")
-        _driver.call("cuStreamWaitEvent", self.raw, other._handle, 0)
+        with _driver.context_for(self.device):  # a default stream (0) is the current context's
+            _driver.call("cuStreamWaitEvent", self.raw, other._handle, 0)
 
     def close(self) -> None:
         if self._finalizer is not None:

@@ -25,6 +25,20 @@ from .copy import plan_copy
 from .gemm import DTYPES, _parse_b_major, plan_gemm
 
 _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s, 16 358 (torch's copy: 351)
+# The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a GEMM
+# makes about 4.5 TFLOP/s per SM (600 on 132 SMs).
+_PULL_BYTES_PER_S = 350e9
+_FLOPS_PER_SM = 4.5e12
+_ROW_STEP = 256  # whole 2-CTA cluster rows of 128-row tiles
+
+
+def _overlap(own_rows: int, peer_bytes: int, n: int, k: int, sms: int) -> int:
+    """Rows of the own shard whose GEMM, on ``sms`` SMs, lasts about as long as pulling ``peer_bytes``: that part
+    runs beside the copies, the rest of the own shard on every SM once they are done."""
+    seconds = peer_bytes / _PULL_BYTES_PER_S
+    rows = seconds * _FLOPS_PER_SM * sms / (2.0 * n * k)
+    rows = -(-int(rows) // _ROW_STEP) * _ROW_STEP
+    return min(own_rows, max(_ROW_STEP, rows))
 
 
 def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
@@ -77,47 +91,45 @@ class AllGatherGemmPlan:
     def __init__(self, device: int, stream: Any, out: Any, gathered: Any, flops: float):
         self.device, self.out, self.gathered, self.flops = device, out, gathered, flops
         self._stream, self._side = as_stream(stream, device=device), Stream(device)
-        self._steps: list = []  # (copy plan or None, gemm plan), the own shard's first
+        self.copies: list = []  # (copy plan, its arrival event) per peer shard, in the side stream's order
+        self.gemms: list = []  # (gemm plan, the arrival event it waits for or None), in the stream's order
         self._own_copy: Any = None
         self._start, self._joined = Event(device, timing=False), Event(device, timing=False)
-        self._arrived: list = []
-
-    def _add(self, copy: Any, gemm: Any) -> None:
-        self._steps.append((copy, gemm))
-        self._arrived.append(Event(self.device, timing=False) if copy is not None else None)
 
     def __call__(self) -> Any:
         self._side.wait(self._start.record(self._stream))  # the copies follow earlier work on the stream
-        for (copy, _), event in zip(self._steps, self._arrived):
-            if copy is not None:
-                copy()
-                event.record(self._side)
+        for copy, arrived in self.copies:
+            copy()
+            arrived.record(self._side)
         if self._own_copy is not None:
             self._own_copy()
-        for (_, gemm), event in zip(self._steps, self._arrived):
-            if event is not None:
-                self._stream.wait(event)
+        for gemm, arrived in self.gemms:
+            if arrived is not None:
+                self._stream.wait(arrived)
             gemm()
         self._stream.wait(self._joined.record(self._side))  # gathered is complete when the stream's work is
         return self.out
 
     def close(self) -> None:
         """Release the side stream and the events now (garbage collection does it otherwise)."""
-        for e in (self._start, self._joined, *filter(None, self._arrived)):
+        for e in (self._start, self._joined, *(arrived for _, arrived in self.copies)):
             e.close()
         self._side.close()
 
 
 def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, rank: int | None = None,
                          gathered: Any = None, b_major: str = "k", copy_blocks: int = _COPY_BLOCKS,
-                         stream: Any = None, checked: bool | str | None = None) -> AllGatherGemmPlan:
+                         overlap_rows: int | None = None, stream: Any = None,
+                         checked: bool | str | None = None) -> AllGatherGemmPlan:
     """``out = concat(a_shards) @ b`` (``b`` stored (N, K), or (K, N) with ``b_major="n"``) on b's GPU.
 
     ``a_shards``: every rank's (M_r, K) row block of A in rank order, contiguous, bf16 or fp16: this GPU's own
     (``rank``; default the only shard on b's GPU) and the peers', on other GPUs of this process or mapped here
     (``tmakit.ops.symmetric_views``). ``gathered`` (sum M_r, K) receives all of A (allocated when left out);
     ``out`` (sum M_r, N) in A's dtype (allocated for torch inputs). ``copy_blocks``: the SMs pulling the peers'
-    shards while the GEMM of the own shard runs on the others.
+    shards; ``overlap_rows``: the rows of the own shard computed on the other SMs meanwhile (default: as many as
+    the pulls take, by a cost model of NVLink and GEMM rates); the rest of the own shard, then each peer's shard
+    once it has arrived, run on every SM (a peer's GEMM beside later pulls on the others).
     """
     if isinstance(a_shards, (str, bytes)) or not isinstance(a_shards, Sequence) or not a_shards:
         raise InvalidArgumentError("a_shards", type(a_shards).__name__, "must be a non-empty sequence of arrays, one "
@@ -166,19 +178,34 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     for v in views:
         if v.device != device:  # a shard on another GPU of this process: pulled over the peer path
             _driver.enable_peer_access(device, v.device)  # raises, naming both GPUs
+    if overlap_rows is not None and (not isinstance(overlap_rows, int) or isinstance(overlap_rows, bool)
+                                     or not 0 <= overlap_rows <= rows[own]):
+        raise InvalidArgumentError("overlap_rows", overlap_rows, f"must be an int in [0, {rows[own]}] (rows of the "
+                                   "own shard)", "leave it out for the cost model's choice")
     if gathered is None:
         gathered, gv = new_rows(a_shards[own], first, (total, k), device)
     plan = AllGatherGemmPlan(device, stream, out, gathered, 2.0 * total * n * k)
     starts = [sum(rows[:i]) for i in range(len(rows))]
-    order = [r for r in [own] + ring_order(own, len(views)) if rows[r]]
-    for j, r in enumerate(order):
-        a_rows = views[r] if r == own else rows_of(gv, starts[r], rows[r])
-        copy = None if r == own else plan_copy(a_rows, views[r], blocks=copy_blocks, stream=plan._side,
-                                               checked=checked)
-        # GEMMs that run beside copies leave the copies' SMs to them; the last runs on every SM
-        gemm = plan_gemm(a_rows, b, rows_of(ov, starts[r], rows[r]), b_major=b_major, stream=stream, checked=checked,
-                         sms=None if j == len(order) - 1 else sm_count(device) - copy_blocks)
-        plan._add(copy, gemm)
+    peers = [r for r in ring_order(own, len(views)) if rows[r]]
+    beside = sm_count(device) - copy_blocks  # the SMs a GEMM has while copies run
+
+    def gemm(a_rows: ArrayView, r: int, row0: int, count: int, sms: int | None, arrived: Any) -> None:
+        plan.gemms.append((plan_gemm(a_rows, b, rows_of(ov, starts[r] + row0, count), b_major=b_major, stream=stream,
+                                     checked=checked, sms=sms), arrived))
+
+    for r in peers:
+        plan.copies.append((plan_copy(rows_of(gv, starts[r], rows[r]), views[r], blocks=copy_blocks,
+                                      stream=plan._side, checked=checked), Event(device, timing=False)))
+    peer_bytes = sum(rows[r] for r in peers) * k * first.itemsize
+    head = rows[own] if not peers else (overlap_rows if overlap_rows is not None else
+                                        _overlap(rows[own], peer_bytes, n, k, beside))
+    if head:  # beside the copies
+        gemm(rows_of(views[own], 0, head), own, 0, head, beside if peers else None, None)
+    if rows[own] > head:
+        gemm(rows_of(views[own], head, rows[own] - head), own, head, rows[own] - head, None, None)
+    for j, (r, (_, arrived)) in enumerate(zip(peers, plan.copies)):
+        last = j == len(peers) - 1  # the others run beside the later pulls
+        gemm(rows_of(gv, starts[r], rows[r]), r, 0, rows[r], None if last else beside, arrived)
     if rows[own]:
         plan._own_copy = plan_copy(rows_of(gv, starts[own], rows[own]), views[own], stream=plan._side,
                                    checked=checked)

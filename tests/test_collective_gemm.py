@@ -95,6 +95,21 @@ def test_reduce_scatter_argument_errors(fake_launch) -> None:
             plan_gemm_reduce_scatter(*args, **kwargs)
 
 
+def test_the_overlap_hides_the_pulls_only_where_they_are_long() -> None:
+    """choose_overlap: a whole number of cluster rows of the own shard (or all of it, or none); where the pulls take
+    as long as the GEMM (small N) the whole own shard runs beside them, where they are short against one turn
+    (large N) at most one step does, and the count falls as N grows."""
+    from tmakit.ops.all_gather_gemm import choose_overlap
+
+    for rows in ([2048, 2048], [2048, 1000, 3000, 512], [300, 5000]):
+        for own in range(len(rows)):
+            for n in (512, 1024, 4096, 16384, 65536):
+                h = choose_overlap(rows, own, n, 8192, 2, 132, 116)
+                assert h == rows[own] or (0 <= h < rows[own] and h % 256 == 0), (rows, own, n, h)
+    counts = [choose_overlap([2048, 2048], 0, n, 8192, 2, 132, 116) for n in (1024, 4096, 16384, 65536)]
+    assert counts[0] == 2048 and counts[-1] <= 256 and counts == sorted(counts, reverse=True), counts
+
+
 # ----------------------------------------------------------------------------------------------------------
 # GPU tier
 # ----------------------------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 over the peer path, or peer buffers already mapped here, such as torch symmetric memory's views).
 
 The peers' shards come by TMA (``plan_copy``'s pulling kernel, on ``copy_blocks`` SMs of a side stream) into a
-gathered A on this GPU, while the GEMM of this GPU's own shard runs on the other SMs; each peer's GEMM starts
-when its shard has arrived (an event), the last one on every SM. Why not a GEMM whose producer reads A through
+gathered A on this GPU, while the GEMM of part of this GPU's own shard runs on the other SMs; once every shard has
+arrived (an event) one GEMM of the rest of the gathered A runs on every SM. How many own rows go beside the pulls
+is a turn model's choice (``choose_overlap``): few separate launches, each with a part-empty last wave, would cost
+more than the pulls they hide. Why not a GEMM whose producer reads A through
 peer maps: measured on two H200s, 95 TFLOP/s against 806 from local A, because each of the N / BN tile columns
 re-reads A over NVLink (peer lines are not cached in this GPU's L2); gathered once, A crosses NVLink once.
 
@@ -22,23 +24,39 @@ from ..streams import Event, Stream, as_stream
 from . import _checks
 from ._kernels import sm_count
 from .copy import plan_copy
-from .gemm import DTYPES, _parse_b_major, plan_gemm
+from .gemm import _TILE_COST, DTYPES, _parse_b_major, choose_tile, plan_gemm, tile_turns
 
 _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s, 16 358 (torch's copy: 351)
-# The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a GEMM
-# makes about 4.5 TFLOP/s per SM (600 on 132 SMs).
+# The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a local copy
+# on those blocks at about 1.5 TB/s, a GEMM turn of 128 x 256 x K tiles at about 6 TFLOP/s per SM (806 TFLOP/s
+# measured at 8192 x 8192 x 8192, whole turns, on 132 SMs).
 _PULL_BYTES_PER_S = 350e9
-_FLOPS_PER_SM = 4.5e12
+_LOCAL_BYTES_PER_S = 1.5e12
+_FLOPS_PER_SM = 6.0e12
 _ROW_STEP = 256  # whole 2-CTA cluster rows of 128-row tiles
 
 
-def _overlap(own_rows: int, peer_bytes: int, n: int, k: int, sms: int) -> int:
-    """Rows of the own shard whose GEMM, on ``sms`` SMs, lasts about as long as pulling ``peer_bytes``: that part
-    runs beside the copies, the rest of the own shard on every SM once they are done."""
-    seconds = peer_bytes / _PULL_BYTES_PER_S
-    rows = seconds * _FLOPS_PER_SM * sms / (2.0 * n * k)
-    rows = -(-int(rows) // _ROW_STEP) * _ROW_STEP
-    return min(own_rows, max(_ROW_STEP, rows))
+def gemm_seconds(m: int, n: int, k: int, sms: int) -> float:
+    """The turn model's time of an m x n x k GEMM on ``sms`` SMs (the tile plan_gemm would choose)."""
+    if m <= 0:
+        return 0.0
+    bn, cl = choose_tile(m, n, sms, k=k)
+    return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0) * 2.0 * 128 * 256 * k / _FLOPS_PER_SM
+
+
+def choose_overlap(rows: list[int], own: int, n: int, k: int, itemsize: int, sms: int, beside: int) -> int:
+    """The rows of the own shard to compute beside the copies (on ``beside`` SMs) before one GEMM of the rest of
+    the gathered A on every SM: the count (0, or a multiple of _ROW_STEP up to the shard) the turn model finds
+    fastest. 0 is the plain all-gather then GEMM, best where the pulls are short against a turn."""
+    total, mine = sum(rows), rows[own]
+    pulls = (total - mine) * k * itemsize / _PULL_BYTES_PER_S + mine * k * itemsize / _LOCAL_BYTES_PER_S
+    best, best_t = 0, pulls + gemm_seconds(total, n, k, sms)
+    for h in list(range(_ROW_STEP, mine, _ROW_STEP)) + [mine]:
+        rest = [total - h] if own in (0, len(rows) - 1) else [sum(rows[:own]) + mine - h, sum(rows[own + 1:])]
+        t = max(pulls, gemm_seconds(h, n, k, beside)) + sum(gemm_seconds(r, n, k, sms) for r in rest)
+        if t < best_t:
+            best, best_t = h, t
+    return best
 
 
 def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
@@ -85,34 +103,34 @@ def ring_order(own: int, world: int) -> list[int]:
 
 
 class AllGatherGemmPlan:
-    """A prepared all-gather + GEMM. ``plan()`` runs it on ``stream`` (the copies on the plan's side stream, joined
-    back before the end) and returns ``out``; ``plan.gathered`` holds all of A once that work is done."""
+    """A prepared all-gather + GEMM. ``plan()`` runs it on ``stream`` (the copies on the plan's side stream) and
+    returns ``out``; ``plan.gathered`` holds all of A once that work is done. ``plan.overlap_rows``: the rows of
+    the own shard computed beside the copies."""
 
     def __init__(self, device: int, stream: Any, out: Any, gathered: Any, flops: float):
         self.device, self.out, self.gathered, self.flops = device, out, gathered, flops
+        self.overlap_rows = 0
         self._stream, self._side = as_stream(stream, device=device), Stream(device)
-        self.copies: list = []  # (copy plan, its arrival event) per peer shard, in the side stream's order
-        self.gemms: list = []  # (gemm plan, the arrival event it waits for or None), in the stream's order
-        self._own_copy: Any = None
-        self._start, self._joined = Event(device, timing=False), Event(device, timing=False)
+        self.copies: list = []  # the own shard's copy into gathered, then the peers' pulls, on the side stream
+        self.beside: list = []  # the GEMM run beside the copies (the own shard's part)
+        self.after: list = []  # the GEMMs of the rest of the gathered A, once every copy is done
+        self._start, self._copied = Event(device, timing=False), Event(device, timing=False)
 
     def __call__(self) -> Any:
         self._side.wait(self._start.record(self._stream))  # the copies follow earlier work on the stream
-        for copy, arrived in self.copies:
+        for copy in self.copies:
             copy()
-            arrived.record(self._side)
-        if self._own_copy is not None:
-            self._own_copy()
-        for gemm, arrived in self.gemms:
-            if arrived is not None:
-                self._stream.wait(arrived)
+        self._copied.record(self._side)
+        for gemm in self.beside:
             gemm()
-        self._stream.wait(self._joined.record(self._side))  # gathered is complete when the stream's work is
+        self._stream.wait(self._copied)
+        for gemm in self.after:
+            gemm()
         return self.out
 
     def close(self) -> None:
         """Release the side stream and the events now (garbage collection does it otherwise)."""
-        for e in (self._start, self._joined, *(arrived for _, arrived in self.copies)):
+        for e in (self._start, self._copied):
             e.close()
         self._side.close()
 
@@ -127,9 +145,9 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     (``rank``; default the only shard on b's GPU) and the peers', on other GPUs of this process or mapped here
     (``tmakit.ops.symmetric_views``). ``gathered`` (sum M_r, K) receives all of A (allocated when left out);
     ``out`` (sum M_r, N) in A's dtype (allocated for torch inputs). ``copy_blocks``: the SMs pulling the peers'
-    shards; ``overlap_rows``: the rows of the own shard computed on the other SMs meanwhile (default: as many as
-    the pulls take, by a cost model of NVLink and GEMM rates); the rest of the own shard, then each peer's shard
-    once it has arrived, run on every SM (a peer's GEMM beside later pulls on the others).
+    shards; ``overlap_rows``: the rows of the own shard computed on the other SMs meanwhile (default: the count a
+    turn model of the GEMM and the NVLink rate finds fastest, ``choose_overlap``; 0 for a short pull); the rest of
+    the gathered A then runs as one GEMM on every SM.
     """
     if isinstance(a_shards, (str, bytes)) or not isinstance(a_shards, Sequence) or not a_shards:
         raise InvalidArgumentError("a_shards", type(a_shards).__name__, "must be a non-empty sequence of arrays, one "
@@ -186,29 +204,30 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
         gathered, gv = new_rows(a_shards[own], first, (total, k), device)
     plan = AllGatherGemmPlan(device, stream, out, gathered, 2.0 * total * n * k)
     starts = [sum(rows[:i]) for i in range(len(rows))]
-    peers = [r for r in ring_order(own, len(views)) if rows[r]]
-    beside = sm_count(device) - copy_blocks  # the SMs a GEMM has while copies run
-
-    def gemm(a_rows: ArrayView, r: int, row0: int, count: int, sms: int | None, arrived: Any) -> None:
-        plan.gemms.append((plan_gemm(a_rows, b, rows_of(ov, starts[r] + row0, count), b_major=b_major, stream=stream,
-                                     checked=checked, sms=sms), arrived))
-
-    for r in peers:
-        plan.copies.append((plan_copy(rows_of(gv, starts[r], rows[r]), views[r], blocks=copy_blocks,
-                                      stream=plan._side, checked=checked), Event(device, timing=False)))
-    peer_bytes = sum(rows[r] for r in peers) * k * first.itemsize
-    head = rows[own] if not peers else (overlap_rows if overlap_rows is not None else
-                                        _overlap(rows[own], peer_bytes, n, k, beside))
-    if head:  # beside the copies
-        gemm(rows_of(views[own], 0, head), own, 0, head, beside if peers else None, None)
-    if rows[own] > head:
-        gemm(rows_of(views[own], head, rows[own] - head), own, head, rows[own] - head, None, None)
-    for j, (r, (_, arrived)) in enumerate(zip(peers, plan.copies)):
-        last = j == len(peers) - 1  # the others run beside the later pulls
-        gemm(rows_of(gv, starts[r], rows[r]), r, 0, rows[r], None if last else beside, arrived)
-    if rows[own]:
-        plan._own_copy = plan_copy(rows_of(gv, starts[own], rows[own]), views[own], stream=plan._side,
-                                   checked=checked)
+    sms = sm_count(device)
+    beside = sms - copy_blocks  # the SMs a GEMM has while the copies run
+    mine = rows[own]
+    if mine:  # the own shard into the gathered A first (local, short), then the peers' pulls
+        plan.copies.append(plan_copy(rows_of(gv, starts[own], mine), views[own], blocks=copy_blocks,
+                                     stream=plan._side, checked=checked))
+    for r in ring_order(own, len(views)):
+        if rows[r]:
+            plan.copies.append(plan_copy(rows_of(gv, starts[r], rows[r]), views[r], blocks=copy_blocks,
+                                         stream=plan._side, checked=checked))
+    head = overlap_rows if overlap_rows is not None else (
+        choose_overlap(rows, own, n, k, first.itemsize, sms, beside) if total > mine else mine)
+    plan.overlap_rows = head
+    # the head comes from the end of the own shard that leaves the rest of the gathered A in one piece (rank 0:
+    # its first rows; others: its last rows), so the rest is one GEMM, two for a rank in the middle
+    h0 = 0 if own == 0 else mine - head
+    if head:
+        plan.beside.append(plan_gemm(rows_of(views[own], h0, head), b, rows_of(ov, starts[own] + h0, head),
+                                     b_major=b_major, stream=stream, checked=checked,
+                                     sms=beside if total > mine else None))
+    for lo, hi in ((0, starts[own] + h0), (starts[own] + h0 + head, total)):
+        if hi > lo:
+            plan.after.append(plan_gemm(rows_of(gv, lo, hi - lo), b, rows_of(ov, lo, hi - lo), b_major=b_major,
+                                        stream=stream, checked=checked))
     return plan
 
 

@@ -1,6 +1,7 @@
 """Copies between two GPUs of one host: tmakit.ops.plan_copy (dst's GPU pulls src over the peer path with TMA bulk
-copies) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to 4 GiB. Writes
-benchmarks/results/copy_peer.json and .md.
+copies) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to 4 GiB, and transposes across the
+GPUs (tmakit.ops.plan_transpose, dst's GPU reading src over the peer path) of the same bytes against that copy.
+Writes benchmarks/results/copy_peer.json and .md.
 
 Each row: medians of interleaved rounds of host-timed calls, each followed by a synchronisation of both GPUs (the
 copies are milliseconds long, so the host's part is small); GB/s = bytes / time; every copy is checked first.
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     if torch.cuda.device_count() < 2:
         print("copy_peer: needs two GPUs; nothing measured")
         return 0
-    from tmakit.ops import plan_copy
+    from tmakit.ops import plan_copy, plan_transpose
 
     def sync():
         torch.cuda.synchronize(0)
@@ -64,25 +65,38 @@ def main(argv: list[str] | None = None) -> int:
             sync()
             ok = bool(torch.equal(dst.cpu(), src.cpu())) if mib <= 1024 else bool(torch.equal(dst[::4097].cpu(), src[::4097].cpu()))
             peer = lambda: dst.copy_(src)  # noqa: E731
+            # a transpose of the same bytes: 4-byte elements, an odd number of rows (1031 x ...)
+            tsrc = src.view(torch.float32)[:(n // 4 // 1031) * 1031].view(1031, -1)
+            tdst = torch.empty(tsrc.shape[::-1], dtype=torch.float32, device=f"cuda:{dst_dev}")
+            tplan = plan_transpose(tdst, tsrc)
+            tplan()
+            sync()
+            ok_t = bool(torch.equal(tdst[::97].cpu(), tsrc.t()[::97].cpu()))
             reps = max(1, min(20, (2 << 30) // n))
-            ours, pushed, theirs = [], [], []
-            for fn in (plan, push, peer):
+            ours, pushed, theirs, transposed = [], [], [], []
+            for fn in (plan, push, peer, tplan):
                 seconds(fn, 1)
             for _ in range(args.rounds):
                 ours.append(seconds(plan, reps))
                 pushed.append(seconds(push, reps))
                 theirs.append(seconds(peer, reps))
+                transposed.append(seconds(tplan, reps))
             t, tq, tp = statistics.median(ours), statistics.median(pushed), statistics.median(theirs)
+            tt = statistics.median(transposed) * n / tsrc.numel() / 4  # per byte of the copy's size
             row = {"bytes": n, "direction": f"GPU {src_dev} -> GPU {dst_dev}", "GB/s": round(n / t / 1e9, 1),
                    "push GB/s": round(n / tq / 1e9, 1), "torch GB/s": round(n / tp / 1e9, 1),
-                   "x torch": round(tp / t, 3), "push x torch": round(tp / tq, 3), "ok": ok and ok_push}
+                   "x torch": round(tp / t, 3), "push x torch": round(tp / tq, 3),
+                   "transpose GB/s": round(n / tt / 1e9, 1), "transpose x torch copy": round(tp / tt, 3),
+                   "ok": ok and ok_push and ok_t}
             print(row, flush=True)
             rows.append(row)
-            del src, dst, plan, push
+            del src, dst, plan, push, tsrc, tdst, tplan
             torch.cuda.empty_cache()
     notes = ["tmakit: plan_copy on dst's GPU, TMA bulk copies pulling src over NVLink (peer access enabled); push: "
-             "plan_copy(across='push') on src's GPU, writing dst over NVLink; torch: dst.copy_(src)", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
-             "batch of calls", "ok: dst equals src (every byte up to 1 GiB, every 4097th above)"]
+             "plan_copy(across='push') on src's GPU, writing dst over NVLink; torch: dst.copy_(src); transpose: "
+             "plan_transpose of the same bytes as 1031 x (n / 4124) float32 on dst's GPU, src read over NVLink, "
+             "against torch's copy", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
+             "batch of calls", "ok: dst equals src (every byte up to 1 GiB, every 4097th above); the transpose's every 97th row"]
     write_results(args.name, "Copies between GPUs: tmakit vs torch", rows, notes, args.out)
     return 0 if all(r["ok"] for r in rows) else 1
 

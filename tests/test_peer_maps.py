@@ -163,3 +163,30 @@ def test_events_and_waits_on_a_default_stream_of_another_gpu() -> None:
     s1.sync()
     assert e.query()
 
+
+@pytest.mark.requires_2gpus
+@pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
+def test_transposes_across_gpus_move_every_element(dst_device, src_device) -> None:
+    """plan_transpose with src on another GPU: dst's GPU reads it over the peer path; odd shapes and pitches, every
+    element size, poisoned dst, each run twice; a plan re-pointed to other buffers of the same geometry."""
+    from tmakit import DeviceArray, _driver
+    from tmakit.ops import plan_transpose
+
+    rng = np.random.default_rng(dst_device * 10 + src_device)
+    for dtype, shape in ((np.uint8, (1031, 2053)), (np.uint16, (517, 1000)), (np.float32, (2048, 300)),
+                         (np.float64, (33, 4097))):
+        host = rng.integers(0, 255, shape).astype(dtype)
+        with DeviceArray.from_host(host, device=src_device) as src, \
+                DeviceArray.from_host(np.full(shape[::-1], 0xA5, dtype), device=dst_device) as dst:
+            plan = plan_transpose(dst, src)
+            for _ in range(2):
+                plan()
+                with _driver.context_for(dst_device):
+                    _driver.call("cuCtxSynchronize")
+                assert np.array_equal(dst.to_host(), host.T), f"{dtype.__name__} {shape} GPU {src_device} -> {dst_device}"
+            with DeviceArray.from_host(host[::-1].copy(), device=src_device) as src2:
+                plan(dst, src2)
+                with _driver.context_for(dst_device):
+                    _driver.call("cuCtxSynchronize")
+                assert np.array_equal(dst.to_host(), host[::-1].T), f"re-pointed {dtype.__name__} {shape}"
+

@@ -68,13 +68,17 @@ class Plan:
         if len(buffers) != len(self.names):
             raise InvalidArgumentError("buffers", f"{len(buffers)} arrays", f"must be {len(self.names)}: "
                                        f"({', '.join(self.names)})", f"call plan() or plan({', '.join(self.names)})")
-        views = tuple(_checks.view(b, name) for b, name in zip(buffers, self.names))
+        views = self._adopt(tuple(_checks.view(b, name) for b, name in zip(buffers, self.names)))
         for name, new, old in zip(self.names, views, self._views):
             if geometry(new) != geometry(old):
                 raise InvalidArgumentError(name, _describe(new), f"must have the plan's geometry ({_describe(old)})",
                                            f"make a new plan: tmakit.ops.plan_{self.op}(...)")
         self._retarget(views)
         self._views = views
+
+    def _adopt(self, views: tuple[ArrayView, ...]) -> tuple[ArrayView, ...]:
+        """The views as the plan's kernel sees them (an op that reads a peer GPU's array re-homes its view)."""
+        return views
 
     def _retarget(self, views: tuple[ArrayView, ...]) -> None:
         """Check the op's address-dependent decisions against ``views`` and replace the launch's arguments."""

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .. import _driver
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
 from ..device import device_limits
@@ -240,6 +241,9 @@ class TransposePlan(Plan):
         args = (*self._operands(*views), *tail) if kernel is not None else ()
         super().__init__(result, views, kernel, args, **launch_options)
 
+    def _adopt(self, views: tuple) -> tuple:
+        return views[0], pulled(*views)
+
     def _retarget(self, views: tuple) -> None:
         d, s = views
         _checks.refuse_overlap([("dst", d)], [("src", s)])
@@ -346,7 +350,9 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                    source_row_classes: bool = True, max_blocks: int | None = None,
                    checked: bool | str | None = None) -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
-    transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry.
+    transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry. ``src`` may live on another
+    GPU of the host: the kernel runs on dst's GPU and reads it over the peer path (``stream``, when given, is one
+    of dst's GPU).
 
     Tuning (the defaults are the measured best on the H100):
     - ``tile_plan``: a ``TilePlan`` (tile rows, dst run bytes, threads); default the first of
@@ -391,7 +397,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
     _checks.require_same_dtype(d, s)
-    _checks.require_same_device(d, s)
+    s = pulled(d, s)
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
     _checks.refuse_overlap([("dst", d)], [("src", s)])
@@ -431,6 +437,15 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
                          block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked)
+
+
+def pulled(d: ArrayView, s: ArrayView) -> ArrayView:
+    """src as dst's GPU reads it: a source on another GPU of the host is read over the peer path (peer access
+    checked and enabled; its maps are encoded for dst's GPU, its address is the same there)."""
+    if s.device == d.device:
+        return s
+    _driver.enable_peer_access(d.device, s.device)  # raises, naming both GPUs
+    return s._replace(device=d.device)
 
 
 def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, eviction: L2Eviction, min_blocks: int | None,

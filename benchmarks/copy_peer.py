@@ -65,37 +65,43 @@ def main(argv: list[str] | None = None) -> int:
             sync()
             ok = bool(torch.equal(dst.cpu(), src.cpu())) if mib <= 1024 else bool(torch.equal(dst[::4097].cpu(), src[::4097].cpu()))
             peer = lambda: dst.copy_(src)  # noqa: E731
-            # a transpose of the same bytes: 4-byte elements, an odd number of rows (1031 x ...)
-            tsrc = src.view(torch.float32)[:(n // 4 // 1031) * 1031].view(1031, -1)
-            tdst = torch.empty(tsrc.shape[::-1], dtype=torch.float32, device=f"cuda:{dst_dev}")
-            tplan = plan_transpose(tdst, tsrc)
-            tplan()
-            sync()
-            ok_t = bool(torch.equal(tdst[::97].cpu(), tsrc.t()[::97].cpu()))
+            # a transpose of the same bytes: 4-byte elements (int32: random bits hold no NaN), 1031 rows
+            tsrc = src.view(torch.int32)[:(n // 4 // 1031) * 1031].view(1031, -1)
+            tdst = torch.empty(tsrc.shape[::-1], dtype=torch.int32, device=f"cuda:{dst_dev}")
+            tplan, tpush = plan_transpose(tdst, tsrc), plan_transpose(tdst, tsrc, across="push")
+            ok_t = True
+            for fn in (tpush, tplan):
+                tdst.zero_()
+                fn()
+                sync()
+                ok_t = ok_t and bool(torch.equal(tdst[::97].cpu(), tsrc.t()[::97].cpu()))
             reps = max(1, min(20, (2 << 30) // n))
-            ours, pushed, theirs, transposed = [], [], [], []
-            for fn in (plan, push, peer, tplan):
+            ours, pushed, theirs, transposed, tpushed = [], [], [], [], []
+            for fn in (plan, push, peer, tplan, tpush):
                 seconds(fn, 1)
             for _ in range(args.rounds):
                 ours.append(seconds(plan, reps))
                 pushed.append(seconds(push, reps))
                 theirs.append(seconds(peer, reps))
                 transposed.append(seconds(tplan, reps))
+                tpushed.append(seconds(tpush, reps))
             t, tq, tp = statistics.median(ours), statistics.median(pushed), statistics.median(theirs)
-            tt = statistics.median(transposed) * n / tsrc.numel() / 4  # per byte of the copy's size
+            scale = n / tsrc.numel() / 4  # the transpose's time per byte of the copy's size
+            tt, ttq = statistics.median(transposed) * scale, statistics.median(tpushed) * scale
             row = {"bytes": n, "direction": f"GPU {src_dev} -> GPU {dst_dev}", "GB/s": round(n / t / 1e9, 1),
                    "push GB/s": round(n / tq / 1e9, 1), "torch GB/s": round(n / tp / 1e9, 1),
                    "x torch": round(tp / t, 3), "push x torch": round(tp / tq, 3),
                    "transpose GB/s": round(n / tt / 1e9, 1), "transpose x torch copy": round(tp / tt, 3),
+                   "push transpose GB/s": round(n / ttq / 1e9, 1), "push transpose x torch copy": round(tp / ttq, 3),
                    "ok": ok and ok_push and ok_t}
             print(row, flush=True)
             rows.append(row)
-            del src, dst, plan, push, tsrc, tdst, tplan
+            del src, dst, plan, push, tsrc, tdst, tplan, tpush
             torch.cuda.empty_cache()
     notes = ["tmakit: plan_copy on dst's GPU, TMA bulk copies pulling src over NVLink (peer access enabled); push: "
              "plan_copy(across='push') on src's GPU, writing dst over NVLink; torch: dst.copy_(src); transpose: "
-             "plan_transpose of the same bytes as 1031 x (n / 4124) float32 on dst's GPU, src read over NVLink, "
-             "against torch's copy", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
+             "plan_transpose of the same bytes as 1031 x (n / 4124) int32 on dst's GPU, src read over NVLink (push: "
+             "on src's GPU, dst written over NVLink), against torch's copy", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
              "batch of calls", "ok: dst equals src (every byte up to 1 GiB, every 4097th above); the transpose's every 97th row"]
     write_results(args.name, "Copies between GPUs: tmakit vs torch", rows, notes, args.out)
     return 0 if all(r["ok"] for r in rows) else 1

@@ -165,8 +165,9 @@ def test_events_and_waits_on_a_default_stream_of_another_gpu() -> None:
 
 
 @pytest.mark.requires_2gpus
+@pytest.mark.parametrize("across", ["pull", "push"])
 @pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
-def test_transposes_across_gpus_move_every_element(dst_device, src_device) -> None:
+def test_transposes_across_gpus_move_every_element(dst_device, src_device, across) -> None:
     """plan_transpose with src on another GPU: dst's GPU reads it over the peer path; odd shapes and pitches, every
     element size, poisoned dst, each run twice; a plan re-pointed to other buffers of the same geometry."""
     from tmakit import DeviceArray, _driver
@@ -178,15 +179,16 @@ def test_transposes_across_gpus_move_every_element(dst_device, src_device) -> No
         host = rng.integers(0, 255, shape).astype(dtype)
         with DeviceArray.from_host(host, device=src_device) as src, \
                 DeviceArray.from_host(np.full(shape[::-1], 0xA5, dtype), device=dst_device) as dst:
-            plan = plan_transpose(dst, src)
+            plan = plan_transpose(dst, src, across=across)
+            runs_on = dst_device if across == "pull" else src_device
             for _ in range(2):
                 plan()
-                with _driver.context_for(dst_device):
+                with _driver.context_for(runs_on):
                     _driver.call("cuCtxSynchronize")
                 assert np.array_equal(dst.to_host(), host.T), f"{dtype.__name__} {shape} GPU {src_device} -> {dst_device}"
             with DeviceArray.from_host(host[::-1].copy(), device=src_device) as src2:
                 plan(dst, src2)
-                with _driver.context_for(dst_device):
+                with _driver.context_for(runs_on):
                     _driver.call("cuCtxSynchronize")
                 assert np.array_equal(dst.to_host(), host[::-1].T), f"re-pointed {dtype.__name__} {shape}"
 

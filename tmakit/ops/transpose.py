@@ -236,13 +236,14 @@ class TransposePlan(Plan):
 
     def __init__(self, result: TransposeResult, views: tuple, layout: _Layout | None = None, align_sectors: bool = True,
                  l2_promotion: L2Promotion = L2Promotion.NONE, kernel: Any = None, tail: tuple = (),
-                 **launch_options: Any) -> None:
+                 across: str = "pull", **launch_options: Any) -> None:
         self.result, self._layout, self._align_sectors, self._l2_promotion = result, layout, align_sectors, l2_promotion
+        self._across = across
         args = (*self._operands(*views), *tail) if kernel is not None else ()
         super().__init__(result, views, kernel, args, **launch_options)
 
     def _adopt(self, views: tuple) -> tuple:
-        return views[0], pulled(*views)
+        return across_gpus(*views, self._across)
 
     def _retarget(self, views: tuple) -> None:
         d, s = views
@@ -348,11 +349,11 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
                    source_row_classes: bool = True, max_blocks: int | None = None,
-                   checked: bool | str | None = None) -> TransposePlan:
+                   checked: bool | str | None = None, across: str = "pull") -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry. ``src`` may live on another
-    GPU of the host: the kernel runs on dst's GPU and reads it over the peer path (``stream``, when given, is one
-    of dst's GPU).
+    GPU of the host: ``across="pull"`` runs the kernel on dst's GPU, reading src over the peer path, ``"push"``
+    on src's GPU, writing dst over it (``stream``, when given, is one of the GPU that runs it).
 
     Tuning (the defaults are the measured best on the H100):
     - ``tile_plan``: a ``TilePlan`` (tile rows, dst run bytes, threads); default the first of
@@ -397,7 +398,6 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")
     _checks.require_same_dtype(d, s)
-    s = pulled(d, s)
     _checks.require_contiguous(d, "dst")
     _checks.require_contiguous(s, "src")
     _checks.refuse_overlap([("dst", d)], [("src", s)])
@@ -410,6 +410,10 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     if min_blocks is not None and (isinstance(min_blocks, bool) or not isinstance(min_blocks, int) or not 1 <= min_blocks <= 3):
         raise InvalidArgumentError("min_blocks", min_blocks, "must be an int from 1 to 3 or None",
                                    "pass 1, 2 or 3 (blocks per SM), or None for what shared memory allows")
+    if across not in ("pull", "push"):
+        raise InvalidArgumentError("across", across, 'must be "pull" (dst\'s GPU reads src) or "push" (src\'s GPU '
+                                   'writes dst)', 'leave it at "pull"')
+    d, s = across_gpus(d, s, across)
     promotion = None  # "auto": decided with the source row classes below
     if not (isinstance(l2_promotion, str) and l2_promotion.lower() == "auto"):
         try:
@@ -435,17 +439,21 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                **kernel_defines(result, layout, esize, eviction, min_blocks, limit))
     grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
     tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
-    return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, grid=(grid, 1, 1),
+    return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, across, grid=(grid, 1, 1),
                          block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked)
 
 
-def pulled(d: ArrayView, s: ArrayView) -> ArrayView:
-    """src as dst's GPU reads it: a source on another GPU of the host is read over the peer path (peer access
-    checked and enabled; its maps are encoded for dst's GPU, its address is the same there)."""
+def across_gpus(d: ArrayView, s: ArrayView, across: str) -> tuple[ArrayView, ArrayView]:
+    """dst and src as the GPU that runs the transpose sees them: "pull", dst's GPU reading a src on another GPU
+    of the host over the peer path; "push", src's GPU writing dst over it (peer access checked and enabled; the
+    other side's maps are encoded for the running GPU, its address is the same there)."""
     if s.device == d.device:
-        return s
-    _driver.enable_peer_access(d.device, s.device)  # raises, naming both GPUs
-    return s._replace(device=d.device)
+        return d, s
+    if across == "push":
+        _driver.enable_peer_access(s.device, d.device)  # raises, naming both GPUs
+        return d._replace(device=s.device), s
+    _driver.enable_peer_access(d.device, s.device)
+    return d, s._replace(device=d.device)
 
 
 def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, eviction: L2Eviction, min_blocks: int | None,

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import device_name, torch_with_gpu, write_results  # noqa: E402
 
 SIZES_MIB = (16, 256, 1024, 4096)
 
@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="also copy the results files here")
     parser.add_argument("--name", default="copy_peer", help="results file stem")
     args = parser.parse_args(argv)
+    if args.name == "copy_peer" and "H200" in device_name():
+        args.name = "copy_peer_h200"  # one results file per card
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     torch = torch_with_gpu("benchmarks/copy_peer.py", "torch's copy between GPUs")
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             # a transpose of the same bytes: 4-byte elements (int32: random bits hold no NaN), 1031 rows
             tsrc = src.view(torch.int32)[:(n // 4 // 1031) * 1031].view(1031, -1)
             tdst = torch.empty(tsrc.shape[::-1], dtype=torch.int32, device=f"cuda:{dst_dev}")
-            tplan, tpush = plan_transpose(tdst, tsrc), plan_transpose(tdst, tsrc, across="push")
+            tplan, tpush = plan_transpose(tdst, tsrc, across="pull"), plan_transpose(tdst, tsrc, across="push")
             ok_t = True
             for fn in (tpush, tplan):
                 tdst.zero_()

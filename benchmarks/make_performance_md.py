@@ -313,10 +313,38 @@ def gemm_epilogue(d: dict) -> dict:
 
 
 def copy_peer(d: dict) -> dict:
+    def measured(r: dict, key: str, fmt: Callable[[float], str]) -> str:
+        return fmt(r[key]) if key in r else "n/a"
+
     out = [[f"{r['bytes'] >> 20} MiB", r["direction"], f"{r['GB/s']:.0f}", f"{r['push GB/s']:.0f}",
-            f"{r['torch GB/s']:.0f}", ratio(r["x torch"]), ratio(r["push x torch"])] for r in d["rows"]]
+            f"{r['torch GB/s']:.0f}", ratio(r["x torch"]), ratio(r["push x torch"]),
+            measured(r, "push transpose x torch copy", ratio), measured(r, "transpose x torch copy", ratio)]
+           for r in d["rows"]]
     return {"run": run_line(d), "table": table(["size", "direction", "pull GB/s", "push GB/s", "torch GB/s",
-                                                "pull vs torch", "push vs torch"], out, {2, 3, 4, 5, 6})}
+                                                "pull vs torch", "push vs torch", "transpose (push) vs torch copy",
+                                                "transpose (pull) vs torch copy"], out, {2, 3, 4, 5, 6, 7, 8})}
+
+
+def collective_gemm(d: dict) -> dict:
+    def opt(x: float | None) -> str:
+        return "n/a" if x is None else ratio(x)
+
+    out = [[r["op"], r["shape"] + (" (sweep)" if r["set"] == "sweep" else ""), f"{r['TFLOP/s']:.0f}",
+            ratio(r["x nccl+cuBLAS"]), opt(r["x fused"]), ratio(r["bound"]), "yes" if r["ok"] else "NO"]
+           for r in d["rows"]]
+    lines = []
+    for key, peer in (("sweep all-gather", "NCCL + cuBLAS"), ("sweep all-gather fused", "fused_all_gather_matmul"),
+                      ("sweep reduce-scatter", "cuBLAS + NCCL"),
+                      ("sweep reduce-scatter fused", "fused_matmul_reduce_scatter")):
+        sw = d.get(key) or {}
+        if sw.get("count"):
+            lines.append(f"- {key.replace('sweep ', '')}: {sw['count']} random cases (seed {sw['seed']}), min "
+                         f"{ratio(sw['min'])}, geomean {ratio(sw['geomean'])} vs {peer}; worst "
+                         + ", ".join(f"{label} {ratio(r)}" for label, r in sw["worst"][:3]))
+    return {"run": run_line(d) + f" {d.get('world', 2)} GPUs.",
+            "table": table(["op", "shape per rank (M x N x K)", "TFLOP/s", "vs NCCL + cuBLAS", "vs torch fused",
+                            "bound", "ok"], out, {2, 3, 4, 5}),
+            "sweep": "\n".join(lines) or "No sweep in this run."}
 
 
 SECTIONS: dict[str, Callable[[Any], dict]] = {
@@ -326,7 +354,8 @@ SECTIONS: dict[str, Callable[[Any], dict]] = {
     "gemm_h200": gemm, "attention_h200": attention, "copy_bandwidth_h200": copy_bandwidth,
     "checked_overhead_h200": checked_overhead, "grouped_gemm": grouped_gemm, "grouped_gemm_h200": grouped_gemm,
     "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm,
-    "copy_peer": copy_peer, "gemm_epilogue": gemm_epilogue}
+    "copy_peer": copy_peer, "gemm_epilogue": gemm_epilogue, "copy_peer_h200": copy_peer,
+    "collective_gemm": collective_gemm, "collective_gemm_h200": collective_gemm}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
@@ -334,7 +363,8 @@ OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead":
             "checked_overhead_h200": ("checked_overhead.py", "--name checked_overhead_h200"),
             "grouped_gemm": ("grouped_gemm.py", ""), "attention_varlen": ("attention_varlen.py", ""),
             "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "copy_peer": ("copy_peer.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200"),
-            "gemm_epilogue": ("gemm_epilogue.py", "")}
+            "gemm_epilogue": ("gemm_epilogue.py", ""), "copy_peer_h200": ("copy_peer.py", ""),
+            "collective_gemm": ("collective_gemm.py", ""), "collective_gemm_h200": ("collective_gemm.py", "")}
 
 
 def _not_measured(name: str) -> str:

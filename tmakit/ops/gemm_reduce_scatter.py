@@ -4,7 +4,8 @@ the weights, so its product ``a @ b`` is a partial sum of the whole output; rank
 Here each rank's GEMM adds its partial product straight into the owners' chunks: the epilogue's slabs go out as
 TMA reduce-adds (``plan_gemm(reduce="add")``, ``cp.reduce.async.bulk.tensor .add``, atomic per element) through
 maps of the owners' buffers, over NVLink for the peers' chunks. No partial is staged, and no reduction kernel runs
-after the GEMM. One GEMM per chunk, the peers' first (each rank starting with a different one), its own last.
+after the GEMM. One GEMM per chunk, the peers' first (each rank starting with a different one), its own last, each on
+its own stream so that the next one's CTAs take the SMs the last wave of the one before leaves idle.
 
 Ordering across GPUs is the caller's: every chunk must hold zeros (or what the sum adds to) before any rank's plan
 runs, and holds the sum once every rank's plan has finished (a barrier of the process group before and after; in
@@ -16,22 +17,50 @@ from typing import Any, Sequence
 
 from .. import _driver
 from ..errors import InvalidArgumentError
+from ..streams import Event, Stream, as_stream
 from . import _checks
 from .all_gather_gemm import own_index, ring_order, rows_of
 from .gemm import _parse_b_major, plan_gemm
 
 
 class GemmReduceScatterPlan:
-    """A prepared GEMM + reduce-scatter: ``plan()`` queues this rank's reduce-adds on ``stream`` (one GEMM per
-    chunk) and returns ``outs``."""
+    """A prepared GEMM + reduce-scatter: ``plan()`` queues this rank's reduce-adds (one GEMM per chunk, each on
+    its own stream forked from ``stream`` and joined back to it) and returns ``outs``."""
 
-    def __init__(self, outs: Sequence[Any], gemms: list, flops: float):
-        self.outs, self.flops, self._gemms = outs, flops, gemms
+    def __init__(self, outs: Sequence[Any], device: int, stream: Any, flops: float):
+        self.outs, self.flops, self.device = outs, flops, device
+        self._stream = as_stream(stream, device=device)
+        self.gemms: list = []  # (gemm plan, its stream: the plan's stream for the first, a side stream after)
+        self._fork = Event(device, timing=False)
+        self._joins: list = []
+
+    def _add(self, gemm_for: Any) -> None:
+        """A GEMM bound to the next stream: the plan's first, then side streams, so each GEMM's CTAs fill the SMs
+        the previous one's last, part-empty wave leaves (the adds commute)."""
+        stream = self._stream if not self.gemms else Stream(self.device)
+        self.gemms.append((gemm_for(stream), stream))
+        if stream is not self._stream:
+            self._joins.append(Event(self.device, timing=False))
 
     def __call__(self) -> Sequence[Any]:
-        for gemm in self._gemms:
+        if len(self.gemms) > 1:
+            self._fork.record(self._stream)
+        joins = iter(self._joins)
+        for gemm, stream in self.gemms:
+            if stream is not self._stream:
+                stream.wait(self._fork)
             gemm()
+            if stream is not self._stream:
+                self._stream.wait(next(joins).record(stream))
         return self.outs
+
+    def close(self) -> None:
+        """Release the side streams and events now (garbage collection does it otherwise)."""
+        for event in (self._fork, *self._joins):
+            event.close()
+        for _, stream in self.gemms:
+            if stream is not self._stream:
+                stream.close()
 
 
 def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int | None = None, b_major: str = "k",
@@ -64,12 +93,12 @@ def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int |
     for i, v in enumerate(views):  # no two chunks may share bytes: their adds would land twice
         _checks.refuse_overlap([(f"outs[{i}]", v)], [(f"outs[{j}]", w) for j, w in enumerate(views) if j > i])
     starts = [sum(rows[:i]) for i in range(len(rows))]
-    gemms = []
+    plan = GemmReduceScatterPlan(outs, av.device, stream, 2.0 * av.shape[0] * n * av.shape[1])
     for r in ring_order(own, len(views)) + [own]:
         if rows[r]:
-            gemms.append(plan_gemm(rows_of(av, starts[r], rows[r]), b, outs[r], b_major=b_major, reduce="add",
-                                   out_dtype=out_dtype, stream=stream, checked=checked))
-    return GemmReduceScatterPlan(outs, gemms, 2.0 * av.shape[0] * n * av.shape[1])
+            plan._add(lambda on, r=r: plan_gemm(rows_of(av, starts[r], rows[r]), b, outs[r], b_major=b_major,
+                                                reduce="add", out_dtype=out_dtype, stream=on, checked=checked))
+    return plan
 
 
 __all__ = ["GemmReduceScatterPlan", "plan_gemm_reduce_scatter"]

@@ -236,7 +236,7 @@ class TransposePlan(Plan):
 
     def __init__(self, result: TransposeResult, views: tuple, layout: _Layout | None = None, align_sectors: bool = True,
                  l2_promotion: L2Promotion = L2Promotion.NONE, kernel: Any = None, tail: tuple = (),
-                 across: str = "pull", **launch_options: Any) -> None:
+                 across: str = "push", **launch_options: Any) -> None:
         self.result, self._layout, self._align_sectors, self._l2_promotion = result, layout, align_sectors, l2_promotion
         self._across = across
         args = (*self._operands(*views), *tail) if kernel is not None else ()
@@ -349,11 +349,13 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                    tile_plan: TilePlan | None = None, align_sectors: bool = True, l2_promotion: Any = "auto",
                    source_eviction: Any = "last", min_blocks: int | None = None,
                    source_row_classes: bool = True, max_blocks: int | None = None,
-                   checked: bool | str | None = None, across: str = "pull") -> TransposePlan:
+                   checked: bool | str | None = None, across: str = "push") -> TransposePlan:
     """A prepared ``dst = src.T`` for contiguous 2-D device arrays, asynchronous on ``stream``: ``plan()``
     transposes, ``plan(dst2, src2)`` transposes other buffers of the same geometry. ``src`` may live on another
-    GPU of the host: ``across="pull"`` runs the kernel on dst's GPU, reading src over the peer path, ``"push"``
-    on src's GPU, writing dst over it (``stream``, when given, is one of the GPU that runs it).
+    GPU of the host: ``across="push"`` (the default) runs the kernel on src's GPU, writing dst over the peer path,
+    ``"pull"`` on dst's GPU, reading src over it (``stream``, when given, is one of the GPU that runs it). Measured
+    on two H200s, 256 MiB to 4 GiB of int32: push 0.89-0.90x torch's copy between them, pull 0.46-0.67x (its
+    tiles read 128-byte pieces of many rows across NVLink; push's reads are local and its writes posted).
 
     Tuning (the defaults are the measured best on the H100):
     - ``tile_plan``: a ``TilePlan`` (tile rows, dst run bytes, threads); default the first of
@@ -411,8 +413,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         raise InvalidArgumentError("min_blocks", min_blocks, "must be an int from 1 to 3 or None",
                                    "pass 1, 2 or 3 (blocks per SM), or None for what shared memory allows")
     if across not in ("pull", "push"):
-        raise InvalidArgumentError("across", across, 'must be "pull" (dst\'s GPU reads src) or "push" (src\'s GPU '
-                                   'writes dst)', 'leave it at "pull"')
+        raise InvalidArgumentError("across", across, 'must be "push" (src\'s GPU writes dst) or "pull" (dst\'s GPU '
+                                   'reads src)', 'leave it at "push"')
     d, s = across_gpus(d, s, across)
     promotion = None  # "auto": decided with the source row classes below
     if not (isinstance(l2_promotion, str) and l2_promotion.lower() == "auto"):

@@ -352,10 +352,33 @@ def lse_buffer(q: Any, lse: Any, shape: tuple[int, ...], device: int | None) -> 
     return lse, lv
 
 
-class DeviceMapsPlan:
+class PersistentTiles:
+    """The work tiles of an attention plan, (query blocks, heads, batch) over ``_query_rows`` rows, and the grid
+    that walks them (``launch_grid``); on tma the CTAs claim them from ``_counter`` (``tile_counter``)."""
+
+    config: AttentionConfig
+    device: int
+    heads: int
+    batch: int
+    _counter: Any
+
+    @property
+    def _query_rows(self) -> int:
+        return self.sq  # type: ignore[attr-defined]
+
+    @property
+    def tiles(self) -> tuple[int, int, int]:
+        return (-(-self._query_rows // self.config.block_m), self.heads, self.batch)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return launch_grid(self.tiles, self.config, self.device)
+
+
+class DeviceMapsPlan(PersistentTiles):
     """The plans whose launch reads tensor maps built on the device by a first kernel (variable lengths, paged
     cache): ``plan()`` runs both and returns ``(out, lse)``; ``close()`` waits for the stream, then frees the maps'
-    workspace (``_maps_workspace``)."""
+    workspace (``_maps_workspace``) and the tile counters."""
 
     _build: Any
     _launch: Any
@@ -372,9 +395,10 @@ class DeviceMapsPlan:
     def close(self) -> None:
         wait_for_stream(self._stream)
         self._maps_workspace.close()
+        self._counter.close()
 
 
-class AttentionPlan:
+class AttentionPlan(PersistentTiles):
     """A prepared attention launch. ``plan()`` reruns it; ``plan(q, k, v, out)`` re-points it to new buffers of the
     same geometry (and writes ``plan.lse`` again); both return ``(out, lse)``."""
 
@@ -389,15 +413,6 @@ class AttentionPlan:
         self._launch: Any = None
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
         self._counter = tile_counter(device) if cfg.backend is Backend.TMA else None
-
-    @property
-    def tiles(self) -> tuple[int, int, int]:
-        """The work tiles: (query blocks, heads, batch)."""
-        return (-(-self.sq // self.config.block_m), self.heads, self.batch)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return launch_grid(self.tiles, self.config, self.device)
 
     @property
     def flops(self) -> float:

@@ -26,7 +26,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, tile_counter, out_like_q,
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, persistent_args, tile_counter, out_like_q,
                         _bhsd_view, _empty_like, _tile_map, lse_buffer, tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
@@ -85,15 +85,6 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
         self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
         self._counter = tile_counter(device)
-
-    @property
-    def tiles(self) -> tuple[int, int, int]:
-        """The work tiles: (query blocks, heads, sequences)."""
-        return (-(-self.sq // self.config.block_m), self.heads, self.batch)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return launch_grid(self.tiles, self.config, self.device)
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, table: ArrayView, lens: ArrayView, o: ArrayView) -> None:
         cfg = self.config

@@ -26,7 +26,7 @@ from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
-from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, launch_grid, persistent_args, tile_counter, out_like_q,
+from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, persistent_args, tile_counter, out_like_q,
                         _empty_like, attention_tensor_maps, lse_buffer, tma_plan_config)
 
 
@@ -93,13 +93,8 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         self._checked = checked
 
     @property
-    def tiles(self) -> tuple[int, int, int]:
-        """The work tiles: (query blocks of the longest sequence, heads, sequences)."""
-        return (-(-self.max_seqlen_q // self.config.block_m), self.heads, self.batch)
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return launch_grid(self.tiles, self.config, self.device)
+    def _query_rows(self) -> int:
+        return self.max_seqlen_q  # the work tiles cover the longest sequence
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, cu_q: ArrayView, cu_k: ArrayView, o: ArrayView) -> None:
         cfg = self.config

@@ -27,7 +27,7 @@ from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel, sm_count
-from .gemm import BLOCK_M, _empty, _rows, check_config, default_config, shared_mem_limit
+from .gemm import BLOCK_M, _empty, _rows, check_config, default_config, persistent_grid, shared_mem_limit
 
 FP8 = ("float8_e4m3fn", "uint8")
 SCALE_BLOCK = 128
@@ -83,9 +83,7 @@ class Fp8GemmPlan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        cl = self.config.cluster
-        units = -(-(-(-self.m // BLOCK_M)) // cl) * -(-self.n // self.config.block_n)
-        return (max(1, min(units, sm_count(self.device) // cl)) * cl, 1, 1)
+        return persistent_grid(self.m, self.n, self.config, sm_count(self.device))
 
     @property
     def flops(self) -> float:

@@ -115,6 +115,14 @@ def _tile_ctas(m: int, n: int, block_n: int, cluster: int) -> int:
     return -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
 
 
+def persistent_grid(m: int, n: int, cfg: GemmConfig, sms: int) -> tuple[int, int, int]:
+    """The tma kernel's persistent grid: one CTA per SM of ``sms`` (whole clusters), at most one per work unit
+    (a cluster's tiles times the split-K ranges)."""
+    cl = cfg.cluster
+    units = -(-(-(-m // BLOCK_M)) // cl) * -(-n // cfg.block_n) * cfg.splits
+    return (max(1, min(units, sms // cl)) * cl, 1, 1)
+
+
 def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
     """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
     return -(-_tile_ctas(m, n, block_n, cluster) // max(cluster, sms // cluster * cluster))
@@ -320,12 +328,9 @@ class GemmPlan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        tm, tn = self.tiles
         if self.config.backend is Backend.CP_ASYNC:
-            return (tm * tn, 1, 1)
-        cl = self.config.cluster
-        units = -(-tm // cl) * tn * self.config.splits
-        return (min(units, max(1, self.sms // cl)) * cl, 1, 1)
+            return (self.tiles[0] * self.tiles[1], 1, 1)
+        return persistent_grid(self.m, self.n, self.config, self.sms)
 
     @property
     def flops(self) -> float:
@@ -512,5 +517,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config",
-           "descriptor_defines", "gemm", "gemm_tensor_maps", "plan_gemm", "shared_mem_limit", "stage_descriptors",
-           "tile_turns"]
+           "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "shared_mem_limit",
+           "stage_descriptors", "tile_turns"]

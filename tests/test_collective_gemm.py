@@ -110,6 +110,21 @@ def test_the_overlap_hides_the_pulls_only_where_they_are_long() -> None:
     assert counts[0] == 2048 and counts[-1] <= 256 and counts == sorted(counts, reverse=True), counts
 
 
+def test_symmetric_views_need_torch_distributed() -> None:
+    """Without torch (CI) the error names the tensor and torch.distributed; with torch but no process group, the
+    group."""
+    from tmakit.ops import symmetric_views
+
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        match = r"tensor=.*torch.distributed is not importable"
+    else:
+        match = r"group=None.*initialized torch.distributed process group"
+    with pytest.raises(InvalidArgumentError, match=match):
+        symmetric_views(object())
+
+
 # ----------------------------------------------------------------------------------------------------------
 # GPU tier
 # ----------------------------------------------------------------------------------------------------------
@@ -273,6 +288,8 @@ def _ranked(rank: int, world: int, port: int) -> None:
         handle.barrier(channel=0)
         torch.cuda.synchronize()
         assert all(torch.equal(v.cpu(), a) for v, a in zip(views, a_h)), "symmetric views show other bytes"
+        with pytest.raises(InvalidArgumentError, match=r"must come from torch.distributed._symmetric_memory.empty"):
+            symmetric_views(torch.empty(4, device=f"cuda:{rank}"))  # torch's allocator, not symmetric memory
         out = torch.full((world * m, n), float("nan"), device=f"cuda:{rank}", dtype=torch.bfloat16)
         plan_all_gather_gemm(views, b_h.to(f"cuda:{rank}"), out, rank=rank)()
         torch.cuda.synchronize()

@@ -5,10 +5,10 @@ over the peer path, or peer buffers already mapped here, such as torch symmetric
 The peers' shards come by TMA (``plan_copy``'s pulling kernel, on ``copy_blocks`` SMs of a side stream) into a
 gathered A on this GPU, while the GEMM of part of this GPU's own shard runs on the other SMs; once every shard has
 arrived (an event) one GEMM of the rest of the gathered A runs on every SM. How many own rows go beside the pulls
-is a turn model's choice (``choose_overlap``): few separate launches, each with a part-empty last wave, would cost
-more than the pulls they hide. Why not a GEMM whose producer reads A through
-peer maps: measured on two H200s, 95 TFLOP/s against 806 from local A, because each of the N / BN tile columns
-re-reads A over NVLink (peer lines are not cached in this GPU's L2); gathered once, A crosses NVLink once.
+is a turn model's choice (``choose_overlap``): more launches, each with a part-empty last wave, can cost more than
+the pulls they hide. Why not a GEMM whose producer reads A through peer maps: measured on two H200s (4096 x 8192 x
+8192), 95 TFLOP/s against 806 from local A, because each of the N / BN tile columns re-reads A over NVLink (peer
+lines are not cached in this GPU's L2); gathered once, A crosses NVLink once.
 
 Ordering across GPUs is the caller's: every shard must be written before any rank's plan runs (a barrier of the
 process group; in one process, events or a synchronize).
@@ -24,7 +24,7 @@ from ..streams import Event, Stream, as_stream
 from . import _checks
 from ._kernels import sm_count
 from .copy import plan_copy
-from .gemm import _TILE_COST, DTYPES, _parse_b_major, choose_tile, plan_gemm, tile_turns
+from .gemm import DTYPES, _parse_b_major, plan_gemm, turn_cost
 
 _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s, 16 358 (torch's copy: 351)
 # The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a local copy
@@ -37,11 +37,8 @@ _ROW_STEP = 256  # whole 2-CTA cluster rows of 128-row tiles
 
 
 def gemm_seconds(m: int, n: int, k: int, sms: int) -> float:
-    """The turn model's time of an m x n x k GEMM on ``sms`` SMs (the tile plan_gemm would choose)."""
-    if m <= 0:
-        return 0.0
-    bn, cl = choose_tile(m, n, sms, k=k)
-    return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0) * 2.0 * 128 * 256 * k / _FLOPS_PER_SM
+    """The tile model's time of an m x n x k GEMM on ``sms`` SMs (``turn_cost`` at _FLOPS_PER_SM)."""
+    return turn_cost(m, n, k, sms) * 2.0 * 128 * 256 * k / _FLOPS_PER_SM if m > 0 else 0.0
 
 
 def choose_overlap(rows: list[int], own: int, n: int, k: int, itemsize: int, sms: int, beside: int) -> int:

@@ -147,6 +147,13 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     return min(options, key=cost)
 
 
+def turn_cost(m: int, n: int, k: int, sms: int) -> float:
+    """The tile model's time of an m x n x k GEMM on ``sms`` SMs with the tile ``choose_tile`` picks, in turns of
+    128 x 256 tiles (one turn: every resident CTA computes one such tile over all of K)."""
+    bn, cl = choose_tile(m, n, sms, k=k)
+    return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0)
+
+
 def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int:
     """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs, cut each tile's
     k-blocks into as many ranges as fill the SMs, each at least 8 k-blocks (512 of K) long, at most 16 (the
@@ -518,4 +525,4 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config",
            "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "shared_mem_limit",
-           "stage_descriptors", "tile_turns"]
+           "stage_descriptors", "tile_turns", "turn_cost"]

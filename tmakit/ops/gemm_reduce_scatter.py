@@ -24,43 +24,37 @@ from .gemm import _parse_b_major, plan_gemm
 
 
 class GemmReduceScatterPlan:
-    """A prepared GEMM + reduce-scatter: ``plan()`` queues this rank's reduce-adds (one GEMM per chunk, each on
-    its own stream forked from ``stream`` and joined back to it) and returns ``outs``."""
+    """A prepared GEMM + reduce-scatter: ``plan()`` queues this rank's reduce-adds (one GEMM per chunk: the first
+    on ``stream``, each other on a side stream forked from it and joined back, so each GEMM's CTAs take the SMs
+    the last, part-empty wave of the one before leaves; the adds commute) and returns ``outs``."""
 
     def __init__(self, outs: Sequence[Any], device: int, stream: Any, flops: float):
         self.outs, self.flops, self.device = outs, flops, device
         self._stream = as_stream(stream, device=device)
-        self.gemms: list = []  # (gemm plan, its stream: the plan's stream for the first, a side stream after)
+        self.gemms: list = []  # (gemm plan, its stream, the event that joins it back or None)
         self._fork = Event(device, timing=False)
-        self._joins: list = []
 
-    def _add(self, gemm_for: Any) -> None:
-        """A GEMM bound to the next stream: the plan's first, then side streams, so each GEMM's CTAs fill the SMs
-        the previous one's last, part-empty wave leaves (the adds commute)."""
-        stream = self._stream if not self.gemms else Stream(self.device)
-        self.gemms.append((gemm_for(stream), stream))
-        if stream is not self._stream:
-            self._joins.append(Event(self.device, timing=False))
+    def next_stream(self) -> Any:
+        """The stream of the next GEMM: the plan's for the first, a new side stream after."""
+        return self._stream if not self.gemms else Stream(self.device)
 
     def __call__(self) -> Sequence[Any]:
-        if len(self.gemms) > 1:
-            self._fork.record(self._stream)
-        joins = iter(self._joins)
-        for gemm, stream in self.gemms:
-            if stream is not self._stream:
-                stream.wait(self._fork)
+        self._fork.record(self._stream)
+        for gemm, on, joined in self.gemms:
+            if joined is not None:
+                on.wait(self._fork)
             gemm()
-            if stream is not self._stream:
-                self._stream.wait(next(joins).record(stream))
+            if joined is not None:
+                self._stream.wait(joined.record(on))
         return self.outs
 
     def close(self) -> None:
         """Release the side streams and events now (garbage collection does it otherwise)."""
-        for event in (self._fork, *self._joins):
-            event.close()
-        for _, stream in self.gemms:
-            if stream is not self._stream:
-                stream.close()
+        self._fork.close()
+        for _, on, joined in self.gemms:
+            if joined is not None:
+                joined.close()
+                on.close()
 
 
 def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int | None = None, b_major: str = "k",
@@ -96,8 +90,10 @@ def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int |
     plan = GemmReduceScatterPlan(outs, av.device, stream, 2.0 * av.shape[0] * n * av.shape[1])
     for r in ring_order(own, len(views)) + [own]:
         if rows[r]:
-            plan._add(lambda on, r=r: plan_gemm(rows_of(av, starts[r], rows[r]), b, outs[r], b_major=b_major,
-                                                reduce="add", out_dtype=out_dtype, stream=on, checked=checked))
+            on = plan.next_stream()
+            gemm = plan_gemm(rows_of(av, starts[r], rows[r]), b, outs[r], b_major=b_major, reduce="add",
+                             out_dtype=out_dtype, stream=on, checked=checked)
+            plan.gemms.append((gemm, on, None if on is plan._stream else Event(av.device, timing=False)))
     return plan
 
 

@@ -27,12 +27,15 @@ def symmetric_views(tensor: Any, group: Any = None) -> list:
         raise InvalidArgumentError("group", group, "needs an initialized torch.distributed process group",
                                    'call torch.distributed.init_process_group("nccl") first (torchrun)')
     group = group if group is not None else dist.group.WORLD
+    why = "torch's rendezvous found no symmetric allocation holding it"  # it returns None for other tensors
     try:
         handle = symm_mem.rendezvous(tensor, getattr(group, "group_name", group))
     except (RuntimeError, TypeError, ValueError) as e:
+        handle, why = None, str(e)
+    if handle is None:
         raise InvalidArgumentError("tensor", f"{type(tensor).__name__} {tuple(getattr(tensor, 'shape', ()))}",
-                                   f"must come from torch.distributed._symmetric_memory.empty ({e})",
-                                   "allocate it with symm_mem.empty(shape, dtype=, device=) on every rank") from e
+                                   f"must come from torch.distributed._symmetric_memory.empty ({why})",
+                                   "allocate it with symm_mem.empty(shape, dtype=, device=) on every rank")
     return [handle.get_buffer(r, tuple(tensor.shape), tensor.dtype) for r in range(handle.world_size)]
 
 

@@ -188,28 +188,32 @@ def test_a_gemm_stores_into_a_peer_output() -> None:
 @pytest.mark.requires_2gpus
 @pytest.mark.parametrize("case", range(4))
 def test_all_gather_gemm_on_every_gpu(case) -> None:
-    """Each GPU's plan: out = concat(shards) @ B_d, the shards uneven (one may be empty), poisoned out and gathered."""
+    """Every rank's plan: out = concat(shards) @ B_r, the shards uneven (one may be empty). Ranks outnumber the GPUs
+    by one (rank r's shard and plan on GPU r mod GPUs), so a middle rank's plan (its rest of the gathered A in two
+    pieces around its own rows) runs too; poisoned out and gathered, several runs."""
     torch = pytest.importorskip("torch")
     rng = random.Random(_seed() + case)
-    devs = _devices(torch)
+    gpus = len(_devices(torch))
+    world = gpus + 1
+    at = [r % gpus for r in range(world)]
     k, n = 8 * rng.randint(8, 200), 8 * rng.randint(8, 300)
-    rows = [rng.choice((0, 1, 8 * rng.randint(1, 160), rng.randint(1, 1500))) for _ in devs]
-    rows[rng.randrange(len(devs))] = max(rows[0], 64)
+    rows = [rng.choice((0, 1, 8 * rng.randint(1, 160), rng.randint(1, 1500))) for _ in range(world)]
+    rows[rng.randrange(world)] = max(rows[0], 64)
     b_major = rng.choice(("k", "n"))
     dtype = rng.choice((torch.bfloat16, torch.float16))
     gen = torch.Generator().manual_seed(_seed() + case)
     shards_host = [torch.randn(r, k, generator=gen).to(dtype) for r in rows]
     a_full = torch.cat(shards_host).float()
-    shards = [s.to(f"cuda:{d}") for s, d in zip(shards_host, devs)]
+    shards = [s.to(f"cuda:{d}") for s, d in zip(shards_host, at)]
     plans, outs, gathered, wants = [], [], [], []
-    for d in devs:
+    for r, d in enumerate(at):
         bh = torch.randn(n, k, generator=gen).to(dtype)
         wants.append(a_full @ bh.float().t())
         b = (bh if b_major == "k" else bh.t().contiguous()).to(f"cuda:{d}")
         outs.append(torch.empty(sum(rows), n, device=f"cuda:{d}", dtype=dtype))
         gathered.append(torch.empty(sum(rows), k, device=f"cuda:{d}", dtype=dtype))
-        split = rng.choice((None, 0, rows[d] // 2, rows[d]))  # the own shard's GEMM beside the copies: cut anywhere
-        plans.append(plan_all_gather_gemm(shards, b, outs[-1], gathered=gathered[-1], b_major=b_major,
+        split = rng.choice((None, 0, rows[r] // 2, rows[r]))  # the own shard's GEMM beside the copies: cut anywhere
+        plans.append(plan_all_gather_gemm(shards, b, outs[-1], rank=r, gathered=gathered[-1], b_major=b_major,
                                           overlap_rows=split))
     for run in range(RUNS):
         for o, g in zip(outs, gathered):
@@ -219,8 +223,9 @@ def test_all_gather_gemm_on_every_gpu(case) -> None:
         for p in plans:
             p()
         _sync(torch)
-        for d, (o, g, want) in enumerate(zip(outs, gathered, wants)):
-            what = f"seed {_seed() + case} run {run} GPU {d}: rows {rows} k {k} n {n} b_major {b_major}"
+        for r, (o, g, want) in enumerate(zip(outs, gathered, wants)):
+            what = (f"seed {_seed() + case} run {run} rank {r} (GPU {at[r]}, overlap {plans[r].overlap_rows}): "
+                    f"rows {rows} k {k} n {n} b_major {b_major}")
             assert torch.equal(g.cpu(), torch.cat(shards_host)), f"{what}: gathered A differs"
             _close(torch, o.cpu(), want, k, what)
 
@@ -228,22 +233,25 @@ def test_all_gather_gemm_on_every_gpu(case) -> None:
 @pytest.mark.requires_2gpus
 @pytest.mark.parametrize("case", range(4))
 def test_gemm_reduce_scatter_on_every_gpu(case) -> None:
-    """GPU g adds chunk r of a_g @ b_g into GPU r's chunk for every r; each chunk ends as the sum's rows."""
+    """Rank g adds chunk r of a_g @ b_g into rank r's chunk for every r; each chunk ends as the sum's rows. Ranks
+    outnumber the GPUs by one (rank r on GPU r mod GPUs): a GPU adds from two ranks, some chunks are its own."""
     torch = pytest.importorskip("torch")
     rng = random.Random(_seed() + 100 + case)
-    devs = _devices(torch)
+    gpus = len(_devices(torch))
+    at = [r % gpus for r in range(gpus + 1)]
     n = 8 * rng.randint(8, 300)
-    rows = [rng.choice((1, 8 * rng.randint(1, 160), rng.randint(1, 1500))) for _ in devs]
-    ks = [8 * rng.randint(8, 150) for _ in devs]  # each rank's K slice (uneven)
+    rows = [rng.choice((1, 8 * rng.randint(1, 160), rng.randint(1, 1500))) for _ in at]
+    ks = [8 * rng.randint(8, 150) for _ in at]  # each rank's K slice (uneven)
     out_f32 = case % 2 == 1
     gen = torch.Generator().manual_seed(_seed() + 100 + case)
     a_h = [torch.randn(sum(rows), kk, generator=gen).to(torch.bfloat16) for kk in ks]
     b_h = [torch.randn(n, kk, generator=gen).to(torch.bfloat16) for kk in ks]
     want = sum(a.float() @ b.float().t() for a, b in zip(a_h, b_h))
     dtype = torch.float32 if out_f32 else torch.bfloat16
-    outs = [torch.empty(r, n, device=f"cuda:{d}", dtype=dtype) for r, d in zip(rows, devs)]
-    plans = [plan_gemm_reduce_scatter(a.to(f"cuda:{d}"), b.to(f"cuda:{d}"), outs,
-                                      out_dtype="float32" if out_f32 else None) for a, b, d in zip(a_h, b_h, devs)]
+    outs = [torch.empty(r, n, device=f"cuda:{d}", dtype=dtype) for r, d in zip(rows, at)]
+    plans = [plan_gemm_reduce_scatter(a.to(f"cuda:{d}"), b.to(f"cuda:{d}"), outs, rank=r,
+                                      out_dtype="float32" if out_f32 else None)
+             for r, (a, b, d) in enumerate(zip(a_h, b_h, at))]
     starts = np.cumsum([0] + rows)
     for run in range(RUNS):
         for o in outs:

@@ -1,7 +1,8 @@
 """Tensor-parallel GEMMs on every GPU of the host, one process per GPU (torch.multiprocessing, NCCL):
 all-gather + GEMM (tmakit.ops.plan_all_gather_gemm) against NCCL all_gather_into_tensor followed by cuBLAS and
 against torch.ops.symm_mem.fused_all_gather_matmul; GEMM + reduce-scatter (tmakit.ops.plan_gemm_reduce_scatter)
-against cuBLAS followed by NCCL reduce_scatter_tensor. Writes benchmarks/results/collective_gemm.json and .md.
+against cuBLAS followed by NCCL reduce_scatter_tensor. Writes benchmarks/results/collective_gemm.json and .md
+(collective_gemm_h200 on H200s).
 
 Shapes are per rank: all-gather (M rows of A per rank, N, K), reduce-scatter (M rows of the output per rank, N,
 K per rank). Each timed output is checked first against the NCCL + cuBLAS result. Times: medians of interleaved
@@ -199,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     notes = [f"{world} GPUs, one process each (NCCL; NVLink multicast off); shapes per rank: all-gather M x N x K "
              "(A's rows per rank), reduce-scatter M x N x K (output rows per rank, K per rank)",
              "tmakit all-gather: plan_all_gather_gemm on torch symmetric-memory views of the shards (TMA copies pull "
-             "the peers' shards on 16 SMs while the own shard's GEMM runs on the rest); peers: NCCL "
+             "the peers' shards on 16 SMs while part of the own shard's GEMM, as choose_overlap picks, runs on the "
+             "rest; then one GEMM of the rest of the gathered A); peers: NCCL "
              "all_gather_into_tensor + torch.matmul, torch.ops.symm_mem.fused_all_gather_matmul",
              "tmakit reduce-scatter: zero the own chunk, symmetric-memory barrier, plan_gemm_reduce_scatter (TMA "
              "reduce-add stores into every owner's chunk), barrier; peers: torch.matmul + NCCL reduce_scatter_tensor, "

@@ -1,7 +1,7 @@
 """Copies between two GPUs of one host: tmakit.ops.plan_copy (dst's GPU pulls src over the peer path with TMA bulk
-copies) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to 4 GiB, and transposes across the
-GPUs (tmakit.ops.plan_transpose, dst's GPU reading src over the peer path) of the same bytes against that copy.
-Writes benchmarks/results/copy_peer.json and .md.
+copies; "push": src's GPU writes dst) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to
+4 GiB, and transposes across the GPUs (tmakit.ops.plan_transpose, pushed and pulled) of the same bytes against
+that copy. Writes benchmarks/results/copy_peer.json and .md (copy_peer_h200 on H200s).
 
 Each row: medians of interleaved rounds of host-timed calls, each followed by a synchronisation of both GPUs (the
 copies are milliseconds long, so the host's part is small); GB/s = bytes / time; every copy is checked first.

@@ -5,7 +5,7 @@ The processes, the NCCL group and the memory the ranks share are torch.distribut
 of A in torch's symmetric memory, and ``tmakit.ops.symmetric_views`` returns a view of every rank's shard mapped
 into this process. Through them each rank (1) describes a peer's shard and loads a box of it by TMA, (2) pulls the
 whole peer shard with ``tmakit.ops.copy`` (TMA bulk copies over NVLink), and (3) computes concat(shards) @ B with
-the peers' shards pulled by TMA on a few SMs while the GEMM of its own shard runs on the others, checked against
+the peers' shards pulled by TMA on a few SMs while part of its own shard's GEMM runs on the others, checked against
 (--check) and timed beside (--bench) NCCL's all_gather_into_tensor followed by torch.matmul.
 
     torchrun --nproc-per-node 2 examples/multi_gpu.py --m 4096 --n 14336 --k 8192 --check --bench
@@ -40,8 +40,8 @@ def explain(args, world: int) -> None:
           "as a local one: the view is the peer's memory mapped here)")
     print(f"  copies: each peer's {args.m * args.k * 2 / 2**20:.0f} MiB shard pulled by TMA bulk copies on 16 SMs "
           "into the gathered A")
-    print(f"  GEMMs: own shard first ({args.m} x {args.n} x {args.k}) on the other SMs, then each peer's shard as it "
-          f"arrives; out is {world * args.m} x {args.n}")
+    print(f"  GEMMs: part of the own shard ({args.m} x {args.n} x {args.k}) on the other SMs meanwhile (as many rows as "
+          f"a turn model finds worth it), then the rest of the gathered A on every SM; out is {world * args.m} x {args.n}")
 
 
 def rank_main(rank: int, world: int, args) -> None:

@@ -46,6 +46,7 @@ A, B, C = 0x100000, 0x200000, 0x300000
     ({"reduce": "add", "n": 60}, r"c=.*rows of a multiple of 16 bytes"),
     ({"sms": 0}, r"sms=0.*\[1, 132\]"),
     ({"sms": 133}, r"sms=133.*\[1, 132\]"),
+    ({"sms": 1, "cluster": 2}, r"sms=1.*at least the cluster's 2 CTAs"),
 ])
 def test_reduce_and_sms_argument_errors(fake_launch, kwargs, match) -> None:
     n = kwargs.pop("n", 64)
@@ -65,18 +66,124 @@ def test_all_gather_argument_errors(fake_launch, monkeypatch) -> None:
     cases = [
         (([], b), {}, r"a_shards='list'.*non-empty sequence"),
         (([s0, device_view(A + 0x10000, (64, 64), "float32")], b), {"out": out}, r"a_shards\[1\].*bfloat16 or float16"),
-        (([s0, device_view(A + 0x10000, (64, 32), "float16")], b), {"out": out}, r"a_shards\[1\].*\(rows, 64\)"),
+        (([s0, device_view(A + 0x10000, (64, 32), "float16")], b), {"out": out}, r"a_shards\[1\].*\(rows, K\), K = 64 as in a_shards\[0\]"),
         (([s0, s1], b), {"out": device_view(C, (100, 64), "float16")}, r"out=.*must be \(128, 64\)"),
         (([s0, s1], b), {"out": out}, r"rank=None.*must be given: 2 of a_shards are on GPU 0"),
         (([s0, s1], b), {"out": out, "rank": 2}, r"rank=2.*\[0, 2\)"),
         (([s0, s1], b), {"out": out, "rank": 0, "copy_blocks": 132}, r"copy_blocks=132.*\[1, 132\)"),
         (([s0, s1], b), {"out": out, "rank": 0, "overlap_rows": 65}, r"overlap_rows=65.*\[0, 64\]"),
         (([s0, s1], b), {"out": device_view(A + 0x1000, (128, 64), "float16"), "rank": 0}, r"out=.*overlaps a_shards\[0\]"),
-        (([s0, s1], b), {"rank": 0}, r"out=None.*only for torch inputs"),
+        (([s0, s1], b), {"rank": 0}, r"out=None.*only for torch shards"),
     ]
     for args, kwargs, match in cases:
         with pytest.raises(InvalidArgumentError, match=match):
             plan_all_gather_gemm(*args, **kwargs)
+
+
+def test_odd_operands_are_named_in_the_callers_order(fake_launch, monkeypatch) -> None:
+    """Shards and B of the wrong rank, dtype or K, rows that break TMA's 16-byte rule: each a TmakitError naming
+    the argument the caller passed (not a slice the plan would make of it), B before later arguments."""
+    import tmakit.ops.all_gather_gemm as agg
+
+    monkeypatch.setattr(agg, "sm_count", lambda device: 132)
+    s0, s1 = device_view(A, (64, 64), "float16"), device_view(A + 0x10000, (64, 64), "float16")
+    b, out = device_view(B, (64, 64), "float16"), device_view(C, (128, 64), "float16")
+    gathered = device_view(0x900000, (128, 64), "float16")
+    cases = [
+        (([device_view(A, (64,), "float16"), s1], b), {"out": out}, r"a_shards\[0\].*must be 2-D"),
+        (([s0, s1], device_view(B, (), "float16")), {"out": out}, r"b=.*must be 2-D"),
+        (([s0, s1], device_view(B, (64, 64), "float32")), {"out": out}, r"b=.*must match the shards' dtype"),
+        (([s0, s1], device_view(B, (64, 32), "float16")), {"out": out, "copy_blocks": 0},
+         r"b=.*\(N, K\) with b_major=\"k\", K = 64"),
+        (([device_view(A, (64, 60), "float16"), device_view(A + 0x10000, (64, 60), "float16")],
+          device_view(B, (64, 60), "float16", strides=(128, 2))), {"out": out},
+         r"a_shards=.*rows of 60 x 2 bytes.*multiple of 16"),
+        (([s0, s1], device_view(B, (60, 64), "float16")), {"out": device_view(C, (128, 60), "float16")},
+         r"out=.*row pitch 120 bytes"),
+        (([s0, s1], b), {"out": out, "rank": 0, "gathered": gathered, "overlap_rows": -1}, r"overlap_rows=-1"),
+    ]
+    for args, kwargs, match in cases:
+        with pytest.raises(InvalidArgumentError, match=match):
+            plan_all_gather_gemm(*args, **kwargs)
+    a = device_view(A, (128, 64), "float16")
+    o0, o1 = device_view(C, (64, 64), "float16"), device_view(C + 0x10000, (64, 64), "float16")
+    cases = [
+        ((a, device_view(B, (64,), "float16"), [o0, o1]), {"rank": 0}, r"b=.*must be 2-D"),
+        ((a, b, [device_view(C, (64, 32), "float16"), o1]), {"rank": 0}, r"outs\[0\]=.*must be \(rows, 64\)"),
+        ((a, b, [o0, device_view(C + 0x10000, (64, 64), "float64")]), {"rank": 0},
+         r"outs\[1\]=.*must be \(rows, 64\) of float16"),
+        ((a, b, [o0, o1]), {"rank": 0, "out_dtype": "bfloat16"}, r"out_dtype='bfloat16'.*float16.*or float32"),
+        ((device_view(A, (128, 64), "float32"), b, [o0, o1]), {"rank": 0}, r"a=.*must be bfloat16 or float16"),
+    ]
+    for args, kwargs, match in cases:
+        with pytest.raises(InvalidArgumentError, match=match):
+            plan_gemm_reduce_scatter(*args, **kwargs)
+
+
+def test_every_output_row_comes_once_from_its_own_source_row(monkeypatch) -> None:
+    """plan_all_gather_gemm's pieces, over random ranks, shard sizes (empty ones too) and overlap cuts: the copies
+    fill every row of the gathered A once, from the shard that holds it; the GEMMs write every output row once,
+    the part beside the copies from the own shard (it is not yet in the gathered A), the rest from the gathered A
+    at the same row."""
+    import tmakit.ops.all_gather_gemm as agg
+
+    class Quiet:  # streams and events: only their order matters, which the GPU tests check
+        def __init__(self, *args, **kwargs): pass
+        def record(self, *args): return self
+        def wait(self, *args): pass
+        def close(self): pass
+
+    copies, gemms = [], []
+    monkeypatch.setattr(agg, "sm_count", lambda device: 132)
+    monkeypatch.setattr(agg, "Event", Quiet)
+    monkeypatch.setattr(agg, "Stream", Quiet)
+    monkeypatch.setattr(agg, "as_stream", lambda stream, device=None: Quiet())
+    monkeypatch.setattr(agg._driver, "enable_peer_access", lambda device, peer: None)
+    monkeypatch.setattr(agg, "plan_copy", lambda dst, src, **kw: copies.append((dst, src)) or (lambda: None))
+    monkeypatch.setattr(agg, "plan_gemm", lambda a, b, c, **kw: gemms.append((a, c)) or (lambda: None))
+    rng = random.Random(_seed())
+    k, n, item = 64, 64, 2
+    for _ in range(1500):
+        world = rng.randint(1, 5)
+        rows = [rng.choice((0, 1, 100, 256, 300, 512, 1000)) for _ in range(world)]
+        own = rng.randrange(world)
+        rows[own] = max(rows[own], rng.choice((0, 1, 700)))
+        shards, at = [], 0x1000000
+        for i, r in enumerate(rows):
+            shards.append(device_view(at, (r, k), "float16", device=0 if i == own else 1))
+            at += (r + 1) * k * item + 4096
+        total = sum(rows)
+        if not total:
+            continue
+        out = device_view(0x40000000, (total, n), "float16")
+        gathered = device_view(0x60000000, (total, k), "float16")
+        cut = rng.choice((None, 0, rows[own] // 2, rows[own]))
+        copies.clear()
+        gemms.clear()
+        agg.plan_all_gather_gemm(shards, device_view(0x20000000, (n, k), "float16"), out, rank=own,
+                                 gathered=gathered, overlap_rows=cut)
+        starts = [sum(rows[:i]) for i in range(world)]
+        filled = [0] * total
+        for dst, src in copies:
+            r0 = (dst.ptr - gathered.ptr) // (k * item)
+            r = next(i for i, s in enumerate(shards) if s.ptr == src.ptr)
+            assert r0 == starts[r] and dst.shape == src.shape == shards[r].shape, (rows, own, cut)
+            for i in range(dst.shape[0]):
+                filled[r0 + i] += 1
+        assert filled == [1] * total, (rows, own, cut)
+        written, after = [0] * total, 0
+        for a, c in gemms:
+            r0 = (c.ptr - out.ptr) // (n * item)
+            assert a.shape[0] == c.shape[0] >= 1
+            if gathered.ptr <= a.ptr < gathered.ptr + total * k * item:
+                assert (a.ptr - gathered.ptr) // (k * item) == r0, (rows, own, cut)
+                after += 1
+            else:
+                assert starts[own] + (a.ptr - shards[own].ptr) // (k * item) == r0, (rows, own, cut)
+            for i in range(c.shape[0]):
+                written[r0 + i] += 1
+        assert written == [1] * total, (rows, own, cut)
+        assert after <= 2 and (after <= 1 or cut != 0), (rows, own, cut, after)  # no cut: one GEMM of the rest
 
 
 def test_reduce_scatter_argument_errors(fake_launch) -> None:
@@ -84,7 +191,7 @@ def test_reduce_scatter_argument_errors(fake_launch) -> None:
     o0, o1 = device_view(C, (64, 64), "float16"), device_view(C + 0x10000, (64, 64), "float16")
     cases = [
         ((a, b, []), {}, r"outs='list'.*non-empty sequence"),
-        ((a, b, [o0, device_view(C + 0x10000, (32, 64), "float16")]), {"rank": 0}, r"outs=.*rows add up to a's 128"),
+        ((a, b, [o0, device_view(C + 0x10000, (32, 64), "float16")]), {"rank": 0}, r"outs=.*rows \[64, 32\].*must add up to a's 128 rows"),
         ((a, b, [o0, o1]), {}, r"rank=None.*must be given: 2 of outs are on GPU 0"),
         ((a, b, [o0, device_view(C + 0x40, (64, 64), "float16")]), {"rank": 0}, r"outs\[0\]=.*overlaps outs\[1\]"),
         ((a, b, [o0, device_view(A, (64, 64), "float16")]), {"rank": 0}, r"outs\[1\]=.*overlaps a"),
@@ -158,6 +265,8 @@ def test_reduce_add_adds_into_c() -> None:
         torch.cuda.synchronize()
         want = c0.float() + 2 * (a.float() @ b.float().t())
         _close(torch, c, want, k, f"reduce-add {m}x{n}x{k} {out_dtype}")
+        with pytest.raises(InvalidArgumentError, match=r'c=None.*reduce="add"'):
+            plan(a, b)  # re-pointed without C: nothing to add into
 
 
 def _devices(torch):
@@ -211,10 +320,11 @@ def test_all_gather_gemm_on_every_gpu(case) -> None:
         wants.append(a_full @ bh.float().t())
         b = (bh if b_major == "k" else bh.t().contiguous()).to(f"cuda:{d}")
         outs.append(torch.empty(sum(rows), n, device=f"cuda:{d}", dtype=dtype))
-        gathered.append(torch.empty(sum(rows), k, device=f"cuda:{d}", dtype=dtype))
+        mine = torch.empty(sum(rows), k, device=f"cuda:{d}", dtype=dtype) if r % 2 else None  # or the plan's
         split = rng.choice((None, 0, rows[r] // 2, rows[r]))  # the own shard's GEMM beside the copies: cut anywhere
-        plans.append(plan_all_gather_gemm(shards, b, outs[-1], rank=r, gathered=gathered[-1], b_major=b_major,
+        plans.append(plan_all_gather_gemm(shards, b, outs[-1], rank=r, gathered=mine, b_major=b_major,
                                           overlap_rows=split))
+        gathered.append(plans[-1].gathered)
     for run in range(RUNS):
         for o, g in zip(outs, gathered):
             o.fill_(float("nan"))
@@ -289,7 +399,9 @@ def _ranked(rank: int, world: int, port: int) -> None:
         a_h = [torch.randn(m, k, generator=gen).to(torch.bfloat16) for _ in range(world)]
         b_h = torch.randn(n, k, generator=gen).to(torch.bfloat16)
         pad = symm_mem.empty(1000, dtype=torch.uint8, device=f"cuda:{rank}")  # the shard is not first in its pool
-        shard = symm_mem.empty((m, k), dtype=torch.bfloat16, device=f"cuda:{rank}")
+        both = symm_mem.empty((2, m, k), dtype=torch.bfloat16, device=f"cuda:{rank}")
+        both[0].fill_(-7)
+        shard = both[1]  # a slice: every rank's view must start at the same offset
         shard.copy_(a_h[rank])
         views = symmetric_views(shard)
         handle = symm_mem.rendezvous(shard, dist.group.WORLD.group_name)
@@ -298,6 +410,8 @@ def _ranked(rank: int, world: int, port: int) -> None:
         assert all(torch.equal(v.cpu(), a) for v, a in zip(views, a_h)), "symmetric views show other bytes"
         with pytest.raises(InvalidArgumentError, match=r"must come from torch.distributed._symmetric_memory.empty"):
             symmetric_views(torch.empty(4, device=f"cuda:{rank}"))  # torch's allocator, not symmetric memory
+        with pytest.raises(InvalidArgumentError, match=r"tensor=.*must be contiguous"):
+            symmetric_views(shard.t())
         out = torch.full((world * m, n), float("nan"), device=f"cuda:{rank}", dtype=torch.bfloat16)
         plan_all_gather_gemm(views, b_h.to(f"cuda:{rank}"), out, rank=rank)()
         torch.cuda.synchronize()

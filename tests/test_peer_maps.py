@@ -168,8 +168,9 @@ def test_events_and_waits_on_a_default_stream_of_another_gpu() -> None:
 @pytest.mark.parametrize("across", ["pull", "push"])
 @pytest.mark.parametrize("dst_device, src_device", [(0, 1), (1, 0)], ids=["0<-1", "1<-0"])
 def test_transposes_across_gpus_move_every_element(dst_device, src_device, across) -> None:
-    """plan_transpose with src on another GPU: dst's GPU reads it over the peer path; odd shapes and pitches, every
-    element size, poisoned dst, each run twice; a plan re-pointed to other buffers of the same geometry."""
+    """plan_transpose with src on another GPU: pulled (dst's GPU reads src over the peer path) or pushed (src's GPU
+    writes dst over it); odd shapes and pitches, every element size, poisoned dst, each run twice; a plan
+    re-pointed to other buffers of the same geometry."""
     from tmakit import DeviceArray, _driver
     from tmakit.ops import plan_transpose
 

@@ -24,7 +24,7 @@ from ..streams import Event, Stream, as_stream
 from . import _checks
 from ._kernels import sm_count
 from .copy import plan_copy
-from .gemm import DTYPES, _parse_b_major, plan_gemm, turn_cost
+from .gemm import DTYPES, _parse_b_major, _rows, plan_gemm, turn_cost
 
 _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s, 16 358 (torch's copy: 351)
 # The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a local copy
@@ -63,8 +63,8 @@ def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
 
 
 def new_rows(like: Any, v: ArrayView, shape: tuple[int, int], device: int) -> tuple[Any, ArrayView]:
-    """A fresh row-major (rows, cols) array of v's dtype on ``device`` and its view: torch's allocator for a torch
-    ``like``, else a DeviceArray of the bytes (the view names the dtype and owns it)."""
+    """A fresh row-major (rows, cols) array of v's dtype (``like``'s, for torch) on ``device`` and its view:
+    torch's allocator for a torch ``like``, else a DeviceArray of the bytes (the view names the dtype, owns it)."""
     if hasattr(like, "new_empty"):
         import torch  # the caller already uses torch
 
@@ -141,7 +141,7 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     ``a_shards``: every rank's (M_r, K) row block of A in rank order, contiguous, bf16 or fp16: this GPU's own
     (``rank``; default the only shard on b's GPU) and the peers', on other GPUs of this process or mapped here
     (``tmakit.ops.symmetric_views``). ``gathered`` (sum M_r, K) receives all of A (allocated when left out);
-    ``out`` (sum M_r, N) in A's dtype (allocated for torch inputs). ``copy_blocks``: the SMs pulling the peers'
+    ``out`` (sum M_r, N) in A's dtype (allocated for torch shards). ``copy_blocks``: the SMs pulling the peers'
     shards; ``overlap_rows``: the rows of the own shard computed on the other SMs meanwhile (default: the count a
     turn model of the GEMM and the NVLink rate finds fastest, ``choose_overlap``; 0 for a short pull); the rest of
     the gathered A then runs as one GEMM on every SM.
@@ -151,33 +151,48 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
                                    "row block of A per rank", "pass [shard_of_rank_0, shard_of_rank_1, ...]")
     views = [_checks.view(s, f"a_shards[{i}]") for i, s in enumerate(a_shards)]
     first = views[0]
+    k = first.shape[1] if len(first.shape) == 2 else None
     for i, v in enumerate(views):
         name = f"a_shards[{i}]"
         if v.dtype_name not in DTYPES or v.dtype_name != first.dtype_name:
             raise InvalidArgumentError(name, f"dtype {v.dtype_name}", "must be bfloat16 or float16, one dtype for "
                                        "every shard", "convert the shards to one 16-bit dtype")
-        if len(v.shape) != 2 or v.shape[1] != first.shape[1]:
-            raise InvalidArgumentError(name, f"shape {v.shape}", f"must be (rows, {first.shape[1]}): every shard "
-                                       "has A's K columns", "pass row blocks of one A")
+        if len(v.shape) != 2 or v.shape[1] != k:
+            same = f", K = {k} as in a_shards[0]" if k else ""
+            raise InvalidArgumentError(name, f"shape {v.shape}", f"must be 2-D (rows, K){same}",
+                                       "pass row blocks of one A")
         _checks.require_contiguous(v, name)
+    if (k * first.itemsize) % 16:
+        raise InvalidArgumentError("a_shards", f"rows of {k} x {first.itemsize} bytes", "must be a multiple of 16 "
+                                   "bytes (the row pitch of the gathered A's TMA map)",
+                                   f"pad K to a multiple of {16 // first.itemsize}")
     bv = _checks.view(b, "b")
+    if bv.dtype_name != first.dtype_name:
+        raise InvalidArgumentError("b", f"dtype {bv.dtype_name}", f"must match the shards' dtype ({first.dtype_name})",
+                                   "convert A and B to one dtype")
+    br, bc, _ = _rows(bv, "b")
+    b_kmajor = _parse_b_major(b_major)
+    n, kb = (br, bc) if b_kmajor else (bc, br)
+    if kb != k:
+        raise InvalidArgumentError("b", f"shape {bv.shape}", f'must be {"(N, K)" if b_kmajor else "(K, N)"} with '
+                                   f'b_major="{"k" if b_kmajor else "n"}", K = {k} as in the shards',
+                                   'pass B transposed, or the other b_major')
     device = bv.device
-    n = bv.shape[0] if _parse_b_major(b_major) else bv.shape[-1]
     rows = [v.shape[0] for v in views]
-    total, k = sum(rows), first.shape[1]
+    total = sum(rows)
+    inputs = [(f"a_shards[{i}]", v) for i, v in enumerate(views)] + [("b", bv)]
     if out is None:
-        if not hasattr(b, "new_empty"):
+        if not hasattr(a_shards[0], "new_empty"):
             raise InvalidArgumentError("out", None, f"must be given here: an output of ({total}, {n}) is allocated "
-                                       "only for torch inputs", "pass out=")
-        out, ov = new_rows(b, first, (total, n), device)
+                                       "only for torch shards", "pass out=")
     else:
         ov = _checks.view(out, "out")
         if ov.device != device or ov.shape != (total, n) or ov.dtype_name != first.dtype_name:
             raise InvalidArgumentError("out", f"shape {ov.shape} ({ov.dtype_name}) on GPU {ov.device}",
                                        f"must be ({total}, {n}) of {first.dtype_name} on GPU {device} (b's)",
                                        "allocate (sum of the shards' rows, N) like A")
-    inputs = [(f"a_shards[{i}]", v) for i, v in enumerate(views)] + [("b", bv)]
-    _checks.refuse_overlap([("out", ov)], inputs)
+        _rows(ov, "out")
+        _checks.refuse_overlap([("out", ov)], inputs)
     own = own_index(views, device, rank, "a_shards")
     if gathered is not None:
         gv = _checks.view(gathered, "gathered")
@@ -186,22 +201,24 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
                                        f"must be ({total}, {k}) of {first.dtype_name} on GPU {device}",
                                        "allocate it like A, or leave it out")
         _checks.require_contiguous(gv, "gathered")
-        _checks.refuse_overlap([("gathered", gv)], inputs + [("out", ov)])
-    if not isinstance(copy_blocks, int) or isinstance(copy_blocks, bool) or not 1 <= copy_blocks < sm_count(device):
-        raise InvalidArgumentError("copy_blocks", copy_blocks, f"must be an int in [1, {sm_count(device)}) (SMs of "
-                                   f"GPU {device} given to the copies)", f"leave it at {_COPY_BLOCKS}")
-    for v in views:
-        if v.device != device:  # a shard on another GPU of this process: pulled over the peer path
-            _driver.enable_peer_access(device, v.device)  # raises, naming both GPUs
+        _checks.refuse_overlap([("gathered", gv)], inputs + ([("out", ov)] if out is not None else []))
+    sms = sm_count(device)
+    if not isinstance(copy_blocks, int) or isinstance(copy_blocks, bool) or not 1 <= copy_blocks < sms:
+        raise InvalidArgumentError("copy_blocks", copy_blocks, f"must be an int in [1, {sms}) (SMs of GPU {device} "
+                                   "given to the copies)", f"leave it at {_COPY_BLOCKS}")
     if overlap_rows is not None and (not isinstance(overlap_rows, int) or isinstance(overlap_rows, bool)
                                      or not 0 <= overlap_rows <= rows[own]):
         raise InvalidArgumentError("overlap_rows", overlap_rows, f"must be an int in [0, {rows[own]}] (rows of the "
                                    "own shard)", "leave it out for the cost model's choice")
+    for v in views:
+        if v.device != device:  # a shard on another GPU of this process: pulled over the peer path
+            _driver.enable_peer_access(device, v.device)  # raises, naming both GPUs
+    if out is None:
+        out, ov = new_rows(a_shards[0], first, (total, n), device)
     if gathered is None:
-        gathered, gv = new_rows(a_shards[own], first, (total, k), device)
+        gathered, gv = new_rows(a_shards[0], first, (total, k), device)
     plan = AllGatherGemmPlan(device, stream, out, gathered, 2.0 * total * n * k)
     starts = [sum(rows[:i]) for i in range(len(rows))]
-    sms = sm_count(device)
     beside = sms - copy_blocks  # the SMs a GEMM has while the copies run
     mine = rows[own]
     if mine:  # the own shard into the gathered A first (local, short), then the peers' pulls
@@ -221,7 +238,8 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
         plan.beside.append(plan_gemm(rows_of(views[own], h0, head), b, rows_of(ov, starts[own] + h0, head),
                                      b_major=b_major, stream=stream, checked=checked,
                                      sms=beside if total > mine else None))
-    for lo, hi in ((0, starts[own] + h0), (starts[own] + h0 + head, total)):
+    pieces = ((0, total),) if not head else ((0, starts[own] + h0), (starts[own] + h0 + head, total))
+    for lo, hi in pieces:
         if hi > lo:
             plan.after.append(plan_gemm(rows_of(gv, lo, hi - lo), b, rows_of(ov, lo, hi - lo), b_major=b_major,
                                         stream=stream, checked=checked))

@@ -392,8 +392,9 @@ class GemmPlan:
                 raise InvalidArgumentError("c", f"dtype {cv.dtype_name}",
                                            f"must be the plan's output dtype ({plan_out})",
                                            "make a new plan with plan_gemm for another output dtype")
-            if c is None and self.beta != 0:
-                raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read)", "pass c")
+            if c is None and (self.beta != 0 or self.config.store_add):
+                raise InvalidArgumentError("c", None, "is needed with beta != 0 (its contents are read) and with "
+                                           'reduce="add" (the product is added into it)', "pass c")
             self.out = c if c is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
             self._bind(av, bv, cv or _checks.view(self.out, "c"))
         self._launch()
@@ -486,6 +487,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
+    if sms is not None and sms < cfg.cluster:
+        raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
+                                   "pass cluster=1, or more SMs")
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms)
     plan._bind(av, bv, cv or _checks.view(out, "c"))

@@ -20,7 +20,7 @@ from ..errors import InvalidArgumentError
 from ..streams import Event, Stream, as_stream
 from . import _checks
 from .all_gather_gemm import own_index, ring_order, rows_of
-from .gemm import _parse_b_major, plan_gemm
+from .gemm import _check_inputs, _parse_b_major, _rows, plan_gemm
 
 
 class GemmReduceScatterPlan:
@@ -67,27 +67,38 @@ def plan_gemm_reduce_scatter(a: Any, b: Any, outs: Sequence[Any], *, rank: int |
     process or mapped here (``tmakit.ops.symmetric_views``); this GPU's own is ``outs[rank]`` (default: the only
     chunk on a's GPU). Chunks are a's dtype or float32 (``out_dtype``), rows of a multiple of 16 bytes.
     """
-    av, bv = _checks.view(a, "a"), _checks.view(b, "b")
-    if len(av.shape) != 2:
-        raise InvalidArgumentError("a", f"shape {av.shape}", "must be 2-D (M, K)", "reshape it to a matrix")
+    av, bv, _, (m, n, k) = _check_inputs(a, b, None, _parse_b_major(b_major), None)
     if isinstance(outs, (str, bytes)) or not isinstance(outs, Sequence) or not outs:
         raise InvalidArgumentError("outs", type(outs).__name__, "must be a non-empty sequence of arrays, one output "
                                    "chunk per rank", "pass [chunk_of_rank_0, chunk_of_rank_1, ...]")
+    want = out_dtype or av.dtype_name
+    if want not in (av.dtype_name, "float32"):
+        raise InvalidArgumentError("out_dtype", out_dtype, f"must be a's dtype ({av.dtype_name}) or float32",
+                                   "leave it out for a's dtype")
     views = [_checks.view(o, f"outs[{i}]") for i, o in enumerate(outs)]
-    n = bv.shape[0] if _parse_b_major(b_major) else bv.shape[-1]
-    rows = [v.shape[0] if len(v.shape) == 2 else -1 for v in views]
-    if sum(rows) != av.shape[0] or any(r < 0 for r in rows):
-        raise InvalidArgumentError("outs", f"shapes {[v.shape for v in views]}", f"must be (rows, {n}) chunks whose "
-                                   f"rows add up to a's {av.shape[0]}", "split the output's rows among the ranks")
+    for i, v in enumerate(views):
+        if len(v.shape) != 2 or v.shape[1] != n or v.dtype_name != want:
+            raise InvalidArgumentError(f"outs[{i}]", f"shape {v.shape} ({v.dtype_name})", f"must be (rows, {n}) of "
+                                       f"{want}: a chunk of the output's rows", "allocate (rows of this rank, N)")
+        if (n * v.itemsize) % 16:
+            raise InvalidArgumentError(f"outs[{i}]", f"rows of {n} x {v.itemsize} bytes", "must be a multiple of 16 "
+                                       "bytes (a TMA reduce-add cannot end inside a 16-byte chunk of a row)",
+                                       f"pad N to a multiple of {16 // v.itemsize}")
+        if v.shape[0]:  # a rank may own no rows
+            _rows(v, f"outs[{i}]")
+    rows = [v.shape[0] for v in views]
+    if sum(rows) != m:
+        raise InvalidArgumentError("outs", f"rows {rows}", f"must add up to a's {m} rows",
+                                   "split the output's rows among the ranks")
     own = own_index(views, av.device, rank, "outs")
-    for v in views:
-        if v.device != av.device:
-            _driver.enable_peer_access(av.device, v.device)  # raises, naming both GPUs
     _checks.refuse_overlap([(f"outs[{i}]", v) for i, v in enumerate(views)], [("a", av), ("b", bv)])
     for i, v in enumerate(views):  # no two chunks may share bytes: their adds would land twice
         _checks.refuse_overlap([(f"outs[{i}]", v)], [(f"outs[{j}]", w) for j, w in enumerate(views) if j > i])
+    for v in views:
+        if v.device != av.device:
+            _driver.enable_peer_access(av.device, v.device)  # raises, naming both GPUs
     starts = [sum(rows[:i]) for i in range(len(rows))]
-    plan = GemmReduceScatterPlan(outs, av.device, stream, 2.0 * av.shape[0] * n * av.shape[1])
+    plan = GemmReduceScatterPlan(outs, av.device, stream, 2.0 * m * n * k)
     for r in ring_order(own, len(views)) + [own]:
         if rows[r]:
             on = plan.next_stream()

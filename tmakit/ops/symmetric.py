@@ -27,6 +27,10 @@ def symmetric_views(tensor: Any, group: Any = None) -> list:
         raise InvalidArgumentError("group", group, "needs an initialized torch.distributed process group",
                                    'call torch.distributed.init_process_group("nccl") first (torchrun)')
     group = group if group is not None else dist.group.WORLD
+    if not tensor.is_contiguous():
+        raise InvalidArgumentError("tensor", f"strides {tuple(tensor.stride())}", "must be contiguous (every rank's "
+                                   "view is read as the same contiguous block)", "pass tensor.contiguous() of a "
+                                   "symmetric allocation, or a contiguous slice of one")
     why = "torch's rendezvous found no symmetric allocation holding it"  # it returns None for other tensors
     try:
         handle = symm_mem.rendezvous(tensor, getattr(group, "group_name", group))
@@ -36,7 +40,9 @@ def symmetric_views(tensor: Any, group: Any = None) -> list:
         raise InvalidArgumentError("tensor", f"{type(tensor).__name__} {tuple(getattr(tensor, 'shape', ()))}",
                                    f"must come from torch.distributed._symmetric_memory.empty ({why})",
                                    "allocate it with symm_mem.empty(shape, dtype=, device=) on every rank")
-    return [handle.get_buffer(r, tuple(tensor.shape), tensor.dtype) for r in range(handle.world_size)]
+    # the same offset into every rank's allocation: a slice of a symmetric tensor views the same slice on each
+    return [handle.get_buffer(r, tuple(tensor.shape), tensor.dtype, tensor.storage_offset())
+            for r in range(handle.world_size)]
 
 
 __all__ = ["symmetric_views"]

@@ -1,5 +1,7 @@
-"""TMA across the GPUs of one host, one process per GPU: a map of a peer's tensor, a copy pulled over NVLink, and an
-all-gather GEMM (tmakit.ops.plan_all_gather_gemm) beside NCCL all_gather + cuBLAS.
+"""TMA across the GPUs of one host, one process per GPU: a peer's map, an NVLink copy, an all-gather GEMM.
+
+A map of a peer's tensor, a copy pulled over NVLink, and an all-gather GEMM (tmakit.ops.plan_all_gather_gemm)
+beside NCCL all_gather + cuBLAS.
 
 The processes, the NCCL group and the memory the ranks share are torch.distributed's: each rank allocates its shard
 of A in torch's symmetric memory, and ``tmakit.ops.symmetric_views`` returns a view of every rank's shard mapped
@@ -8,8 +10,11 @@ whole peer shard with ``tmakit.ops.copy`` (TMA bulk copies over NVLink), and (3)
 the peers' shards pulled by TMA on a few SMs while part of its own shard's GEMM runs on the others, checked against
 (--check) and timed beside (--bench) NCCL's all_gather_into_tensor followed by torch.matmul.
 
-    torchrun --nproc-per-node 2 examples/multi_gpu.py --m 4096 --n 14336 --k 8192 --check --bench
+    torchrun --nproc-per-node 2 examples/multi_gpu.py --shape 4096,14336,8192 --check --bench
     python examples/multi_gpu.py --check          # the same, one process per GPU started here
+
+(--shape is M,N,K with M the rows of A per rank; torchrun reads abbreviations of its own options, such as --m,
+before the script's.)
 
 Without two GPUs (or without torch) it explains what it would do and exits 0.
 """
@@ -31,6 +36,17 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"wants a positive integer, got {text!r}")
     return value
+
+
+def shape(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"wants M,N,K (three integers), got {text!r}") from None
+    if min(m, n, k) < 1 or n % 8 or k % 8:
+        raise argparse.ArgumentTypeError(f"wants M, N, K >= 1 with N and K multiples of 8 (rows of 16 bytes for the "
+                                         f"TMA maps), got {text!r}")
+    return m, n, k
 
 
 def explain(args, world: int) -> None:
@@ -121,15 +137,13 @@ def spawned(rank: int, world: int, port: int, args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--m", type=positive, default=2048, help="rows of A per rank (default 2048)")
-    parser.add_argument("--n", type=positive, default=8192, help="columns of the output (default 8192)")
-    parser.add_argument("--k", type=positive, default=8192, help="columns of A (default 8192)")
+    parser.add_argument("--shape", type=shape, default=(2048, 8192, 8192),
+                        help="M,N,K: rows of A per rank, columns of the output, columns of A (default 2048,8192,8192)")
     parser.add_argument("--check", action="store_true", help="check every rank's result against NCCL + cuBLAS")
     parser.add_argument("--bench", action="store_true", help="time it beside NCCL + cuBLAS")
     parser.add_argument("--rounds", type=positive, default=5, help="interleaved timing rounds (default 5)")
     args = parser.parse_args(argv)
-    if args.n % 8 or args.k % 8:
-        parser.error("--n and --k must be multiples of 8 (rows of 16 bytes for the TMA maps)")
+    args.m, args.n, args.k = args.shape
     try:
         import torch
     except ImportError:

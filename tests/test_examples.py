@@ -27,13 +27,13 @@ SMALL = {"describe_and_load.py": ["--rows", "200", "--cols", "256"],
          "attention.py": ["--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen", "1000", "--check"],
          "grouped_gemm.py": ["--experts", "5", "--tokens", "1000", "--n", "264", "--k", "200", "--check"],
          "fp8_gemm.py": ["--shape", "1000,520,1040", "--check"],
-         "multi_gpu.py": ["--m", "300", "--n", "520", "--k", "264", "--check", "--bench", "--rounds", "1"]}
+         "multi_gpu.py": ["--shape", "300,520,264", "--check", "--bench", "--rounds", "1"]}
 CHECKED = {"describe_and_load.py": "every byte matches the CPU model", "tma_copy_transpose.py": "results checked:",
            "async_memcpy_overlap.py": "overlapped end-to-end", "gemm.py": "(ok, tolerance", "attention.py": "check: PASSED",
            "grouped_gemm.py": "(ok, tolerance", "fp8_gemm.py": "(ok, tolerance", "multi_gpu.py": "(ok, tolerance"}
 BAD = {"describe_and_load.py": ["--cols", "1023"], "tma_copy_transpose.py": ["--dtype", "complex128"],
        "async_memcpy_overlap.py": ["--gib", "-1"], "gemm.py": ["--shape", "1,2"], "attention.py": ["--seqlen", "0"],
-       "grouped_gemm.py": ["--experts", "0"], "fp8_gemm.py": ["--shape", "64,64,60"], "multi_gpu.py": ["--k", "260"]}
+       "grouped_gemm.py": ["--experts", "0"], "fp8_gemm.py": ["--shape", "64,64,60"], "multi_gpu.py": ["--shape", "64,64,60"]}
 
 
 @pytest.fixture(scope="module")

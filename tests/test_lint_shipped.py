@@ -6,6 +6,7 @@ The builds are the ones tests/test_device_headers.py compiles (the same disk-cac
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import time
 from pathlib import Path
@@ -56,9 +57,10 @@ def test_shipped_ptx_lints_clean(name):
     _assert_clean((ROOT / "ptx" / name).read_text(), name)
 
 
-def test_gemm_lints_clean_with_its_plans_maps_and_cluster():
+@pytest.mark.parametrize("store_add", [False, True], ids=["store", "reduce-add"])
+def test_gemm_lints_clean_with_its_plans_maps_and_cluster(store_add):
     gemm = importlib.import_module("tmakit.ops.gemm")
-    cfg = gemm.default_config(Backend.TMA)
+    cfg = dataclasses.replace(gemm.default_config(Backend.TMA), store_add=store_add)
     view = lambda shape: as_array_view(FakeTorchTensor(shape, dtype="bfloat16", itemsize=2), "x")  # noqa: E731
     ta, tb, tc = gemm.gemm_tensor_maps(view((4096, 4096)), view((4096, 4096)), view((4096, 4096)), cfg, encode=False)
     defines = {**Backend.TMA.defines, **cfg.defines}

@@ -10,8 +10,8 @@ the pulls they hide. Why not a GEMM whose producer reads A through peer maps: me
 8192), 95 TFLOP/s against 806 from local A, because each of the N / BN tile columns re-reads A over NVLink (peer
 lines are not cached in this GPU's L2); gathered once, A crosses NVLink once.
 
-Ordering across GPUs is the caller's: every shard must be written before any rank's plan runs (a barrier of the
-process group; in one process, events or a synchronize).
+Ordering across GPUs is the caller's: every shard must be written before any rank's plan runs, and stay until
+every rank's plan has pulled it (a barrier of the process group on each side; in one process, a synchronize).
 """
 from __future__ import annotations
 

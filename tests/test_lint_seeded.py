@@ -21,6 +21,17 @@ def _lint(seed: Seed, bug: bool):
                 defines=defines, cluster=seed.cluster)
 
 
+def _assert_flagged_or_clean(source: str, entry: str, defines: dict, rule: str, flagged: bool) -> None:
+    """A kernel of ours (no public thread) over one bf16 map ``a``: flagged by ``rule`` as an error, or clean."""
+    from lint_seeds import BF16_128B, PRELUDE
+
+    report = lint(PRELUDE + source, entry=entry, maps={"a": describe_map(BF16_128B)}, defines=defines)
+    if flagged:
+        assert rule in report.rules("error"), str(report)
+    else:
+        assert report.findings == [], str(report)
+
+
 def test_the_suite_covers_at_least_24_threads_and_every_rule_family():
     assert len(SEEDS) >= 24
     assert len({s.id for s in SEEDS}) == len(SEEDS)
@@ -70,14 +81,7 @@ def test_a_peeled_first_trip_and_an_out_of_line_timeout(parity, flagged):
     """A ring consumed by a loop whose first trip was peeled (its slot 0 is one phase on when the loop starts),
     waiting through a bounded wait that calls an out-of-line trap: clean with the ring's parity; with slot 0's
     parity a phase off inside the loop, flagged by phase.parity_sequence."""
-    from lint_seeds import BF16_128B, PRELUDE
-
-    report = lint(PRELUDE + PEELED_RING, entry="peeled_ring", maps={"a": describe_map(BF16_128B)},
-                  defines={"PARITY": parity})
-    if flagged:
-        assert "phase.parity_sequence" in report.rules("error"), str(report)
-    else:
-        assert report.findings == [], str(report)
+    _assert_flagged_or_clean(PEELED_RING, "peeled_ring", {"PARITY": parity}, "phase.parity_sequence", flagged)
 
 
 UNROLLED_LOADS = r"""
@@ -107,11 +111,4 @@ def test_expect_tx_and_copies_under_the_same_conditions_balance(guard, flagged):
     """Six unrolled (expect_tx, load) pairs, each under its own data condition (more than the rule enumerates):
     balanced pair by pair, they lint clean; an expect_tx under a condition its load does not share is an error
     (tx.conditional: when the condition is false the copy's bytes land on no expect_tx)."""
-    from lint_seeds import BF16_128B, PRELUDE
-
-    report = lint(PRELUDE + UNROLLED_LOADS, entry="unrolled_loads", maps={"a": describe_map(BF16_128B)},
-                  defines={"EXPECT_GUARD": guard})
-    if flagged:
-        assert "tx.conditional" in report.rules("error"), str(report)
-    else:
-        assert report.findings == [], str(report)
+    _assert_flagged_or_clean(UNROLLED_LOADS, "unrolled_loads", {"EXPECT_GUARD": guard}, "tx.conditional", flagged)

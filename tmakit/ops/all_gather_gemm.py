@@ -221,10 +221,7 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     starts = [sum(rows[:i]) for i in range(len(rows))]
     beside = sms - copy_blocks  # the SMs a GEMM has while the copies run
     mine = rows[own]
-    if mine:  # the own shard into the gathered A first (local, short), then the peers' pulls
-        plan.copies.append(plan_copy(rows_of(gv, starts[own], mine), views[own], blocks=copy_blocks,
-                                     stream=plan._side, checked=checked))
-    for r in ring_order(own, len(views)):
+    for r in [own] + ring_order(own, len(views)):  # the own shard into the gathered A first (local, short)
         if rows[r]:
             plan.copies.append(plan_copy(rows_of(gv, starts[r], rows[r]), views[r], blocks=copy_blocks,
                                          stream=plan._side, checked=checked))

@@ -69,6 +69,12 @@ def device_name() -> str:
         return f"no GPU ({type(exc).__name__})"
 
 
+def multi_gpu_name(stem: str, gpus: int) -> str:
+    """The results file of a multi-GPU benchmark: one per card and GPU count (``copy_peer``: two H100s;
+    ``copy_peer_h200``: two H200s; ``copy_peer_4gpus_h200``: four)."""
+    return stem + (f"_{gpus}gpus" if gpus > 2 else "") + ("_h200" if "H200" in device_name() else "")
+
+
 def host_time_us(fn: Callable[[], object], iterations: int, repeats: int = 7, warmup: int = 200) -> float:
     """Median over ``repeats`` of the mean host time per call (microseconds)."""
     for _ in range(warmup):

@@ -2,7 +2,7 @@
 all-gather + GEMM (tmakit.ops.plan_all_gather_gemm) against NCCL all_gather_into_tensor followed by cuBLAS and
 against torch.ops.symm_mem.fused_all_gather_matmul; GEMM + reduce-scatter (tmakit.ops.plan_gemm_reduce_scatter)
 against cuBLAS followed by NCCL reduce_scatter_tensor. Writes benchmarks/results/collective_gemm.json and .md
-(collective_gemm_h200 on H200s).
+(collective_gemm_h200 on H200s; collective_gemm_4gpus[_h200] on four).
 
 Shapes are per rank: all-gather (M rows of A per rank, N, K), reduce-scatter (M rows of the output per rank, N,
 K per rank). Each timed output is checked first against the NCCL + cuBLAS result. Times: medians of interleaved
@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import device_name, torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import multi_gpu_name, torch_with_gpu, write_results  # noqa: E402
 from benchmarks._sweep import checked_arguments, log_uniform, summary, sweep_arguments  # noqa: E402
 
 GATHER = [(1024, 14336, 8192), (4096, 14336, 8192), (8192, 8192, 8192), (2048, 4096, 4096), (1024, 16384, 16384)]
@@ -172,8 +172,6 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = sweep_arguments(__doc__.splitlines()[0], "collective_gemm", sweep=8, rounds=5)
     args = checked_arguments(parser, argv)
-    if args.name == "collective_gemm" and "H200" in device_name():
-        args.name = "collective_gemm_h200"  # one results file per card
     torch = torch_with_gpu("benchmarks/collective_gemm.py", "NCCL, cuBLAS and torch symmetric memory")
     if torch is None:
         return 0
@@ -181,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     if world < 2:
         print("collective_gemm: needs two or more GPUs; nothing measured")
         return 0
+    if args.name == "collective_gemm":  # one results file per card and GPU count
+        args.name = multi_gpu_name("collective_gemm", world)
     import torch.multiprocessing as mp
 
     with socket.socket() as s:

@@ -1,9 +1,10 @@
 """Copies between two GPUs of one host: tmakit.ops.plan_copy (dst's GPU pulls src over the peer path with TMA bulk
 copies; "push": src's GPU writes dst) beside torch's dst.copy_(src) in the same run, both directions, 16 MiB to
 4 GiB, and transposes across the GPUs (tmakit.ops.plan_transpose, pushed and pulled) of the same bytes against
-that copy. Writes benchmarks/results/copy_peer.json and .md (copy_peer_h200 on H200s).
+that copy; GPUs 0 and 1, and on a host of more, GPU 0 and the last. Writes benchmarks/results/copy_peer.json and .md
+(copy_peer_h200 on H200s; copy_peer_4gpus[_h200] on four).
 
-Each row: medians of interleaved rounds of host-timed calls, each followed by a synchronisation of both GPUs (the
+Each row: medians of interleaved rounds of host-timed calls, each followed by a synchronisation of the GPUs (the
 copies are milliseconds long, so the host's part is small); GB/s = bytes / time; every copy is checked first.
 
     python benchmarks/copy_peer.py [--rounds N] [--out DIR] [--name NAME]
@@ -17,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import device_name, torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import multi_gpu_name, torch_with_gpu, write_results  # noqa: E402
 
 SIZES_MIB = (16, 256, 1024, 4096)
 
@@ -26,10 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (median)")
     parser.add_argument("--out", default=None, help="also copy the results files here")
-    parser.add_argument("--name", default="copy_peer", help="results file stem")
+    parser.add_argument("--name", default=None, help="results file stem (default: per card and GPU count)")
     args = parser.parse_args(argv)
-    if args.name == "copy_peer" and "H200" in device_name():
-        args.name = "copy_peer_h200"  # one results file per card
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     torch = torch_with_gpu("benchmarks/copy_peer.py", "torch's copy between GPUs")
@@ -40,9 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from tmakit.ops import plan_copy, plan_transpose
 
+    gpus = torch.cuda.device_count()
+    args.name = args.name or multi_gpu_name("copy_peer", gpus)
+    last = gpus - 1
+    pairs = [(0, 1), (1, 0)] + ([(0, last), (last, 0)] if gpus > 2 else [])
+
     def sync():
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(1)
+        for d in range(gpus):
+            torch.cuda.synchronize(d)
 
     def seconds(fn, reps):
         sync()
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for mib in SIZES_MIB:
         n = mib << 20
-        for dst_dev, src_dev in ((0, 1), (1, 0)):
+        for dst_dev, src_dev in pairs:
             src = torch.randint(0, 256, (n,), dtype=torch.uint8, device=f"cuda:{src_dev}")
             dst = torch.empty(n, dtype=torch.uint8, device=f"cuda:{dst_dev}")
             plan, push = plan_copy(dst, src), plan_copy(dst, src, across="push")

@@ -49,8 +49,8 @@ def choose_overlap(rows: list[int], own: int, n: int, k: int, itemsize: int, sms
     pulls = (total - mine) * k * itemsize / _PULL_BYTES_PER_S + mine * k * itemsize / _LOCAL_BYTES_PER_S
     best, best_t = 0, pulls + gemm_seconds(total, n, k, sms)
     for h in list(range(_ROW_STEP, mine, _ROW_STEP)) + [mine]:
-        rest = [total - h] if own in (0, len(rows) - 1) else [sum(rows[:own]) + mine - h, sum(rows[own + 1:])]
-        t = max(pulls, gemm_seconds(h, n, k, beside)) + sum(gemm_seconds(r, n, k, sms) for r in rest)
+        # a middle rank's two rest pieces run on two streams, the second's CTAs filling the first's last wave
+        t = max(pulls, gemm_seconds(h, n, k, beside)) + gemm_seconds(total - h, n, k, sms)
         if t < best_t:
             best, best_t = h, t
     return best
@@ -110,8 +110,10 @@ class AllGatherGemmPlan:
         self._stream, self._side = as_stream(stream, device=device), Stream(device)
         self.copies: list = []  # the own shard's copy into gathered, then the peers' pulls, on the side stream
         self.beside: list = []  # the GEMM run beside the copies (the own shard's part)
-        self.after: list = []  # the GEMMs of the rest of the gathered A, once every copy is done
+        self.after: list = []  # the GEMM of the rest of the gathered A, once every copy is done, on the stream
+        self.after_side: list = []  # a middle rank's second rest piece: on the side stream, after the copies
         self._start, self._copied = Event(device, timing=False), Event(device, timing=False)
+        self._joined = Event(device, timing=False)
 
     def __call__(self) -> Any:
         self._side.wait(self._start.record(self._stream))  # the copies follow earlier work on the stream
@@ -123,11 +125,15 @@ class AllGatherGemmPlan:
         self._stream.wait(self._copied)
         for gemm in self.after:
             gemm()
+        if self.after_side:  # the side stream has finished the copies: its GEMM needs no other wait
+            for gemm in self.after_side:
+                gemm()
+            self._stream.wait(self._joined.record(self._side))
         return self.out
 
     def close(self) -> None:
         """Release the side stream and the events now (garbage collection does it otherwise)."""
-        for e in (self._start, self._copied):
+        for e in (self._start, self._copied, self._joined):
             e.close()
         self._side.close()
 
@@ -229,7 +235,8 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
         choose_overlap(rows, own, n, k, first.itemsize, sms, beside) if total > mine else mine)
     plan.overlap_rows = head
     # the head comes from the end of the own shard that leaves the rest of the gathered A in one piece (rank 0:
-    # its first rows; others: its last rows), so the rest is one GEMM, two for a rank in the middle
+    # its first rows; others: its last rows), so the rest is one GEMM; a rank in the middle has two, the second on
+    # the side stream so that its CTAs take the SMs the first one's last, part-empty wave leaves
     h0 = 0 if own == 0 else mine - head
     if head:
         plan.beside.append(plan_gemm(rows_of(views[own], h0, head), b, rows_of(ov, starts[own] + h0, head),
@@ -238,8 +245,10 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     pieces = ((0, total),) if not head else ((0, starts[own] + h0), (starts[own] + h0 + head, total))
     for lo, hi in pieces:
         if hi > lo:
-            plan.after.append(plan_gemm(rows_of(gv, lo, hi - lo), b, rows_of(ov, lo, hi - lo), b_major=b_major,
-                                        stream=stream, checked=checked))
+            on = plan._side if plan.after else plan._stream
+            (plan.after_side if plan.after else plan.after).append(
+                plan_gemm(rows_of(gv, lo, hi - lo), b, rows_of(ov, lo, hi - lo), b_major=b_major, stream=on,
+                          checked=checked))
     return plan
 
 

@@ -354,12 +354,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const uint32_t smem_base = shared_addr(smem) + (kPingpong ? 0 : consumer * kAConsumerBytes);
     const TensorMapDesc* c_map = &map_c;
     int c_map_group = -1;
-    // Ping-pong's turns: a warpgroup starts waiting on the ring for its unit only once the other has waited on
-    // every stage of the unit before (bar.arrive on the other's barrier, bar.sync on its own). This keeps the
-    // tensor cores to one warpgroup's wgmma at a time (the other's epilogue runs meanwhile, as in CUTLASS's sm90
-    // ping-pong kernel), and the ring correct: its waits are by phase parity, so a warpgroup that passed over the
-    // other's stages must not run more than one phase ahead of any stage.
-    const NamedBarrier my_turn(3 + consumer, 256), their_turn(3 + (consumer ^ 1), 256);
     int turn = 0;
     for (int u = first_unit; u < units; u += unit_stride, ++turn) {
       int row, col, m_begin = 0, m_end = M;
@@ -452,7 +446,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           promote(part[0], sb_prev);
         }
       } else {
-        if (kPingpong && turn > 0) my_turn.sync();
         Ring::State done = c;  // the oldest stage not yet released
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           ring.consumer_wait(c);
@@ -475,7 +468,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           c.advance();
         }
-        if (kPingpong && u + unit_stride < units) their_turn.arrive();  // every stage of this unit waited on
         wgmma_wait_group<0>();
 #pragma unroll
         for (int h = 0; h < kHalves; ++h) wgmma_fence_operands(acc_rows[h]);

@@ -78,9 +78,6 @@
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
 #endif
-#ifndef TMAKIT_GEMM_PINGPONG
-#define TMAKIT_GEMM_PINGPONG 0  // 1: each consumer warpgroup computes whole 128 x BN tiles, the two in turn (tma)
-#endif
 #ifndef TMAKIT_GEMM_FP8
 #define TMAKIT_GEMM_FP8 0  // 1: e4m3 A and B with per-128 block scales, bf16 out (tma; tmakit/ops/fp8_gemm.py)
 #endif
@@ -191,13 +188,6 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
-// Ping-pong: warpgroup w takes the work units w, w + 2, ... of its CTA's sequence, all 128 rows of each (both m64
-// halves: 2 x BN/2 accumulators), so one's epilogue runs while the other's wgmma keep the tensor cores busy (the
-// cooperative build splits each tile's rows between the two, whose epilogues then run together with the tensor
-// cores idle: the cost of short K). Each stage is consumed, and released, by one warpgroup.
-constexpr bool kPingpong = TMAKIT_GEMM_PINGPONG != 0;
-constexpr int kHalves = kPingpong ? 2 : 1;  // the m64 row halves a warpgroup accumulates
-static_assert(!kPingpong || (kBN == 128 && !TMAKIT_GEMM_FP8), "ping-pong: BN 128 (2 x 64 accumulators), not fp8");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
@@ -281,8 +271,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   if (threadIdx.x == 0) {
     c_full[0].init(1);
     c_full[1].init(1);
-    ring.init(1, (kPingpong ? 1 : 2) * kCluster);  // FULL: the arming thread; EMPTY: the consumer warpgroups
-                                                  // reading a stage (both, or one in ping-pong), of each CTA
+    ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
     prefetch_tensormap(&map_a);
     prefetch_tensormap(&map_b);
     prefetch_tensormap(&map_c);
@@ -349,19 +338,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       else ring.consumer_release(s);
     };
     Ring::State c = make_consumer_start_state<kStages>();
-    float acc_rows[kHalves][kBN / 2];
-    float(&acc)[kBN / 2] = acc_rows[0];  // the cooperative build's (and fp8's) one accumulator
-    const uint32_t smem_base = shared_addr(smem) + (kPingpong ? 0 : consumer * kAConsumerBytes);
+    float acc[kBN / 2];
+    const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
     const TensorMapDesc* c_map = &map_c;
     int c_map_group = -1;
-    int turn = 0;
-    for (int u = first_unit; u < units; u += unit_stride, ++turn) {
+    for (int u = first_unit; u < units; u += unit_stride) {
       int row, col, m_begin = 0, m_end = M;
       const int split = u % splits;
-      if (kPingpong && (turn & 1) != consumer) {  // the other warpgroup's unit: pass over its stages
-        c.advance(static_cast<uint32_t>((split + 1) * k_total / splits - split * k_total / splits));
-        continue;
-      }
       if constexpr (kGrouped) {
         const GroupedUnit gu = grouped_unit(u, tile_start, row_end, groups, tiles_n);
         unit_coords(gu.local, gu.tiles_m, tiles_n, group_m, row, col);
@@ -451,14 +434,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           ring.consumer_wait(c);
           const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
           wgmma_fence();
-#pragma unroll
+  #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
-#pragma unroll
-            for (int h = 0; h < kHalves; ++h) {  // ping-pong: rows 64 h .. 64 h + 63 of the tile
-              wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(
-                  acc_rows[h], wgmma_desc_rebase(desc_a(kk), a_st + h * kAConsumerBytes),
-                  wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
-            }
+            wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
+                                                                     wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
           }
           wgmma_commit_group();
           wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
@@ -469,20 +448,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           c.advance();
         }
         wgmma_wait_group<0>();
-#pragma unroll
-        for (int h = 0; h < kHalves; ++h) wgmma_fence_operands(acc_rows[h]);
+        wgmma_fence_operands(acc);
         release(done);
       }
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
+      const int row0 = m0 + consumer * 64;
+      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
-      // (a guard on row0 would make the C loads' barrier depend on thread and data at once). Ping-pong: both
-      // 64-row halves of the tile, one after the other.
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h) {
-        float(&acc)[kBN / 2] = acc_rows[h];
-        const int row0 = m0 + (kPingpong ? h : consumer) * 64;
-        const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
+      // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
+      {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
           const int slab_n0 = n0 + s * kSlabCols;

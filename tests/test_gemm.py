@@ -132,17 +132,6 @@ def test_shared_memory_budget_refuses_too_many_stages() -> None:
         check_config(cfg, 232448)
 
 
-def test_pingpong_takes_128_wide_tiles_and_more_stages() -> None:
-    cfg = default_config(Backend.TMA, m=4096, n=4096, k=512, sms=132, pingpong=True)
-    assert (cfg.block_n, cfg.stages, cfg.defines["TMAKIT_GEMM_PINGPONG"]) == (128, 6, 1)
-    assert cfg.shared_mem <= 232448
-    assert default_config(Backend.TMA, m=4096, n=4096, k=512, sms=132).defines["TMAKIT_GEMM_PINGPONG"] == 0
-    with pytest.raises(InvalidArgumentError, match=r"pingpong=True: needs a block_n of 128.*block_n 256"):
-        check_config(gemm_mod.GemmConfig(Backend.TMA, True, True, False, 256, 4, 2, 8, pingpong=True), 232448)
-    with pytest.raises(InvalidArgumentError, match=r"pingpong=True: needs the tma backend"):
-        check_config(gemm_mod.GemmConfig(Backend.CP_ASYNC, True, True, False, 128, 3, 1, 8, pingpong=True), 232448)
-
-
 def test_cluster_on_cp_async_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"cluster.*1 on the cp.async backend"):
         check_config(default_config(Backend.CP_ASYNC, cluster=2), 232448)
@@ -330,33 +319,6 @@ def test_every_tma_configuration_on_the_gpu(cfg) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("bf16, kmajor, out_f32, cluster", list(itertools.product((True, False), (True, False),
-                                                                                   (False, True), (1, 2))))
-def test_pingpong_on_the_gpu(bf16, kmajor, out_f32, cluster) -> None:
-    """Ping-pong (each consumer warpgroup a whole 128 x 128 tile, the two in turn, each passing over the other's
-    stages) in every dtype, B major, output type and cluster, on outputs of several turns per CTA (both warpgroups
-    work, an odd count of units leaves one a tile more) with partial tiles, beta, 3 runs on poisoned outputs."""
-    torch = pytest.importorskip("torch")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    rng = random.Random(hash((bf16, kmajor, out_f32, cluster)) % 1000)
-    m, n, k = rng.randint(1500, 4100), rng.randint(1500, 4100), rng.randint(60, 1500)
-    case = dict(backend="tma", dtype="bfloat16" if bf16 else "float16", kmajor=kmajor, m=m, n=n, k=k,
-                out_f32=out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
-    _check_gemm(torch, case, runs=3, seed=_seed(), pingpong=True, cluster=cluster)
-
-
-@pytest.mark.requires_sm90
-@pytest.mark.parametrize("chunk", range(2))
-def test_gemm_sweep_pingpong(chunk) -> None:
-    """100 random GEMMs of the sweep (another seed) forced to ping-pong, split-K where chosen, 3 runs each."""
-    torch = pytest.importorskip("torch")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    seed = _seed() + 1
-    for case in _sweep(100, "tma", seed)[50 * chunk:50 * (chunk + 1)]:
-        _check_gemm(torch, case, runs=3, seed=seed, pingpong=True)
-
-
-@pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(12))
 def test_split_k_on_the_gpu(i) -> None:
     """Split-K (chosen or forced): small outputs with long K, every dtype, major, output type, tile and cluster,
@@ -370,8 +332,6 @@ def test_split_k_on_the_gpu(i) -> None:
                 out_f32=i % 3 == 0, alpha=rng.choice((1.0, -2.0, 0.0)), beta=rng.choice((0.0, 0.5)),
                 pad=rng.choice((0, 8)), special=None)
     options = dict(block_n=(128, 256)[i % 2], cluster=(1, 2)[(i // 2) % 2])
-    if i % 6 == 4:  # ping-pong's warpgroups pass over split ranges of unequal lengths
-        options["pingpong"] = True
     if i % 4 == 3:
         options["splits"] = min(-(-k // 64), rng.randint(2, 24))  # forced, past the chosen count
     _check_gemm(torch, case, runs=3, seed=_seed(), **options)

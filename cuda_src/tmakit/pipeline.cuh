@@ -61,13 +61,6 @@ struct PipelineState {
       phase ^= 1u;
     }
   }
-  // Past n uses of the ring at once (a consumer skipping the stages another consumer takes): the phase flips once
-  // per wrap.
-  __device__ __forceinline__ void advance(uint32_t n) {
-    const uint32_t to = index + n;
-    phase ^= (to / static_cast<uint32_t>(Stages)) & 1u;
-    index = to % static_cast<uint32_t>(Stages);
-  }
 };
 
 template <int Stages>

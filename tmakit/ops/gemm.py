@@ -56,7 +56,6 @@ class GemmConfig:
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
     fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
     store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
-    pingpong: bool = False  # tma: each consumer warpgroup takes whole 128 x 128 tiles, the two in turn
 
     @property
     def threads(self) -> int:
@@ -84,7 +83,7 @@ class GemmConfig:
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
-            "TMAKIT_GEMM_STORE_ADD": int(self.store_add), "TMAKIT_GEMM_PINGPONG": int(self.pingpong)}
+            "TMAKIT_GEMM_STORE_ADD": int(self.store_add)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -170,15 +169,13 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0, fp8: bool = False, pingpong: bool = False) -> GemmConfig:
+                   groups: int = 0, fp8: bool = False) -> GemmConfig:
     """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
     H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
     ``choose_splits`` unless ``splits`` is given. cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no
-    cluster, no split. ``pingpong``: 128-wide tiles, each consumer warpgroup a whole tile (more stages fit)."""
+    cluster, no split."""
     wide = shared_mem_limit >= 150 * 1024
-    if pingpong and block_n is None:
-        block_n = 128
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
         bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,), k=k)
     else:
@@ -188,13 +185,12 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         splits = choose_splits(m, n, k, bn, cl, sms) if backend is Backend.TMA and m and n and k and sms else 1
     if stages is None:
         stages = 2
-        for s in ((6, 5, 4, 3) if fp8 or pingpong else (4, 3)):  # the fp8 stage (33 KiB) leaves room for more
+        for s in ((6, 5, 4, 3) if fp8 else (4, 3)):  # the fp8 stage (33 KiB) leaves room for more
             if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8).shared_mem \
                     <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8,
-                      pingpong=pingpong)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8)
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
@@ -208,11 +204,6 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
     if cfg.stages < 2:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
-    if cfg.pingpong and (cfg.backend is not Backend.TMA or cfg.block_n != 128 or cfg.fp8):
-        what = "a block_n of 128" if cfg.backend is Backend.TMA and not cfg.fp8 else "the tma backend (16-bit)"
-        raise InvalidArgumentError("pingpong", True, f"needs {what}: each consumer warpgroup holds a whole 128 x 128 "
-                                   f"tile's accumulators (this plan: {cfg.backend.value}, block_n {cfg.block_n})",
-                                   "leave block_n out, or pass pingpong=False")
     if not isinstance(cfg.splits, int) or isinstance(cfg.splits, bool) or not 1 <= cfg.splits <= 64 or (
             cfg.splits > 1 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("splits", cfg.splits, "must be an int in [1, 64], and 1 on the cp.async backend",
@@ -455,8 +446,8 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
-              reduce: str | None = None, sms: int | None = None, pingpong: bool | None = None,
-              stream: Any = None, checked: bool | str | None = None) -> GemmPlan:
+              reduce: str | None = None, sms: int | None = None, stream: Any = None,
+              checked: bool | str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
@@ -469,8 +460,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     atomic per element), so several GEMMs, on this GPU or on peers, may add into one ``c`` at once (tma only;
     beta 0, no split-K, N * the output's element size a multiple of 16 bytes).
     ``sms``: the SMs the persistent grid fills (default all): fewer leaves SMs to work run beside it, such as
-    the all-gather GEMM's copies. ``pingpong``: each of the two consumer warpgroups computes whole 128 x 128
-    tiles in turn, so one's epilogue runs under the other's tensor-core work (tma; default: chosen per problem)."""
+    the all-gather GEMM's copies."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -490,13 +480,10 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
-    if pingpong is not None and not isinstance(pingpong, bool):
-        raise InvalidArgumentError("pingpong", pingpong, "must be True, False or None (chosen per problem)",
-                                   "leave it out")
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, pingpong=bool(pingpong))
+                         splits=splits)
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])

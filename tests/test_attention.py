@@ -197,6 +197,30 @@ def test_outputs_overlapping_inputs_are_refused(fake_launch) -> None:
         plan(q, k, v, out, lse=device_view(0x200000, (1, 2, 64), "float32"))
 
 
+def test_decode_packs_the_query_heads_of_each_kv_head() -> None:
+    """Sq = 1 without a mask and H_kv < H: the kernel sees H_kv heads of H / H_kv query rows (the tiles, its head
+    and row arguments, q's and out's maps); otherwise the geometry as given."""
+    from tmakit.arrays import ArrayView
+
+    class Tiles(attn_mod.PersistentTiles):
+        def __init__(self, sq, heads, kv_heads, causal):
+            self.config = attn_mod.default_config(Backend.TMA, 128)
+            self.sq, self.heads, self.kv_heads, self.batch, self.causal, self.device = sq, heads, kv_heads, 3, causal, 0
+
+    plan = Tiles(1, 32, 8, False)
+    assert plan.packed and plan.tiles == (1, 8, 3) and plan.kernel_geometry() == (8, 4, 1)
+    assert Tiles(1, 256, 1, False).tiles == (2, 1, 3)  # 256 query heads: two 128-row tiles
+    for unpacked in (Tiles(1, 32, 8, True), Tiles(2, 32, 8, False), Tiles(1, 8, 8, False)):
+        assert not unpacked.packed and unpacked.kernel_geometry() == (unpacked.heads, unpacked.sq, unpacked.heads // unpacked.kv_heads)
+    for layout, shape in (("bshd", (3, 1, 32, 128)), ("bhsd", (3, 32, 1, 128))):
+        q = ArrayView(0x100000, shape, (32 * 256, 32 * 256, 256, 2) if layout == "bshd" else (32 * 256, 256, 256, 2),
+                      "bfloat16", 2, 0)
+        packed = attn_mod.query_heads_as_rows(q, layout, 8)
+        assert packed.shape == (3, 8, 4, 128) and packed.strides == (32 * 256, 4 * 256, 256, 2)  # head 4 kv + j
+        tmap = attn_mod._tile_map(packed, 128, oob_fill="zero", encode=False, arch=(9, 0))
+        assert tmap.shape == (3, 8, 4, 128) and tmap.box == (64, 128, 1, 1)  # innermost first; rows past the group: zeros, clipped
+
+
 def test_bshd_dims_and_strides() -> None:
     from tmakit.arrays import ArrayView
 
@@ -299,6 +323,14 @@ GQA_CASES = [
     ("tma", 32, 8, 128, 2048, 2048, True, "bhsd", "bfloat16"),
     ("cp.async", 8, 2, 128, 1000, 1000, True, "bhsd", "bfloat16"),
     ("cp.async", 6, 1, 64, 300, 2000, False, "bshd", "float16"),
+    # decode (Sq = 1, no mask): the query heads of each K/V head packed as one tile's rows
+    ("tma", 32, 8, 128, 1, 3000, False, "bshd", "bfloat16"),
+    ("tma", 16, 1, 64, 1, 517, False, "bhsd", "float16"),
+    ("tma", 8, 2, 256, 1, 1000, False, "bshd", "bfloat16"),
+    ("tma", 256, 1, 128, 1, 300, False, "bshd", "bfloat16"),  # 256 query heads on one K/V head: two tiles
+    ("tma", 8, 2, 128, 1, 100, True, "bhsd", "bfloat16"),  # causal decode: not packed (query 0 sees key 0)
+    ("cp.async", 32, 8, 128, 1, 3000, False, "bshd", "bfloat16"),
+    ("cp.async", 12, 4, 64, 1, 200, False, "bhsd", "float16"),
 ]
 
 

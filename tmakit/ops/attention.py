@@ -243,6 +243,23 @@ def _bhsd_view(v: ArrayView, layout: str) -> ArrayView:
     return ArrayView(v.ptr, _dims(v, layout), _bhsd_strides(v, layout), v.dtype_name, v.itemsize, v.device, v.owner)
 
 
+def packs_query_heads(sq: int, heads: int, kv_heads: int, causal: bool) -> bool:
+    """Decode's grouped-query packing: one query per sequence (Sq = 1), no mask, and several query heads per K/V
+    head. The kernel then sees the H / H_kv query heads that read one K/V head as the query rows of one tile, so
+    each K/V block is loaded and multiplied once for all of them (a tile of one query row per head wastes 127 of
+    its 128 rows on the tensor cores and reads the K/V head H / H_kv times)."""
+    return sq == 1 and not causal and kv_heads < heads
+
+
+def query_heads_as_rows(view: ArrayView, layout: str, kv_heads: int) -> ArrayView:
+    """A (B, H, 1, D) q or out in ``layout`` as the (B, H_kv, H / H_kv, D) view whose rows are the query heads of
+    each K/V head (same memory: with one query, a head's row is D elements from the next head's)."""
+    b, h, _, d = _dims(view, layout)
+    sb, sh, _, sd = _bhsd_strides(view, layout)
+    return ArrayView(view.ptr, (b, kv_heads, h // kv_heads, d), (sb, (h // kv_heads) * sh, sh, sd), view.dtype_name,
+                     view.itemsize, view.device, view.owner)
+
+
 def _lse_view(lse: Any, shape: tuple[int, int, int], device: int | None) -> ArrayView:
     lv = _checks.view(lse, "lse")
     if lv.shape != shape or lv.dtype_name != "float32" or not lv.is_c_contiguous or lv.device != device:
@@ -359,7 +376,9 @@ class PersistentTiles:
     config: AttentionConfig
     device: int
     heads: int
+    kv_heads: int
     batch: int
+    causal: bool
     _counter: Any
 
     @property
@@ -367,8 +386,22 @@ class PersistentTiles:
         return self.sq  # type: ignore[attr-defined]
 
     @property
+    def packed(self) -> bool:
+        """Whether the query heads of each K/V head are packed into the rows of one tile (``packs_query_heads``)."""
+        return packs_query_heads(self._query_rows, self.heads, self.kv_heads, self.causal)
+
+    @property
     def tiles(self) -> tuple[int, int, int]:
+        if self.packed:
+            return (-(-(self.heads // self.kv_heads) // self.config.block_m), self.kv_heads, self.batch)
         return (-(-self._query_rows // self.config.block_m), self.heads, self.batch)
+
+    def kernel_geometry(self) -> tuple[int, int, int]:
+        """(heads, query rows, query heads per K/V head) as the kernel sees them: packed, the K/V heads, each with
+        the query heads of its group as its rows."""
+        if self.packed:
+            return self.kv_heads, self.heads // self.kv_heads, 1
+        return self.heads, self._query_rows, self.heads // self.kv_heads
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -423,15 +456,20 @@ class AttentionPlan(PersistentTiles):
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView, lse: Any) -> None:
         cfg, scale_log2 = self.config, self.scale * math.log2(math.e)
         self._operands = (q, k, v, o)  # the views own their arrays: the launch's pointers stay valid while the plan lives
-        common = (self.heads, self.sq, self.sk, scale_log2, int(self.causal), self.heads // self.kv_heads)
+        heads, rows, group = self.kernel_geometry()
+        common = (heads, rows, self.sk, scale_log2, int(self.causal), group)
+        # every tensor as (B, H, S, D); packed, q and out as (B, H_kv, H / H_kv, D)
+        q4, o4 = ((query_heads_as_rows(x, self.layout, self.kv_heads) for x in (q, o)) if self.packed
+                  else (_bhsd_view(x, self.layout) for x in (q, o)))
+        k4, v4 = _bhsd_view(k, self.layout), _bhsd_view(v, self.layout)
         if cfg.backend is Backend.TMA:
-            self.maps = attention_tensor_maps(q, k, v, o, cfg, self.layout)
+            self.maps = attention_tensor_maps(q4, k4, v4, o4, cfg, "bhsd")
             args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0,  # no variable lengths, no paged cache
                     *persistent_args(self.tiles, self._counter))
         else:
             strides = []
-            for view in (q, k, v, o):
-                sb, sh, ss, _ = _bhsd_strides(view, self.layout)
+            for view in (q4, k4, v4, o4):
+                sb, sh, ss, _ = view.strides
                 strides += [sb // 2, sh // 2, ss // 2]
             args = (q.ptr, k.ptr, v.ptr, o.ptr, lse, *strides, *common)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,

@@ -27,7 +27,7 @@ from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel
 from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, persistent_args, tile_counter, out_like_q,
-                        _bhsd_view, _empty_like, _tile_map, lse_buffer, tma_plan_config)
+                        _bhsd_view, _empty_like, _tile_map, lse_buffer, query_heads_as_rows, tma_plan_config)
 
 PAGE_SIZES = (16, 32, 64, 128)
 
@@ -89,8 +89,11 @@ class PagedAttentionPlan(DeviceMapsPlan):
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, table: ArrayView, lens: ArrayView, o: ArrayView) -> None:
         cfg = self.config
         self._operands = (q, k, v, table, lens, o)  # the views own their arrays while the plan lives
-        qm = _tile_map(_bhsd_view(q, "bshd"), cfg.block_m, oob_fill="zero")
-        om = _tile_map(_bhsd_view(o, "bshd"), 64, oob_fill="zero")
+        # packed decode (``packs_query_heads``): q and out as (B, H_kv, H / H_kv, D), the query heads as rows
+        q4, o4 = ((query_heads_as_rows(x, "bshd", self.kv_heads) for x in (q, o)) if self.packed
+                  else (_bhsd_view(x, "bshd") for x in (q, o)))
+        qm = _tile_map(q4, cfg.block_m, oob_fill="zero")
+        om = _tile_map(o4, 64, oob_fill="zero")
         # the caches as (pages, H_kv, page_size, D): one box is one page of one head's 64-column slab
         km = _tile_map(_bhsd_view(k, "bshd"), self.page_size, oob_fill="zero")
         vm = _tile_map(_bhsd_view(v, "bshd"), self.page_size, oob_fill="zero")
@@ -100,8 +103,9 @@ class PagedAttentionPlan(DeviceMapsPlan):
                                              grid=(self.batch, 1, 1), block=(32, 1, 1), stream=self._stream,
                                              checked=False)  # no barrier to bound
         lse_ptr = _checks.view(self.lse, "lse").ptr
-        args = (*self.maps, lse_ptr, self.heads, self.sq, self.max_pages * self.page_size,
-                self.scale * math.log2(math.e), int(self.causal), self.heads // self.kv_heads, 0, lens.ptr,
+        heads, rows, group = self.kernel_geometry()
+        args = (*self.maps, lse_ptr, heads, rows, self.max_pages * self.page_size,
+                self.scale * math.log2(math.e), int(self.causal), group, 0, lens.ptr,
                 self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages,
                 *persistent_args(self.tiles, self._counter))
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,

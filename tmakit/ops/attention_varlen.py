@@ -96,6 +96,10 @@ class VarlenAttentionPlan(DeviceMapsPlan):
     def _query_rows(self) -> int:
         return self.max_seqlen_q  # the work tiles cover the longest sequence
 
+    @property
+    def packed(self) -> bool:
+        return False  # packed sequences' query rows are not one per sequence: no grouped-query packing
+
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, cu_q: ArrayView, cu_k: ArrayView, o: ArrayView) -> None:
         cfg = self.config
         self._operands = (q, k, v, cu_q, cu_k, o)  # the views own their arrays while the plan lives

@@ -2,7 +2,8 @@
 
 ``plan = plan_attention_paged(q, k_cache, v_cache, block_table, seqlens_k, out=None, *, causal=False, ...)``:
 
-- q: (B, Sq, H, D) (decode: Sq = 1), bf16 or fp16, C-contiguous, D = 64, 128 or 256.
+- q: (B, Sq, H, D) (decode: Sq = 1), bf16 or fp16, C-contiguous, D = 64, 128 or 256. A decode without a mask
+  packs the query heads of each K/V head into one tile's rows (``attention.packs_query_heads``).
 - k_cache, v_cache: (pages, page_size, H_kv, D), H_kv dividing H; page_size 16, 32, 64 or 128 keys (at most the
   plan's key block).
 - block_table: (B, max_pages) int32, sequence b's i-th page id; seqlens_k: (B,) int32, its keys. Both are read on

@@ -28,6 +28,11 @@
 // A row that sees no key gives O = 0 and lse = -inf, never NaN (top-left causal rows always see key 0, so with
 // Sk >= 1, which the op requires, that is only the kernel's guard).
 //
+// Split keys (tma, kv_splits > 1; flash-decoding): each work tile's key blocks are cut into kv_splits ranges, each
+// range a tile of its own whose O (normalised by its own row sums, fp32) and lse go to a workspace, rows
+// (split, batch, head, query row); tmakit_attention_combine then weighs the splits' O by exp(lse_split - lse) into
+// O and lse. For problems of fewer work tiles than SMs and long keys (decode), which would leave SMs idle.
+//
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128 | 256), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
 // TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_CONSUMERS (tma: consumer warpgroups, 2 or 3;
 // BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
@@ -297,7 +302,8 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                          int sq, int sk, float scale_log2, int causal, int kv_group, const int* __restrict__ cu_q,
                          const int* __restrict__ cu_k, const tmakit::TensorMapDesc* seq_maps,
                          const int* __restrict__ block_table, int page_size, int max_pages, int num_pages,
-                         int m_blocks, int batches, int* tile_counter) {
+                         int m_blocks, int batches, int* tile_counter, int kv_splits, float* __restrict__ part_o,
+                         float* __restrict__ part_lse) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace attn;
@@ -315,18 +321,20 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   // early takes more, as the hardware's block scheduler would) and hands it to the consumers with the Q tile;
   // it loads the next tile's Q and K/V while the consumers finish this one's softmax, P V and O stores. The last
   // CTA to run out of tiles (tile_counter[1] counts them) sets both counters back to 0 for the next launch.
-  const int tiles = m_blocks * heads * batches;
+  const int tiles = m_blocks * heads * batches * kv_splits;
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
   const int lane = threadIdx.x % 32, warp_in_group = tid / 32;
 
   // One work tile: its coordinates, and, for variable lengths or a paged cache, its sequence's place and length.
   struct Tile {
-    int m0, head, batch, kv_head, q_row0, k_row0, coord_batch, sq, sk, n_pages, n_blocks;
+    int m0, head, batch, kv_head, q_row0, k_row0, coord_batch, sq, sk, n_pages, n_blocks, j0, split;
     int64_t lse_base;
     const TensorMapDesc *qm, *km, *vm, *om;
   };
   auto tile_at = [&](int t) -> Tile {
     Tile w;
+    w.split = t % kv_splits;  // the splits of one tile side by side
+    t /= kv_splits;
     const int m_idx = t % m_blocks, hb = t / m_blocks;
     w.m0 = (causal ? m_blocks - 1 - m_idx : m_idx) * kBlockM;
     w.head = hb % heads, w.batch = hb / heads;
@@ -355,7 +363,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       w.sk = min(max(cu_k[w.batch], 0), max_pages * page_size);
       w.n_pages = (w.sk + page_size - 1) / page_size;
     }
-    w.n_blocks = key_blocks(w.m0, kBlockM, w.sk, causal);
+    // key blocks [j0, n_blocks): the tile's, or its split's share of them (the host splits unmasked tiles only)
+    const int blocks = key_blocks(w.m0, kBlockM, w.sk, causal);
+    w.j0 = w.split * blocks / kv_splits;
+    w.n_blocks = (w.split + 1) * blocks / kv_splits;
     return w;
   };
   // A tile past its sequence's end (variable lengths: the tiles cover the longest) is skipped by the producer,
@@ -425,7 +436,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
                                           tile_coords(h, 0, w.kv_head, id), full);
           }
         };
-        for (int j = 0; j < w.n_blocks; ++j) {
+        for (int j = w.j0; j < w.n_blocks; ++j) {
           bars.k_ring.producer_acquire(kp);
           Mbarrier& k_full = bars.k_ring.producer_expect(kp, kKVBytes);
           if constexpr (kPaged) {
@@ -514,16 +525,16 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       // previous block's, packed) and O are touched again only after wait_group<0>. The consumer warpgroups
       // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them
       // moves above the wait.
-      if (w.n_blocks > 0) {
+      if (w.n_blocks > w.j0) {
         bars.k_ring.consumer_wait(kc);
         issue_s(kc.index);
         wgmma_wait_group<0>();
         wgmma_fence_operands(s);
         bars.k_ring.consumer_release(kc);  // S has read the K stage: the producer may refill it
         kc.advance();
-        softmax(0);  // O is still zero: no rescale
+        softmax(w.j0);  // O is still zero: no rescale
         pack_p();
-        for (int j = 1; j < w.n_blocks; ++j) {
+        for (int j = w.j0 + 1; j < w.n_blocks; ++j) {
           bars.k_ring.consumer_wait(kc);
           issue_s(kc.index);
           bars.v_ring.consumer_wait(vc);
@@ -552,6 +563,21 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       float lse[2];
       finish_rows<OT>(o, st, lse);
       const int g = lane >> 2, tq = lane & 3;
+      if (kv_splits > 1) {  // this split's O and lse into the workspace, for tmakit_attention_combine
+        const int64_t base = static_cast<int64_t>(w.split) * batches * heads * sq + w.lse_base;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = row0 + g + 8 * i;
+          if (r >= w.sq) continue;
+          if (tq == 0) part_lse[base + r] = lse[i];
+          float* o_row = part_o + (base + r) * kD;
+#pragma unroll
+          for (int n = 0; n < OT; ++n)
+            *reinterpret_cast<float2*>(o_row + 8 * n + 2 * tq) = make_float2(o[n][2 * i], o[n][2 * i + 1]);
+        }
+        if constexpr (!kOwnOBuffer) release_q();  // the Q tile is not O's staging buffer this time
+        continue;
+      }
       if (tq == 0) {
         float* lse_row = lse_out + w.lse_base;
         if (row0 + g < w.sq) lse_row[row0 + g] = lse[0];
@@ -587,6 +613,47 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
 #else
   TMAKIT_NOT_THIS_BUILD();  // this build serves tmakit_attention_fwd_cp_async
 #endif
+}
+
+// Split keys' second step: for each query row (b, h, r) of the kernel's geometry (`rows` = batches * heads * sq of
+// them), lse = ln(sum_s exp(lse_s)) over the kv_splits partial results and O = sum_s exp(lse_s - lse) O_s, stored
+// in q's dtype at o + b o_sb + h o_sh + r o_ss (element strides), lse at lse_out[row]. A row no split saw a key of
+// gives O = 0 and lse = -inf. One warp per row, D / 32 columns a lane. Launch: 256 threads a block.
+extern "C" __global__ void __launch_bounds__(256)
+    tmakit_attention_combine(const float* __restrict__ part_o, const float* __restrict__ part_lse, int kv_splits,
+                             int rows, int heads, int sq, tmakit::uint16_t* __restrict__ o, long long o_sb,
+                             long long o_sh, long long o_ss, float* __restrict__ lse_out) {
+  using tmakit::int64_t;
+  using tmakit::uint16_t;
+  using tmakit::uint32_t;
+  constexpr int kPerLane = attn::kD / 32;
+  const int lane = threadIdx.x % 32;
+  for (int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32; row < rows; row += gridDim.x * blockDim.x / 32) {
+    float m = attn::neg_inf();
+    for (int sp = 0; sp < kv_splits; ++sp) m = fmaxf(m, part_lse[static_cast<int64_t>(sp) * rows + row]);
+    float acc[kPerLane];
+#pragma unroll
+    for (int c = 0; c < kPerLane; ++c) acc[c] = 0.f;
+    float sum = 0.f;
+    if (m != attn::neg_inf()) {
+      for (int sp = 0; sp < kv_splits; ++sp) {
+        const int64_t at = static_cast<int64_t>(sp) * rows + row;
+        const float wgt = __expf(part_lse[at] - m);  // 0 for a split that saw no key (lse -inf)
+        sum += wgt;
+        const float* src = part_o + at * attn::kD + lane * kPerLane;
+#pragma unroll
+        for (int c = 0; c < kPerLane; ++c) acc[c] += wgt * src[c];
+      }
+    }
+    const int r = row % sq, bh = row / sq, h = bh % heads, b = bh / heads;
+    uint16_t* dst = o + b * o_sb + h * o_sh + r * o_ss + lane * kPerLane;
+#pragma unroll
+    for (int c = 0; c < kPerLane; c += 2) {
+      const float inv = sum > 0.f ? 1.f / sum : 0.f;
+      *reinterpret_cast<uint32_t*>(dst + c) = tmakit::pack_f32x2<attn::kBf16>(acc[c] * inv, acc[c + 1] * inv);
+    }
+    if (lane == 0) lse_out[row] = sum > 0.f ? m + __logf(sum) : attn::neg_inf();
+  }
 }
 
 // tmakit_attention_varlen_maps: block b writes sequence b's four maps (q, k, v, o: copies of the packed tensors'

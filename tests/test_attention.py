@@ -48,10 +48,13 @@ def test_attention_variants_compile(backend: Backend, arch: str, head_dim: int, 
     is a trap."""
     cfg = default_config(backend, head_dim, bf16)
     code = compile_cuda("attention.cu", arch=arch, defines={**backend.defines, **cfg.defines})
-    assert sorted(code.entry_names()) == ["tmakit_attention_fwd_cp_async", "tmakit_attention_fwd_tma",
-                                          "tmakit_attention_paged_maps", "tmakit_attention_varlen_maps"]
+    assert sorted(code.entry_names()) == ["tmakit_attention_combine", "tmakit_attention_fwd_cp_async",
+                                          "tmakit_attention_fwd_tma", "tmakit_attention_paged_maps",
+                                          "tmakit_attention_varlen_maps"]
     parts = {re.match(r"\.visible \.entry (\w+)", p).group(1): p
              for p in re.split(r"(?=^\.visible \.entry )", code.ptx, flags=re.M) if p.startswith(".visible .entry")}
+    combine = parts.pop("tmakit_attention_combine")  # key splits' second step: plain loads and stores, any build
+    assert "trap;" not in combine and "ld.global" in combine and "mma" not in combine
     for name in ("tmakit_attention_varlen_maps", "tmakit_attention_paged_maps"):  # tma builds; a trap elsewhere
         maps = parts.pop(name)
         assert ("tensormap.replace" in maps) == (backend is Backend.TMA) and ("trap;" in maps) != (backend is Backend.TMA)
@@ -360,6 +363,63 @@ def test_grouped_query_heads_read_their_kv_head(backend, h, hkv, d, sq, sk, caus
     ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim), causal,
                                1.0 / math.sqrt(d), layout)
     for run in range(3):
+        out.fill_(float("nan"))
+        lse.fill_(float("nan"))
+        plan()
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"seed {seed} run {run}: NaN"
+        rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
+        assert rel < (1e-2 if dtype == "bfloat16" else 3e-3), f"seed {seed} run {run}: relative error {rel:.3g}"
+        torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"seed {seed}: lse {m}")
+
+
+# (H, H_kv, D, Sq, Sk, layout, dtype): few work tiles and long keys, so the keys are split (flash-decoding)
+SPLIT_CASES = [
+    (2, 2, 128, 1, 9000, "bhsd", "bfloat16"),  # decode without grouped heads
+    (32, 8, 128, 1, 20000, "bshd", "bfloat16"),  # grouped decode: packed and split
+    (4, 1, 256, 1, 9001, "bshd", "float16"),
+    (8, 2, 64, 1, 4097, "bhsd", "float16"),
+    (1, 1, 128, 200, 20000, "bhsd", "bfloat16"),  # a few query blocks of many rows, 16 splits
+    (3, 3, 64, 70, 3000, "bshd", "bfloat16"),
+]
+
+
+def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
+    choose = attn_mod.choose_kv_splits
+    assert choose(8, 200, 132, False) == 16  # 2 x 132 / 8 = 33 splits wanted, at most 16
+    assert choose(40, 69, 132, False) == 7  # ceil(264 / 40)
+    assert choose(40, 12, 132, False) == 3  # at least 4 key blocks a split
+    assert choose(40, 3, 132, False) == 1
+    assert choose(132, 1000, 132, False) == 1 and choose(8, 200, 132, True) == 1  # full SMs; a causal mask
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("h, hkv, d, sq, sk, layout, dtype", SPLIT_CASES,
+                         ids=[f"h{c[0]}-kv{c[1]}-d{c[2]}-q{c[3]}-k{c[4]}-{c[5]}" for c in SPLIT_CASES])
+def test_split_keys_match_float32_attention(h, hkv, d, sq, sk, layout, dtype) -> None:
+    """Split keys (each split's O and lse into a workspace, then the combine kernel): against float32 attention on K
+    and V repeated per query head, B = 1, NaN-poisoned out and lse, three runs, and again after a re-point."""
+    torch = pytest.importorskip("torch")
+    seed = secrets.randbits(31)
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    tdt = getattr(torch, dtype)
+    hdim = 1 if layout == "bhsd" else 2
+
+    def make(s_, heads):
+        shape = (1, heads, s_, d) if layout == "bhsd" else (1, s_, heads, d)
+        return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
+
+    q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
+    out, lse = torch.empty_like(q), torch.empty((1, h, sq), device="cuda")
+    plan = plan_attention(q, k, v, out, layout=layout, lse=lse)
+    assert plan.kv_splits > 1, f"{plan.tiles} tiles, {plan.kv_splits} splits"
+    for run in range(4):
+        if run == 3:  # re-pointed: the combine writes the new out and lse
+            q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
+            out, lse = torch.empty_like(q), torch.empty((1, h, sq), device="cuda")
+            plan(q, k, v, out, lse=lse)
+        ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim),
+                                   False, 1.0 / math.sqrt(d), layout)
         out.fill_(float("nan"))
         lse.fill_(float("nan"))
         plan()

@@ -369,11 +369,23 @@ def lse_buffer(q: Any, lse: Any, shape: tuple[int, ...], device: int | None) -> 
     return lse, lv
 
 
+def choose_kv_splits(tiles: int, key_blocks: int, sms: int, causal: bool) -> int:
+    """Key splits (flash-decoding) for a problem of fewer work tiles than SMs: enough for about two tiles per SM,
+    each split at least 4 key blocks, at most 16; 1 under a causal mask (its rows see different key ranges) or
+    where the tiles fill the SMs."""
+    if causal or tiles >= sms:
+        return 1
+    return max(1, min(-(-2 * sms // tiles), key_blocks // 4, 16))
+
+
 class PersistentTiles:
-    """The work tiles of an attention plan, (query blocks, heads, batch) over ``_query_rows`` rows, and the grid
-    that walks them (``launch_grid``); on tma the CTAs claim them from ``_counter`` (``tile_counter``)."""
+    """The work tiles of an attention plan, (query blocks, heads, batch) over ``_query_rows`` rows, times
+    ``kv_splits`` key ranges, and the grid that walks them (``launch_grid``); on tma the CTAs claim them from
+    ``_counter`` (``tile_counter``)."""
 
     config: AttentionConfig
+    kv_splits: int = 1
+    _splits_workspace: Any = None
     device: int
     heads: int
     kv_heads: int
@@ -405,7 +417,41 @@ class PersistentTiles:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return launch_grid(self.tiles, self.config, self.device)
+        m, h, b = self.tiles
+        return launch_grid((m * self.kv_splits, h, b), self.config, self.device)
+
+    def split_keys(self, keys: int, kernel_of: Any) -> None:
+        """Choose ``kv_splits`` for ``keys`` keys a work tile (at most) and, above 1, allocate the splits' fp32
+        workspace (O and lse per split and query row) and the combine kernel (``kernel_of(entry)``)."""
+        m, h, b = self.tiles
+        self.kv_splits = choose_kv_splits(m * h * b, -(-keys // self.config.block_n), sm_count(self.device),
+                                          self.causal)
+        if self.kv_splits > 1:
+            heads, rows, _ = self.kernel_geometry()
+            self._split_rows = self.batch * heads * rows
+            self._splits_workspace = DeviceArray.empty((self.kv_splits * self._split_rows * (self.head_dim + 1),),
+                                                       "float32", device=self.device)
+            self._combine_kernel = kernel_of("tmakit_attention_combine")
+
+    def split_args(self) -> tuple[int, int, int]:
+        """The kernel's key-split arguments: the splits, the workspace's O and its lse (0, 0 without splits)."""
+        if self.kv_splits == 1:
+            return 1, 0, 0
+        ptr = self._splits_workspace.ptr
+        return self.kv_splits, ptr, ptr + 4 * self.kv_splits * self._split_rows * self.head_dim
+
+    def bind_combine(self, o4: ArrayView, lse: Any, stream: Any) -> Any:
+        """The combine launch of a key-split plan into ``o4`` (out in the kernel's (B, heads, rows, D) geometry) and
+        ``lse``; None without splits."""
+        if self.kv_splits == 1:
+            return None
+        heads, rows, _ = self.kernel_geometry()
+        _, part_o, part_lse = self.split_args()
+        sb, sh, ss, _ = (x // o4.itemsize for x in o4.strides)
+        blocks = min(-(-self._split_rows // 8), 8 * sm_count(self.device))  # a warp a row, 8 a block
+        return self._combine_kernel.bind(part_o, part_lse, self.kv_splits, self._split_rows, heads, rows, o4.ptr,
+                                         sb, sh, ss, lse, grid=(blocks, 1, 1), block=(256, 1, 1), stream=stream,
+                                         checked=False)  # no barrier to bound
 
 
 class DeviceMapsPlan(PersistentTiles):
@@ -415,6 +461,7 @@ class DeviceMapsPlan(PersistentTiles):
 
     _build: Any
     _launch: Any
+    _combine: Any = None
     _maps_workspace: Any
     _stream: Any
     out: Any
@@ -423,12 +470,16 @@ class DeviceMapsPlan(PersistentTiles):
     def __call__(self) -> tuple:
         self._build()
         self._launch()
+        if self._combine is not None:
+            self._combine()
         return self.out, self.lse
 
     def close(self) -> None:
         wait_for_stream(self._stream)
         self._maps_workspace.close()
         self._counter.close()
+        if self._splits_workspace is not None:
+            self._splits_workspace.close()
 
 
 class AttentionPlan(PersistentTiles):
@@ -446,6 +497,9 @@ class AttentionPlan(PersistentTiles):
         self._launch: Any = None
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
         self._counter = tile_counter(device) if cfg.backend is Backend.TMA else None
+        self._combine: Any = None
+        if cfg.backend is Backend.TMA:
+            self.split_keys(self.sk, lambda entry: kernel("attention.cu", entry, choice, device, **cfg.defines))
 
     @property
     def flops(self) -> float:
@@ -465,7 +519,8 @@ class AttentionPlan(PersistentTiles):
         if cfg.backend is Backend.TMA:
             self.maps = attention_tensor_maps(q4, k4, v4, o4, cfg, "bhsd")
             args = (*self.maps, lse, *common, 0, 0, 0, 0, 0, 0, 0,  # no variable lengths, no paged cache
-                    *persistent_args(self.tiles, self._counter))
+                    *persistent_args(self.tiles, self._counter), *self.split_args())
+            self._combine = self.bind_combine(o4, lse, self._stream)
         else:
             strides = []
             for view in (q4, k4, v4, o4):
@@ -496,6 +551,8 @@ class AttentionPlan(PersistentTiles):
                                    [("q", qv), ("k", kv), ("v", vv)])
             self._bind(qv, kv, vv, ov, self.lse)
         self._launch()
+        if self._combine is not None:
+            self._combine()
         return self.out, self.lse
 
 

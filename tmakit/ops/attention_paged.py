@@ -86,6 +86,9 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
         self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
         self._counter = tile_counter(device)
+        # split by the table's capacity: a shorter sequence's last splits see no key (combined with weight 0)
+        self.split_keys(self.max_pages * self.page_size,
+                        lambda entry: kernel("attention.cu", entry, choice, device, **defines))
 
     def _bind(self, q: ArrayView, k: ArrayView, v: ArrayView, table: ArrayView, lens: ArrayView, o: ArrayView) -> None:
         cfg = self.config
@@ -108,7 +111,8 @@ class PagedAttentionPlan(DeviceMapsPlan):
         args = (*self.maps, lse_ptr, heads, rows, self.max_pages * self.page_size,
                 self.scale * math.log2(math.e), int(self.causal), group, 0, lens.ptr,
                 self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages,
-                *persistent_args(self.tiles, self._counter))
+                *persistent_args(self.tiles, self._counter), *self.split_args())
+        self._combine = self.bind_combine(o4, lse_ptr, self._stream)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

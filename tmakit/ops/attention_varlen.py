@@ -111,7 +111,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
                                              stream=self._stream, checked=False)  # no barrier to bound
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
                 int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
-                0, 0, 0, 0, *persistent_args(self.tiles, self._counter))
+                0, 0, 0, 0, *persistent_args(self.tiles, self._counter), 1, 0, 0)  # no key splits
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
                                          stream=self._stream, checked=self._checked)
 

@@ -379,18 +379,19 @@ SPLIT_CASES = [
     (32, 8, 128, 1, 20000, "bshd", "bfloat16"),  # grouped decode: packed and split
     (4, 1, 256, 1, 9001, "bshd", "float16"),
     (8, 2, 64, 1, 4097, "bhsd", "float16"),
-    (1, 1, 128, 200, 20000, "bhsd", "bfloat16"),  # a few query blocks of many rows, 16 splits
-    (3, 3, 64, 70, 3000, "bshd", "bfloat16"),
+    (1, 1, 128, 48, 20000, "bhsd", "bfloat16"),  # a short query: 48 rows of one tile, 16 splits
+    (3, 3, 64, 64, 3000, "bshd", "bfloat16"),
 ]
 
 
 def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
     choose = attn_mod.choose_kv_splits
-    assert choose(8, 200, 132, False) == 16  # 2 x 132 / 8 = 33 splits wanted, at most 16
-    assert choose(40, 69, 132, False) == 7  # ceil(264 / 40)
-    assert choose(40, 12, 132, False) == 3  # at least 4 key blocks a split
-    assert choose(40, 3, 132, False) == 1
-    assert choose(132, 1000, 132, False) == 1 and choose(8, 200, 132, True) == 1  # full SMs; a causal mask
+    assert choose(8, 200, 132, False, 1) == 16  # 2 x 132 / 8 = 33 splits wanted, at most 16
+    assert choose(40, 69, 132, False, 4) == 7  # ceil(264 / 40)
+    assert choose(40, 12, 132, False, 64) == 3  # at least 4 key blocks a split
+    assert choose(40, 3, 132, False, 1) == 1
+    assert choose(132, 1000, 132, False, 1) == 1 and choose(8, 200, 132, True, 1) == 1  # full SMs; a causal mask
+    assert choose(8, 200, 132, False, 65) == 1  # many query rows: their fp32 partials cost more than idle SMs
 
 
 @pytest.mark.requires_sm90

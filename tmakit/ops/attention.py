@@ -369,11 +369,17 @@ def lse_buffer(q: Any, lse: Any, shape: tuple[int, ...], device: int | None) -> 
     return lse, lv
 
 
-def choose_kv_splits(tiles: int, key_blocks: int, sms: int, causal: bool) -> int:
-    """Key splits (flash-decoding) for a problem of fewer work tiles than SMs: enough for about two tiles per SM,
-    each split at least 4 key blocks, at most 16; 1 under a causal mask (its rows see different key ranges) or
-    where the tiles fill the SMs."""
-    if causal or tiles >= sms:
+_SPLIT_ROWS = 64  # choose_kv_splits: splits only for at most this many query rows a (sequence, head)
+
+
+def choose_kv_splits(tiles: int, key_blocks: int, sms: int, causal: bool, rows: int) -> int:
+    """Key splits (flash-decoding) for a problem of fewer work tiles than SMs whose tiles hold few query rows
+    (``rows`` a sequence and head, at most _SPLIT_ROWS: decode, packed grouped heads, short queries): enough for
+    about two tiles per SM, each split at least 4 key blocks, at most 16; 1 under a causal mask (its rows see
+    different key ranges) or where the tiles fill the SMs. With many rows the splits' fp32 partials cost more
+    than the idle SMs (H100, 29aa725: B2 H2 S2311 D256 0.080 ms split 4 ways against 0.059 whole; B7 H3 S1082 D64,
+    126 tiles, 0.035 against 0.021)."""
+    if causal or tiles >= sms or rows > _SPLIT_ROWS:
         return 1
     return max(1, min(-(-2 * sms // tiles), key_blocks // 4, 16))
 
@@ -424,10 +430,10 @@ class PersistentTiles:
         """Choose ``kv_splits`` for ``keys`` keys a work tile (at most) and, above 1, allocate the splits' fp32
         workspace (O and lse per split and query row) and the combine kernel (``kernel_of(entry)``)."""
         m, h, b = self.tiles
+        heads, rows, _ = self.kernel_geometry()
         self.kv_splits = choose_kv_splits(m * h * b, -(-keys // self.config.block_n), sm_count(self.device),
-                                          self.causal)
+                                          self.causal, rows)
         if self.kv_splits > 1:
-            heads, rows, _ = self.kernel_geometry()
             self._split_rows = self.batch * heads * rows
             self._splits_workspace = DeviceArray.empty((self.kv_splits * self._split_rows * (self.head_dim + 1),),
                                                        "float32", device=self.device)

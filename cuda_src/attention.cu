@@ -422,32 +422,18 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
           cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, w.qm,
                                       tile_coords(h, w.q_row0 + w.m0, w.head, w.coord_batch), bars.q_full);
         ++done;
-        // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map). The page
-        // ids are read four at a time before their copies are issued: each copy's asm is a memory barrier to the
-        // compiler, so an id read between two copies would wait out its whole latency (four: the producer's 24
-        // registers hold them without spilling).
+        // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map).
         auto load_pages = [&](uint8_t* stage, const TensorMapDesc* map, const TensorMapDesc* tail, int j,
                               Mbarrier& full) {
           const int per_block = kBlockN / page_size;
-          for (int p0 = 0; p0 < per_block; p0 += 4) {
-            int ids[4];
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              const int page = j * per_block + p0 + q;
-              int id = num_pages;
-              if (p0 + q < per_block && page < w.n_pages)
-                id = block_table[static_cast<int64_t>(w.batch) * max_pages + page];
-              ids[q] = id < 0 || id > num_pages ? num_pages : id;  // a table entry past the cache: read as zeros
-            }
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              if (p0 + q >= per_block) break;
-              const int p = p0 + q, page = j * per_block + p;
-              const TensorMapDesc* m = page == w.n_pages - 1 ? tail : map;
-              for (int h = 0; h < kSlabs; ++h)
-                cp_async_bulk_tensor_g2s<4>(stage + h * kBlockN * kRowBytes + p * page_size * kRowBytes, m,
-                                            tile_coords(h, 0, w.kv_head, ids[q]), full);
-            }
+          for (int p = 0; p < per_block; ++p) {
+            const int page = j * per_block + p;
+            int id = page < w.n_pages ? block_table[static_cast<int64_t>(w.batch) * max_pages + page] : num_pages;
+            if (id < 0 || id > num_pages) id = num_pages;  // a table entry past the cache: read as zeros
+            const TensorMapDesc* m = page == w.n_pages - 1 ? tail : map;
+            for (int h = 0; h < kSlabs; ++h)
+              cp_async_bulk_tensor_g2s<4>(stage + h * kBlockN * kRowBytes + p * page_size * kRowBytes, m,
+                                          tile_coords(h, 0, w.kv_head, id), full);
           }
         };
         for (int j = w.j0; j < w.n_blocks; ++j) {

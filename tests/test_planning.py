@@ -62,6 +62,20 @@ def test_describe_gemm_fits_the_tile_plan_to_the_architecture(arch, backend, sta
         assert plan.maps == () and "TMAKIT_FORCE_CP_ASYNC" in plan.defines
 
 
+def test_describe_attention_says_how_a_decode_packs_and_splits():
+    said = ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8, layout="bshd", sms=132)
+    assert isinstance(said, ops.AttentionDescription) and said.packed
+    assert said.kv_splits == 5  # 8 x 8 packed tiles on 132 SMs: ceil(264 / 64)
+    assert ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8).kv_splits is None  # SMs unknown
+    assert said.maps[0].shape == (8, 8, 4, 128) and said.maps[3].shape == (8, 8, 4, 128)  # (B, H_kv, group, D)
+    causal = ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8, causal=True, sms=132)
+    assert not causal.packed and causal.kv_splits == 1 and causal.maps[0].shape == (8, 32, 1, 128)
+    prefill = ops.describe_attention(4, 16, 4096, 128, sms=132)
+    assert not prefill.packed and prefill.kv_splits == 1
+    with pytest.raises(tmakit.InvalidArgumentError, match="causal=1: must be True or False"):
+        ops.describe_attention(1, 1, 8, 64, causal=1)
+
+
 def test_describe_attention_fits_the_key_tile_to_the_architecture():
     tma = ops.describe_attention(4, 16, 4096, 128)
     assert tma.backend.name == "tma" and [m.box_shape for m in tma.maps] == [(1, 1, 128, 64)] * 3 + [(1, 1, 64, 64)]
@@ -118,3 +132,12 @@ def test_gemm_and_attention_plans_on_the_gpu_decide_as_described(b_major):
         said = ops.describe_attention(*shape, dtype="float16", arch=gpu.arch)
         assert (plan.backend, plan.config) == (said.backend, said.config)
         assert [m.box_shape for m in plan.maps] == [m.box_shape for m in said.maps]
+    # a grouped decode: packed, and split on this GPU's SMs as described for its architecture's table
+    with tmakit.DeviceArray.empty((2, 1, 16, 128), np.float16) as q, \
+            tmakit.DeviceArray.empty((2, 3000, 4, 128), np.float16) as kv, \
+            tmakit.DeviceArray.empty((2, 1, 16, 128), np.float16) as out:
+        plan = ops.plan_attention(q, kv, kv, out, layout="bshd")
+        said = ops.describe_attention(2, 16, 1, 128, kv_seqlen=3000, kv_heads=4, layout="bshd", dtype="float16",
+                                      arch=gpu.arch, sms=gpu.sm_count)
+        assert (plan.packed, [m.shape for m in plan.maps]) == (said.packed, [m.shape for m in said.maps])
+        assert plan.kv_splits == said.kv_splits and (said.kv_splits > 1) == (plan.config.backend.value == "tma")

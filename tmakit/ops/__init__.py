@@ -36,13 +36,13 @@ from .gemm import GemmPlan, gemm, plan_gemm
 from .gemm_reduce_scatter import GemmReduceScatterPlan, plan_gemm_reduce_scatter
 from .grouped_gemm import GroupedGemmPlan, grouped_gemm, plan_grouped_gemm
 from .load_tiles import LoadTilesPlan, LoadTilesResult, load_tiles, plan_load_tiles
-from .planning import GemmDescription, OpDescription, describe_attention, describe_gemm, describe_transpose
+from .planning import AttentionDescription, GemmDescription, OpDescription, describe_attention, describe_gemm, describe_transpose
 from .ptx_tile_copy import PtxTileCopyResult, ptx_tile_copy
 from .symmetric import symmetric_views
 from .tensormap_edit import TensorMapEdit, TensorMapEditResult, edit_tensormaps
 from .transpose import TilePlan, TransposePlan, TransposeResult, plan_transpose, transpose
 
-__all__ = ["AllGatherGemmPlan", "AttentionPlan", "CopyPlan", "CopyResult", "Fp8GemmPlan", "GemmDescription", "GemmPlan", "GemmReduceScatterPlan", "GroupedGemmPlan", "LoadTilesPlan",
+__all__ = ["AllGatherGemmPlan", "AttentionDescription", "AttentionPlan", "CopyPlan", "CopyResult", "Fp8GemmPlan", "GemmDescription", "GemmPlan", "GemmReduceScatterPlan", "GroupedGemmPlan", "LoadTilesPlan",
            "LoadTilesResult", "OpDescription", "PagedAttentionPlan", "Plan", "PtxTileCopyResult", "TensorMapEdit", "TensorMapEditResult", "TilePlan", "TransposePlan",
            "TransposeResult", "VarlenAttentionPlan", "attention", "attention_paged", "attention_varlen", "clear_plan_cache", "copy", "describe_attention", "describe_gemm",
            "describe_transpose", "edit_tensormaps", "gemm", "grouped_gemm",

@@ -135,13 +135,22 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                            {**choice.defines, **cfg.defines})
 
 
+@dataclass(frozen=True)
+class AttentionDescription(OpDescription):
+    packed: bool = False  # decode's grouped-query packing (the query heads of a K/V head as one tile's rows)
+    kv_splits: int | None = 1  # key splits (flash-decoding) on the architecture's SMs; None where unknown
+
+
 def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv_seqlen: int | None = None,
-                       kv_heads: int | None = None, dtype: Any = "bfloat16", layout: str = "bhsd",
-                       arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
-                       stages: int | None = None, warps: int | None = None) -> OpDescription:
+                       kv_heads: int | None = None, causal: bool = False, dtype: Any = "bfloat16",
+                       layout: str = "bhsd", arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
+                       block_n: int | None = None, stages: int | None = None, warps: int | None = None,
+                       sms: int | None = None) -> AttentionDescription:
     """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys and ``kv_heads`` heads, a
     divisor of ``heads``) on ``arch``: backend, tile plan and shared memory per stage (fitted to the
-    architecture), the four TMA maps, the kernel variant."""
+    architecture), the four TMA maps, the kernel variant, whether a decode packs its grouped query heads and how
+    many ranges the keys are split into on ``sms`` SMs (default: the planning table's count, which an
+    architecture alone does not give: ``kv_splits`` is then None)."""
     b, h, sq = _positive("batch", batch), _positive("heads", heads), _positive("seqlen", seqlen)
     hkv = _positive("kv_heads", kv_heads) if kv_heads is not None else h
     if h % hkv:
@@ -149,6 +158,9 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
                                    "query heads", f"pass a divisor of {h}")
     d = _positive("head_dim", head_dim)
     sk = _positive("kv_seqlen", kv_seqlen) if kv_seqlen is not None else sq
+    sms = _positive("sms", sms) if sms is not None else None
+    if not isinstance(causal, bool):
+        raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
     name = _half(dtype)
     layout = _attention._parse_layout(layout)
     choice = choose_backend(backend, arch=arch)
@@ -156,15 +168,26 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
                                     shared_mem_limit=limit, sq=sq)
     _attention.check_config(cfg, limit)
+    limits = device_limits(arch=choice.arch)
+    packed = _attention.packs_query_heads(sq, h, hkv, causal)
+    rows, kernel_heads = (h // hkv, hkv) if packed else (sq, h)
+    splits: int | None = 1
     maps: tuple = ()
     if choice.backend is Backend.TMA:
-        def tensor(s: int, heads: int) -> ArrayView:
-            return _view((b, heads, s, d) if layout == "bhsd" else (b, s, heads, d), 2, name)
+        tiles = -(-rows // cfg.block_m) * kernel_heads * b
+        sms = sms or limits.sm_count
+        splits = _attention.choose_kv_splits(tiles, -(-sk // cfg.block_n), sms, causal, rows) if sms else None
 
-        maps = _attention.attention_tensor_maps(tensor(sq, h), tensor(sk, hkv), tensor(sk, hkv), tensor(sq, h), cfg,
-                                                layout, encode=False, arch=choice.arch)
-    return OpDescription(choice, device_limits(arch=choice.arch), cfg, maps, "attention.cu",
-                         {**choice.defines, **cfg.defines})
+        def tensor(s: int, heads: int) -> ArrayView:
+            return _attention._bhsd_view(_view((b, heads, s, d) if layout == "bhsd" else (b, s, heads, d), 2, name),
+                                         layout)
+
+        q = (_attention.query_heads_as_rows(_view((b, h, sq, d) if layout == "bhsd" else (b, sq, h, d), 2, name),
+                                            layout, hkv) if packed else tensor(sq, h))
+        maps = _attention.attention_tensor_maps(q, tensor(sk, hkv), tensor(sk, hkv), q, cfg, "bhsd", encode=False,
+                                                arch=choice.arch)
+    return AttentionDescription(choice, limits, cfg, maps, "attention.cu", {**choice.defines, **cfg.defines},
+                                packed=packed, kv_splits=splits)
 
 
 def describe_transpose(shape: Any, dtype: Any, *, arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
@@ -209,4 +232,4 @@ def describe_transpose(shape: Any, dtype: Any, *, arch: Any = _DEFAULT_ARCH, bac
     return result
 
 
-__all__ = ["GemmDescription", "OpDescription", "describe_attention", "describe_gemm", "describe_transpose"]
+__all__ = ["AttentionDescription", "GemmDescription", "OpDescription", "describe_attention", "describe_gemm", "describe_transpose"]

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
              "(A's rows per rank), reduce-scatter M x N x K (output rows per rank, K per rank)",
              "tmakit all-gather: plan_all_gather_gemm on torch symmetric-memory views of the shards (TMA copies pull "
              "the peers' shards on 16 SMs while part of the own shard's GEMM, as choose_overlap picks, runs on the "
-             "rest; then one GEMM of the rest of the gathered A); peers: NCCL "
+             "rest; then one GEMM of the rest of the gathered A, two side by side on a middle rank); peers: NCCL "
              "all_gather_into_tensor + torch.matmul, torch.ops.symm_mem.fused_all_gather_matmul",
              "tmakit reduce-scatter: zero the own chunk, symmetric-memory barrier, plan_gemm_reduce_scatter (TMA "
              "reduce-add stores into every owner's chunk), barrier; peers: torch.matmul + NCCL reduce_scatter_tensor, "

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = ["tmakit: plan_copy on dst's GPU, TMA bulk copies pulling src over NVLink (peer access enabled); push: "
              "plan_copy(across='push') on src's GPU, writing dst over NVLink; torch: dst.copy_(src); transpose: "
              "plan_transpose of the same bytes as 1031 x (n / 4124) int32 on dst's GPU, src read over NVLink (push: "
-             "on src's GPU, dst written over NVLink), against torch's copy", "medians of interleaved rounds, host-timed with both GPUs synchronised after each "
+             "on src's GPU, dst written over NVLink), against torch's copy", "medians of interleaved rounds, host-timed with every GPU synchronised after each "
              "batch of calls", "ok: dst equals src (every byte up to 1 GiB, every 4097th above); the transpose's every 97th row"]
     write_results(args.name, "Copies between GPUs: tmakit vs torch", rows, notes, args.out)
     return 0 if all(r["ok"] for r in rows) else 1

@@ -647,9 +647,9 @@ extern "C" __global__ void __launch_bounds__(256)
     }
     const int r = row % sq, bh = row / sq, h = bh % heads, b = bh / heads;
     uint16_t* dst = o + b * o_sb + h * o_sh + r * o_ss + lane * kPerLane;
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
 #pragma unroll
     for (int c = 0; c < kPerLane; c += 2) {
-      const float inv = sum > 0.f ? 1.f / sum : 0.f;
       *reinterpret_cast<uint32_t*>(dst + c) = tmakit::pack_f32x2<attn::kBf16>(acc[c] * inv, acc[c + 1] * inv);
     }
     if (lane == 0) lse_out[row] = sum > 0.f ? m + __logf(sum) : attn::neg_inf();

@@ -133,7 +133,8 @@ def packed(args: argparse.Namespace, torch, F) -> int:
 
 def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.OpDescription:
     return tmakit.ops.describe_attention(args.batch, args.heads, args.seqlen, args.dim, kv_seqlen=args.kv_seqlen,
-                                         kv_heads=args.kv_heads, dtype=args.dtype, layout=args.layout, arch=arch, backend=backend)
+                                         kv_heads=args.kv_heads, causal=args.causal, dtype=args.dtype,
+                                         layout=args.layout, arch=arch, backend=backend)
 
 
 def show_plan(plan: tmakit.ops.OpDescription, args: argparse.Namespace) -> None:

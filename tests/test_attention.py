@@ -360,6 +360,7 @@ def test_grouped_query_heads_read_their_kv_head(backend, h, hkv, d, sq, sk, caus
     out = torch.empty_like(q)
     lse = torch.empty((2, h, sq), device="cuda")
     plan = plan_attention(q, k, v, out, causal=causal, layout=layout, backend=backend, lse=lse)
+    assert plan.packed == (sq == 1 and not causal and hkv < h)
     ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim), causal,
                                1.0 / math.sqrt(d), layout)
     for run in range(3):
@@ -373,14 +374,14 @@ def test_grouped_query_heads_read_their_kv_head(backend, h, hkv, d, sq, sk, caus
         torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"seed {seed}: lse {m}")
 
 
-# (H, H_kv, D, Sq, Sk, layout, dtype): few work tiles and long keys, so the keys are split (flash-decoding)
+# (B, H, H_kv, D, Sq, Sk, layout, dtype): few work tiles and long keys, so the keys are split (flash-decoding)
 SPLIT_CASES = [
-    (2, 2, 128, 1, 9000, "bhsd", "bfloat16"),  # decode without grouped heads
-    (32, 8, 128, 1, 20000, "bshd", "bfloat16"),  # grouped decode: packed and split
-    (4, 1, 256, 1, 9001, "bshd", "float16"),
-    (8, 2, 64, 1, 4097, "bhsd", "float16"),
-    (1, 1, 128, 48, 20000, "bhsd", "bfloat16"),  # a short query: 48 rows of one tile, 16 splits
-    (3, 3, 64, 64, 3000, "bshd", "bfloat16"),
+    (1, 2, 2, 128, 1, 9000, "bhsd", "bfloat16"),  # decode without grouped heads
+    (1, 32, 8, 128, 1, 20000, "bshd", "bfloat16"),  # grouped decode: packed and split
+    (2, 4, 1, 256, 1, 9001, "bshd", "float16"),
+    (3, 8, 2, 64, 1, 4097, "bhsd", "float16"),
+    (1, 1, 1, 128, 48, 20000, "bhsd", "bfloat16"),  # a short query: 48 rows of one tile, 16 splits
+    (2, 3, 3, 64, 64, 3000, "bshd", "bfloat16"),
 ]
 
 
@@ -395,11 +396,11 @@ def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("h, hkv, d, sq, sk, layout, dtype", SPLIT_CASES,
-                         ids=[f"h{c[0]}-kv{c[1]}-d{c[2]}-q{c[3]}-k{c[4]}-{c[5]}" for c in SPLIT_CASES])
-def test_split_keys_match_float32_attention(h, hkv, d, sq, sk, layout, dtype) -> None:
+@pytest.mark.parametrize("b, h, hkv, d, sq, sk, layout, dtype", SPLIT_CASES,
+                         ids=[f"b{c[0]}-h{c[1]}-kv{c[2]}-d{c[3]}-q{c[4]}-k{c[5]}-{c[6]}" for c in SPLIT_CASES])
+def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype) -> None:
     """Split keys (each split's O and lse into a workspace, then the combine kernel): against float32 attention on K
-    and V repeated per query head, B = 1, NaN-poisoned out and lse, three runs, and again after a re-point."""
+    and V repeated per query head, NaN-poisoned out and lse, three runs, and again after a re-point."""
     torch = pytest.importorskip("torch")
     seed = secrets.randbits(31)
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -407,17 +408,18 @@ def test_split_keys_match_float32_attention(h, hkv, d, sq, sk, layout, dtype) ->
     hdim = 1 if layout == "bhsd" else 2
 
     def make(s_, heads):
-        shape = (1, heads, s_, d) if layout == "bhsd" else (1, s_, heads, d)
+        shape = (b, heads, s_, d) if layout == "bhsd" else (b, s_, heads, d)
         return torch.randn(shape, generator=gen, device="cuda", dtype=torch.float32).to(tdt)
 
     q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
-    out, lse = torch.empty_like(q), torch.empty((1, h, sq), device="cuda")
+    out, lse = torch.empty_like(q), torch.empty((b, h, sq), device="cuda")
     plan = plan_attention(q, k, v, out, layout=layout, lse=lse)
     assert plan.kv_splits > 1, f"{plan.tiles} tiles, {plan.kv_splits} splits"
+    assert plan.packed == (sq == 1 and hkv < h)
     for run in range(4):
         if run == 3:  # re-pointed: the combine writes the new out and lse
             q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
-            out, lse = torch.empty_like(q), torch.empty((1, h, sq), device="cuda")
+            out, lse = torch.empty_like(q), torch.empty((b, h, sq), device="cuda")
             plan(q, k, v, out, lse=lse)
         ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim),
                                    False, 1.0 / math.sqrt(d), layout)

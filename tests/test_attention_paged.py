@@ -72,8 +72,27 @@ def _cases(seed: int):
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(10))
 def test_paged_matches_float32_attention_on_the_gathered_keys(i) -> None:
+    _check_paged(list(_cases(_seed()))[i], i)
+
+
+# decodes of few sequences on long tables: packed grouped heads, keys split, and sequences of 1 or 17 keys whose
+# splits are mostly empty (lse -inf, weight 0 in the combine)
+SPLIT_CASES = [dict(d=128, page=16, lens=[1, 5000, 17, 1, 3000], decode=True, h=8, hkv=2, dtype="bfloat16"),
+               dict(d=256, page=32, lens=[4000, 1], decode=True, h=4, hkv=4, dtype="float16"),
+               dict(d=64, page=128, lens=[9000, 300, 2], decode=True, h=16, hkv=1, dtype="bfloat16")]
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(len(SPLIT_CASES)))
+def test_paged_decode_split_over_the_keys(i) -> None:
+    plan = _check_paged(SPLIT_CASES[i], 100 + i)
+    assert plan.kv_splits > 1 and plan.packed == (SPLIT_CASES[i]["hkv"] < SPLIT_CASES[i]["h"])
+
+
+def _check_paged(case: dict, i: int):
+    """The case's paged attention against float32 attention on each sequence's gathered keys, 3 runs on NaN-poisoned
+    out and lse; returns the plan."""
     torch = pytest.importorskip("torch")
-    case = list(_cases(_seed()))[i]
     d, page, lens, h, hkv = case["d"], case["page"], case["lens"], case["h"], case["hkv"]
     tdt = getattr(torch, case["dtype"])
     rng = random.Random(_seed() + i)
@@ -128,3 +147,4 @@ def test_paged_matches_float32_attention_on_the_gathered_keys(i) -> None:
             err = ((got - ro).norm() / ro.norm()).item()
             assert err < (1e-2 if case["dtype"] == "bfloat16" else 3e-3), f"{where}: relative error {err:.3g}"
             torch.testing.assert_close(lse[s], rl, rtol=1e-3, atol=2e-3)
+    return plan

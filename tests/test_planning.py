@@ -66,7 +66,7 @@ def test_describe_attention_says_how_a_decode_packs_and_splits():
     said = ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8, layout="bshd", sms=132)
     assert isinstance(said, ops.AttentionDescription) and said.packed
     assert said.kv_splits == 5  # 8 x 8 packed tiles on 132 SMs: ceil(264 / 64)
-    assert ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8).kv_splits is None  # SMs unknown
+    assert ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8, sms=264).kv_splits == 9
     assert said.maps[0].shape == (8, 8, 4, 128) and said.maps[3].shape == (8, 8, 4, 128)  # (B, H_kv, group, D)
     causal = ops.describe_attention(8, 32, 1, 128, kv_seqlen=20000, kv_heads=8, causal=True, sms=132)
     assert not causal.packed and causal.kv_splits == 1 and causal.maps[0].shape == (8, 32, 1, 128)

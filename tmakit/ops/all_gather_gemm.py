@@ -4,9 +4,10 @@ over the peer path, or peer buffers already mapped here, such as torch symmetric
 
 The peers' shards come by TMA (``plan_copy``'s pulling kernel, on ``copy_blocks`` SMs of a side stream) into a
 gathered A on this GPU, while the GEMM of part of this GPU's own shard runs on the other SMs; once every shard has
-arrived (an event) one GEMM of the rest of the gathered A runs on every SM. How many own rows go beside the pulls
-is a turn model's choice (``choose_overlap``): more launches, each with a part-empty last wave, can cost more than
-the pulls they hide. Why not a GEMM whose producer reads A through peer maps: measured on two H200s (4096 x 8192 x
+arrived (an event) one GEMM of the rest of the gathered A runs on every SM (two for a rank in the middle, whose
+own rows sit inside the gathered A: the second on the side stream, beside the first). How many own rows go beside
+the pulls is a turn model's choice (``choose_overlap``): more launches, each with a part-empty last wave, can cost
+more than the pulls they hide. Why not a GEMM whose producer reads A through peer maps: measured on two H200s (4096 x 8192 x
 8192), 95 TFLOP/s against 806 from local A, because each of the N / BN tile columns re-reads A over NVLink (peer
 lines are not cached in this GPU's L2); gathered once, A crosses NVLink once.
 
@@ -150,7 +151,7 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     ``out`` (sum M_r, N) in A's dtype (allocated for torch shards). ``copy_blocks``: the SMs pulling the peers'
     shards; ``overlap_rows``: the rows of the own shard computed on the other SMs meanwhile (default: the count a
     turn model of the GEMM and the NVLink rate finds fastest, ``choose_overlap``; 0 for a short pull); the rest of
-    the gathered A then runs as one GEMM on every SM.
+    the gathered A then runs as one GEMM on every SM (a rank in the middle: two, side by side).
     """
     if isinstance(a_shards, (str, bytes)) or not isinstance(a_shards, Sequence) or not a_shards:
         raise InvalidArgumentError("a_shards", type(a_shards).__name__, "must be a non-empty sequence of arrays, one "

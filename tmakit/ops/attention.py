@@ -15,6 +15,11 @@ prepares one launch of cuda_src/attention.cu (tensor maps or strides, the compil
 - The "tma" backend (sm_90) streams K and V through a TMA ring into wgmma; "cp.async" (sm_80+, or forced on
   sm_90) fills the same shared-memory images with cp.async and runs ldmatrix + mma.sync. Both are described
   in the kernel source's header.
+- Decode (Sq = 1, no mask) with grouped-query heads packs the H / H_kv query heads of each K/V head into one
+  tile's rows (``packs_query_heads``: q and out mapped as (B, H_kv, H / H_kv, D)); ``plan.packed`` says so. On
+  tma, a problem of fewer work tiles than SMs whose tiles hold at most 64 query rows (decode, short queries),
+  unmasked, splits each tile's keys into ``plan.kv_splits`` ranges (``choose_kv_splits``): each range's O and lse
+  go to an fp32 workspace the plan owns, and a second launch combines them.
 
 The tensors are described to TMA as 4-D (B, H, S, D) maps whatever their memory layout (the strides say
 where a head and a sequence row are), with boxes of (1, 1, rows, 64) and 128B swizzle: a head dim of 128 is

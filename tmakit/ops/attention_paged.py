@@ -86,7 +86,8 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
         self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
         self._counter = tile_counter(device)
-        # split by the table's capacity: a shorter sequence's last splits see no key (combined with weight 0)
+        # split by the table's capacity: a sequence of fewer key blocks than splits leaves some splits empty (their
+        # lse -inf: weight 0 in the combine)
         self.split_keys(self.max_pages * self.page_size,
                         lambda entry: kernel("attention.cu", entry, choice, device, **defines))
 

@@ -149,8 +149,8 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys and ``kv_heads`` heads, a
     divisor of ``heads``) on ``arch``: backend, tile plan and shared memory per stage (fitted to the
     architecture), the four TMA maps, the kernel variant, whether a decode packs its grouped query heads and how
-    many ranges the keys are split into on ``sms`` SMs (default: the planning table's count, which an
-    architecture alone does not give: ``kv_splits`` is then None)."""
+    many ranges the keys are split into on ``sms`` SMs (default: GPU 0's count when it is of ``arch``, else the
+    usual count of the architecture's TMA parts, as ``describe_gemm``; None before sm_90)."""
     b, h, sq = _positive("batch", batch), _positive("heads", heads), _positive("seqlen", seqlen)
     hkv = _positive("kv_heads", kv_heads) if kv_heads is not None else h
     if h % hkv:
@@ -175,7 +175,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         tiles = -(-rows // cfg.block_m) * kernel_heads * b
-        sms = sms or limits.sm_count
+        sms = sms or _sm_count(choice.arch)
         splits = _attention.choose_kv_splits(tiles, -(-sk // cfg.block_n), sms, causal, rows) if sms else None
 
         def tensor(s: int, heads: int) -> ArrayView:

@@ -356,7 +356,8 @@ SECTIONS: dict[str, Callable[[Any], dict]] = {
     "attention_varlen": attention_varlen, "attention_paged": attention_paged, "fp8_gemm": fp8_gemm,
     "copy_peer": copy_peer, "gemm_epilogue": gemm_epilogue, "copy_peer_h200": copy_peer,
     "collective_gemm": collective_gemm, "collective_gemm_h200": collective_gemm,
-    "copy_peer_4gpus_h200": copy_peer, "collective_gemm_4gpus_h200": collective_gemm}
+    "copy_peer_4gpus_h200": copy_peer, "collective_gemm_4gpus_h200": collective_gemm,
+    "attention_paged_h200": attention_paged}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
@@ -366,7 +367,8 @@ OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead":
             "attention_paged": ("attention_paged.py", ""), "fp8_gemm": ("fp8_gemm.py", ""), "copy_peer": ("copy_peer.py", ""), "grouped_gemm_h200": ("grouped_gemm.py", "--name grouped_gemm_h200"),
             "gemm_epilogue": ("gemm_epilogue.py", ""), "copy_peer_h200": ("copy_peer.py", ""),
             "collective_gemm": ("collective_gemm.py", ""), "collective_gemm_h200": ("collective_gemm.py", ""),
-            "copy_peer_4gpus_h200": ("copy_peer.py", ""), "collective_gemm_4gpus_h200": ("collective_gemm.py", "")}
+            "copy_peer_4gpus_h200": ("copy_peer.py", ""), "collective_gemm_4gpus_h200": ("collective_gemm.py", ""),
+            "attention_paged_h200": ("attention_paged.py", "--name attention_paged_h200")}
 
 
 def _not_measured(name: str) -> str:

@@ -3,8 +3,7 @@
 over the peer path, or peer buffers already mapped here, such as torch symmetric memory's views).
 
 The peers' shards come by TMA (``plan_copy``'s pulling kernel, on ``copy_blocks`` SMs of a side stream) into a
-gathered A on this GPU, and the own shard by the copy engine (a local copy that takes no SM, beside the pulls),
-while the GEMM of part of this GPU's own shard runs on the other SMs; once every shard has
+gathered A on this GPU, while the GEMM of part of this GPU's own shard runs on the other SMs; once every shard has
 arrived (an event) one GEMM of the rest of the gathered A runs on every SM (two for a rank in the middle, whose
 own rows sit inside the gathered A: the second on the side stream, beside the first). How many own rows go beside
 the pulls is a turn model's choice (``choose_overlap``): more launches, each with a part-empty last wave, can cost
@@ -33,7 +32,7 @@ _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s
 # on those blocks at about 1.5 TB/s, a GEMM turn of 128 x 256 x K tiles at about 6 TFLOP/s per SM (806 TFLOP/s
 # measured at 8192 x 8192 x 8192, whole turns, on 132 SMs).
 _PULL_BYTES_PER_S = 350e9
-_LOCAL_BYTES_PER_S = 1.5e12  # the own shard's copy-engine copy, beside the pulls
+_LOCAL_BYTES_PER_S = 1.5e12
 _FLOPS_PER_SM = 6.0e12
 _ROW_STEP = 256  # whole 2-CTA cluster rows of 128-row tiles
 
@@ -48,7 +47,7 @@ def choose_overlap(rows: list[int], own: int, n: int, k: int, itemsize: int, sms
     the gathered A on every SM: the count (0, or a multiple of _ROW_STEP up to the shard) the turn model finds
     fastest. 0 is the plain all-gather then GEMM, best where the pulls are short against a turn."""
     total, mine = sum(rows), rows[own]
-    pulls = max((total - mine) * k * itemsize / _PULL_BYTES_PER_S, mine * k * itemsize / _LOCAL_BYTES_PER_S)
+    pulls = (total - mine) * k * itemsize / _PULL_BYTES_PER_S + mine * k * itemsize / _LOCAL_BYTES_PER_S
     best, best_t = 0, pulls + gemm_seconds(total, n, k, sms)
     for h in list(range(_ROW_STEP, mine, _ROW_STEP)) + [mine]:
         # a middle rank's two rest pieces run on two streams, the second's CTAs filling the first's last wave
@@ -109,28 +108,18 @@ class AllGatherGemmPlan:
     def __init__(self, device: int, stream: Any, out: Any, gathered: Any, flops: float):
         self.device, self.out, self.gathered, self.flops = device, out, gathered, flops
         self.overlap_rows = 0
-        self._stream, self._side, self._engine = as_stream(stream, device=device), Stream(device), Stream(device)
-        self.local: tuple = ()  # (gathered rows, own shard, bytes): the copy engine's copy, on its own stream
-        self.copies: list = []  # the peers' pulls, on the side stream
+        self._stream, self._side = as_stream(stream, device=device), Stream(device)
+        self.copies: list = []  # the own shard's copy into gathered, then the peers' pulls, on the side stream
         self.beside: list = []  # the GEMM run beside the copies (the own shard's part)
         self.after: list = []  # the GEMM of the rest of the gathered A, once every copy is done, on the stream
         self.after_side: list = []  # a middle rank's second rest piece: on the side stream, after the copies
         self._start, self._copied = Event(device, timing=False), Event(device, timing=False)
-        self._joined, self._local_done = Event(device, timing=False), Event(device, timing=False)
+        self._joined = Event(device, timing=False)
 
     def __call__(self) -> Any:
         self._side.wait(self._start.record(self._stream))  # the copies follow earlier work on the stream
-        if self.local:
-            # Profiled on two H200s (4096 x 14336 x 8192 a rank, a43de86): the own shard's copy by TMA on the
-            # pulls' 16 SMs took 103 us before the pull began; by the copy engine it runs beside the pulls.
-            self._engine.wait(self._start)
-            with _driver.context_for(self.device):
-                _driver.call("cuMemcpyDtoDAsync", *self.local, self._engine.raw)
-            self._local_done.record(self._engine)
         for copy in self.copies:
             copy()
-        if self.local:
-            self._side.wait(self._local_done)  # after the pulls are queued: _copied covers both
         self._copied.record(self._side)
         for gemm in self.beside:
             gemm()
@@ -145,10 +134,9 @@ class AllGatherGemmPlan:
 
     def close(self) -> None:
         """Release the side stream and the events now (garbage collection does it otherwise)."""
-        for e in (self._start, self._copied, self._joined, self._local_done):
+        for e in (self._start, self._copied, self._joined):
             e.close()
         self._side.close()
-        self._engine.close()
 
 
 def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, rank: int | None = None,
@@ -240,9 +228,7 @@ def plan_all_gather_gemm(a_shards: Sequence[Any], b: Any, out: Any = None, *, ra
     starts = [sum(rows[:i]) for i in range(len(rows))]
     beside = sms - copy_blocks  # the SMs a GEMM has while the copies run
     mine = rows[own]
-    if mine:
-        plan.local = (rows_of(gv, starts[own], mine).ptr, views[own].ptr, mine * k * first.itemsize)
-    for r in ring_order(own, len(views)):
+    for r in [own] + ring_order(own, len(views)):  # the own shard into the gathered A first (local, short)
         if rows[r]:
             plan.copies.append(plan_copy(rows_of(gv, starts[r], rows[r]), views[r], blocks=copy_blocks,
                                          stream=plan._side, checked=checked))

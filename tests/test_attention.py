@@ -364,14 +364,19 @@ def test_grouped_query_heads_read_their_kv_head(backend, h, hkv, d, sq, sk, caus
     ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim), causal,
                                1.0 / math.sqrt(d), layout)
     for run in range(3):
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        plan()
-        torch.cuda.synchronize()
-        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"seed {seed} run {run}: NaN"
-        rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
-        assert rel < (1e-2 if dtype == "bfloat16" else 3e-3), f"seed {seed} run {run}: relative error {rel:.3g}"
-        torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"seed {seed}: lse {m}")
+        _poisoned_run_matches(torch, plan, out, lse, ref_o, ref_lse, dtype, f"seed {seed} run {run}")
+
+
+def _poisoned_run_matches(torch, plan, out, lse, ref_o, ref_lse, dtype: str, where: str) -> None:
+    """Run the plan on NaN-poisoned out and lse; both written everywhere and close to the float32 reference."""
+    out.fill_(float("nan"))
+    lse.fill_(float("nan"))
+    plan()
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"{where}: NaN"
+    rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
+    assert rel < (1e-2 if dtype == "bfloat16" else 3e-3), f"{where}: relative error {rel:.3g}"
+    torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"{where}: lse {m}")
 
 
 # (B, H, H_kv, D, Sq, Sk, layout, dtype): few work tiles and long keys, so the keys are split (flash-decoding)
@@ -423,14 +428,7 @@ def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype)
             plan(q, k, v, out, lse=lse)
         ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim),
                                    False, 1.0 / math.sqrt(d), layout)
-        out.fill_(float("nan"))
-        lse.fill_(float("nan"))
-        plan()
-        torch.cuda.synchronize()
-        assert not torch.isnan(out).any() and not torch.isnan(lse).any(), f"seed {seed} run {run}: NaN"
-        rel = ((out.float() - ref_o).norm() / ref_o.norm()).item()
-        assert rel < (1e-2 if dtype == "bfloat16" else 3e-3), f"seed {seed} run {run}: relative error {rel:.3g}"
-        torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"seed {seed}: lse {m}")
+        _poisoned_run_matches(torch, plan, out, lse, ref_o, ref_lse, dtype, f"seed {seed} run {run}")
 
 
 def _sweep(n_cases: int, seed: int) -> list[dict]:

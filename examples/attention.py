@@ -131,13 +131,13 @@ def packed(args: argparse.Namespace, torch, F) -> int:
     return 0 if ok else 1
 
 
-def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.OpDescription:
+def describe(args: argparse.Namespace, arch: object, backend: str) -> tmakit.ops.AttentionDescription:
     return tmakit.ops.describe_attention(args.batch, args.heads, args.seqlen, args.dim, kv_seqlen=args.kv_seqlen,
                                          kv_heads=args.kv_heads, causal=args.causal, dtype=args.dtype,
                                          layout=args.layout, arch=arch, backend=backend)
 
 
-def show_plan(plan: tmakit.ops.OpDescription, args: argparse.Namespace) -> None:
+def show_plan(plan: tmakit.ops.AttentionDescription, args: argparse.Namespace) -> None:
     """The variant's tile plan, shared-memory budget, maps and compile (no GPU needed)."""
     cfg = plan.config
     print(f"\n== backend {plan.backend}, compiled for {plan.compile_arch}: {cfg.entry}")
@@ -150,6 +150,12 @@ def show_plan(plan: tmakit.ops.OpDescription, args: argparse.Namespace) -> None:
               f"swizzle {tm.swizzle.name}, {tm.box_bytes} bytes per box")
     if not plan.maps:
         print("  cp.async path: each thread copies 16-byte chunks into the same 128B-swizzled slabs of 64 columns")
+    if plan.packed:
+        print(f"  decode: the {args.heads // args.kv_heads} query heads of each K/V head are one tile's rows "
+              "(q and out seen as (B, H_kv, group, D))")
+    if plan.kv_splits != 1:
+        print(f"  keys split into {plan.kv_splits or 'a per-GPU number of'} ranges (few tiles, few query rows), "
+              "then combined by tmakit_attention_combine")
     code = tmakit.compile_cuda(plan.source, arch=plan.compile_arch, defines=plan.defines)
     print(f"  compiled: {len(code.code)} bytes of cubin, entries {code.entry_names()}")
 

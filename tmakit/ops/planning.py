@@ -165,8 +165,8 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     layout = _attention._parse_layout(layout)
     choice = choose_backend(backend, arch=arch)
     limit = _attention.shared_mem_limit(choice.arch, None)
-    cfg = _attention.default_config(choice.backend, d, name == "bfloat16", block_n=block_n, stages=stages, warps=warps,
-                                    shared_mem_limit=limit, sq=sq)
+    cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
+                                    stages=stages, warps=warps, shared_mem_limit=limit, sq=sq)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)
     packed = _attention.packs_query_heads(sq, h, hkv, causal)

@@ -82,6 +82,11 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
     todo = [(s, "named", "all-gather") for s in GATHER] + [(s, "sweep", "all-gather") for s in _draw(args.seed, args.sweep)]
     todo += [(s, "named", "reduce-scatter") for s in SCATTER] + [(s, "sweep", "reduce-scatter")
                                                                  for s in _draw(args.seed + 1, args.sweep)]
+    from rich.progress import Progress
+
+    progress = Progress(transient=True, disable=rank != 0)  # rank 0 shows the run's progress
+    progress.start()
+    task = progress.add_task(f"{world} GPUs: all-gather and reduce-scatter GEMMs", total=len(todo))
     for (m, n, k), which, op in todo:
         flops = 2.0 * world * m * n * k
         reps = max(1, min(10, int(2e13 / flops)))
@@ -160,10 +165,12 @@ def _rank_main(rank: int, world: int, port: int, args, queue) -> None:
         dist.all_reduce(ok_all, op=dist.ReduceOp.MIN)
         row["ok"] = bool(ok_all.item())
         if rank == 0:
-            print({key: row[key] for key in ("op", "set", "shape", "TFLOP/s", "x nccl+cuBLAS", "x fused", "ok")},
-                  flush=True)
+            progress.console.print({key: row[key] for key in ("op", "set", "shape", "TFLOP/s", "x nccl+cuBLAS",
+                                                              "x fused", "ok")})
             rows.append(row)
+        progress.advance(task)
         torch.cuda.empty_cache()
+    progress.stop()
     if rank == 0:
         queue.put(rows)
     dist.destroy_process_group()

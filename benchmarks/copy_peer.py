@@ -56,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
         sync()
         return (time.perf_counter() - t0) / reps
 
+    from rich.progress import Progress
+
     rows = []
+    progress = Progress(transient=True)
+    progress.start()
+    task = progress.add_task("copies and transposes between GPUs", total=len(SIZES_MIB) * len(pairs))
     for mib in SIZES_MIB:
         n = mib << 20
         for dst_dev, src_dev in pairs:
@@ -100,10 +105,12 @@ def main(argv: list[str] | None = None) -> int:
                    "transpose GB/s": round(n / tt / 1e9, 1), "transpose x torch copy": round(tp / tt, 3),
                    "push transpose GB/s": round(n / ttq / 1e9, 1), "push transpose x torch copy": round(tp / ttq, 3),
                    "ok": ok and ok_push and ok_t}
-            print(row, flush=True)
+            progress.console.print(row)
             rows.append(row)
+            progress.advance(task)
             del src, dst, plan, push, tsrc, tdst, tplan, tpush
             torch.cuda.empty_cache()
+    progress.stop()
     notes = ["tmakit: plan_copy on dst's GPU, TMA bulk copies pulling src over NVLink (peer access enabled); push: "
              "plan_copy(across='push') on src's GPU, writing dst over NVLink; torch: dst.copy_(src); transpose: "
              "plan_transpose of the same bytes as 1031 x (n / 4124) int32 on dst's GPU, src read over NVLink (push: "

@@ -433,6 +433,9 @@ def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype)
         ref_o, ref_lse = reference(q, k.repeat_interleave(h // hkv, hdim), v.repeat_interleave(h // hkv, hdim),
                                    False, 1.0 / math.sqrt(d), layout)
         _poisoned_run_matches(torch, plan, out, lse, ref_o, ref_lse, dtype, f"seed {seed} run {run}")
+    workspace = plan._splits_workspace
+    plan.close()  # frees the workspace and the tile counter once the launches are done
+    assert workspace.closed and plan._counter.closed
 
 
 def _sweep(n_cases: int, seed: int) -> list[dict]:

@@ -584,6 +584,14 @@ class AttentionPlan(PersistentTiles):
             self._combine()
         return self.out, self.lse
 
+    def close(self) -> None:
+        """Free the tile counter and the key splits' workspace now, once the plan's launches are done (the stream
+        is synchronised first); garbage collection does it otherwise. The plan is not run again after."""
+        wait_for_stream(self._stream)
+        for owned in (self._counter, self._splits_workspace):
+            if owned is not None:
+                owned.close()
+
 
 def launch_grid(tiles: tuple[int, int, int], cfg: AttentionConfig, device: int | None) -> tuple[int, int, int]:
     """tma: a persistent grid, at most one CTA per SM, walking the work tiles (m_block, head, batch); cp.async: one

@@ -600,15 +600,15 @@ def test_transpose_exact_with_128_row_tiles(dtype, backend, blocks):
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("blocks", [None, 2], ids=["block_per_tile", "two_blocks"])
 def test_transpose_split_turn_is_exact(blocks):
-    """1-byte rows with both pitches odd (16 source row classes, row-sector runs): the tile is turned in two
-    halves, the upper half's images in the stage rows the lower half read, which fits three blocks per SM. One
+    """1-byte rows with both pitches odd (16 source row classes, row-sector runs) in 256-row tiles: the tile is
+    turned in two halves, the upper half's images in the stage rows the lower half read, which fits three blocks per SM. One
     block per tile, and two blocks walking all the tiles (a stage reused after its images were stored): the same
     bytes as numpy, at interior and edge tiles."""
     rng, seed = _rng()
     for shape in [(1031, 523), (515, 263), (2049, 1025)]:
         host = _random_array(rng, shape, np.uint8)
         with _device(host) as src, _poisoned(shape[::-1], np.uint8) as dst:
-            plan = ops.plan_transpose(dst, src, backend="tma", max_blocks=blocks)
+            plan = ops.plan_transpose(dst, src, backend="tma", max_blocks=blocks, tile_plan=ops.TilePlan.of(256))
             chosen = plan.result.tile_plan
             assert chosen.split_turn(True, 16) and plan.result.sectors.row_sectors, plan.result
             # a 42 KiB stage, 22 KiB of extended rows (half the images, their prefix chunks and one chunk twice), 1 KiB

@@ -136,15 +136,19 @@ def _rows_for(esize, classes, row_sectors=False):
     return 3 * 256 + (1 if row_sectors else 0 if classes == 1 else 16 // esize)
 
 
-CASES = [pytest.param(e, c, False, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8) for c in (1, 2)]
+# (element bytes, dst row classes, row-sector runs, backend, tile rows): both tile heights on the TMA path (128, its
+# default; 256)
+CASES = [pytest.param(e, c, False, "tma", t, marks=pytest.mark.requires_sm90)
+         for e in (1, 2, 4, 8) for c in (1, 2) for t in (128, 256)]
 # row-sector runs (dst pitch odd): extended rows; the packed prefix's stores (chunks 0 and 1) are left out
-CASES += [pytest.param(e, 1, True, "tma", marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8)]
-CASES += [pytest.param(e, 2, False, "cp.async", marks=pytest.mark.requires_sm80) for e in (1, 8)]
+CASES += [pytest.param(e, 1, True, "tma", t, marks=pytest.mark.requires_sm90) for e in (1, 2, 4, 8) for t in (128, 256)]
+CASES += [pytest.param(e, 2, False, "cp.async", 256, marks=pytest.mark.requires_sm80) for e in (1, 8)]
 
 
 @pytest.mark.requires_gpu
-@pytest.mark.parametrize("esize,classes,row_sectors,backend", CASES)
-def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, classes, row_sectors, backend):
+@pytest.mark.parametrize("esize,classes,row_sectors,backend,tile_rows", CASES)
+def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, classes, row_sectors, backend,
+                                                          tile_rows):
     from tmakit.device_array import DeviceArray
 
     modules = _traced_kernels(monkeypatch)
@@ -154,7 +158,7 @@ def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, cla
     host = rng.integers(0, 256, size=rows * cols * esize, dtype=np.uint8).view(dtype).reshape(rows, cols)
     poison = np.full((cols, rows * esize), 0xA5, np.uint8).view(dtype)
     with DeviceArray.from_host(host) as src, DeviceArray.from_host(poison) as dst:
-        plan = ops.plan_transpose(dst, src, backend=backend)
+        plan = ops.plan_transpose(dst, src, backend=backend, tile_plan=ops.TilePlan.of(tile_rows))
         assert plan.result.sectors.classes == classes and plan.result.sectors.row_sectors == row_sectors, plan.result
         plan()
         _driver.call("cuCtxSynchronize")
@@ -168,14 +172,16 @@ def test_transpose_turn_is_bank_conflict_free_on_the_gpu(monkeypatch, esize, cla
     assert len(loads) > 0 and len(stores) > 0
     if classes == 2:  # the prefix's round: one micro-block row in 8 works (4 lanes of a warp)
         assert any(sum(x is not None for x in lanes) == 4 for _, _, lanes in loads), "no prefix load was recorded"
-    if row_sectors:  # the packed prefix: its loads read the prefix box, after the tile's 32 KiB in the stage
+    tile_bytes = tile_rows * 128  # the tile's rows in the stage (32 KiB of 256 rows)
+    if row_sectors:  # the packed prefix: its loads read the prefix box, after the tile's rows in the stage
         stage = min(a for _, _, lanes in loads for a in lanes if a is not None) & ~0x3FF
-        assert any(min(a for a in lanes if a is not None) >= stage + 32768 for _, _, lanes in loads), \
+        assert any(min(a for a in lanes if a is not None) >= stage + tile_bytes for _, _, lanes in loads), \
             "no prefix load was recorded"
-    if row_sectors:  # the packed prefix's stores into chunks 0 and 1 of the extended rows (after the stage, 36 KiB)
-        stride = (256 // (16 // esize) + 2) * 16
+    if row_sectors:  # the packed prefix's stores into chunks 0 and 1 of the extended rows (after the stage and its
+        # two prefix chunks: 36 KiB with 256 rows)
+        stride = (tile_rows // (16 // esize) + 2) * 16
         prefix_stores = [lanes for _, _, lanes in stores
-                         if all((a - stage - 36864) % stride < 32 for a in lanes if a is not None)]
+                         if all((a - stage - tile_bytes - 4096) % stride < 32 for a in lanes if a is not None)]
         assert prefix_stores, "no prefix store was recorded"
         stores = [a for a in stores if a[2] not in prefix_stores]
         accesses = [a for a in accesses if a[0] == "load" or a[2] not in prefix_stores]

@@ -421,6 +421,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     if across not in ("pull", "push"):
         raise InvalidArgumentError("across", across, 'must be "push" (src\'s GPU writes dst) or "pull" (dst\'s GPU '
                                    'reads src)', 'leave it at "push"')
+    local = d.device == s.device
     d, s = across_gpus(d, s, across)
     promotion = None  # "auto": decided with the source row classes below
     if not (isinstance(l2_promotion, str) and l2_promotion.lower() == "auto"):
@@ -437,9 +438,11 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
         raise InvalidArgumentError("source_row_classes", source_row_classes, "must be True or False",
                                    "pass True to read odd source pitches through TMA row classes")
     limit = device_limits(s.device).smem_per_block_optin
+    # across GPUs the 256-row tiles stay first: the 128-row preference was measured on local transposes only
     result, layout, promotion = decide_transpose(d, s, choice, limit, tile_plan=tile_plan,
                                                  align_sectors=align_sectors, promotion=promotion,
-                                                 source_row_classes=source_row_classes, device=s.device)
+                                                 source_row_classes=source_row_classes, device=s.device,
+                                                 short_tiles=local)
     choice, chosen = result.backend, result.tile_plan
     shared_mem = chosen.shared_mem_for(layout.sectors.shifted != 0, layout.sectors.row_sectors, esize, layout.classes)
     tiles_r, tiles_c = result.tiles
@@ -484,11 +487,11 @@ def kernel_defines(result: TransposeResult, layout: _Layout, esize: int, evictio
 def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: int, *,
                      tile_plan: TilePlan | None = None, align_sectors: bool = True,
                      promotion: L2Promotion | None = None, source_row_classes: bool = True, device: int | None = None,
-                     arch: Any = None) -> tuple[TransposeResult, _Layout, L2Promotion]:
+                     arch: Any = None, short_tiles: bool = True) -> tuple[TransposeResult, _Layout, L2Promotion]:
     """What ``plan_transpose`` decides from the buffers' geometry and addresses, a block's shared-memory ``limit``
     and the backend ``choice``: (the result it records, the layout, the source's L2 promotion). The plan calls
     it on the GPU; ``tmakit.ops.describe_transpose`` calls it without one (``arch=``), so both decide alike.
-    ``promotion`` None is "auto"."""
+    ``promotion`` None is "auto"; ``short_tiles``: the TMA path's 128-row tiles first (False, across GPUs: 256)."""
     rows, cols = s.shape
     esize = s.itemsize
     reason = choice.reason
@@ -518,7 +521,7 @@ def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: i
         log.info("tmakit.ops.transpose: %s", reason)
     prefix, row_sectors = layout.sectors.shifted != 0, layout.sectors.row_sectors
     candidates = (tile_plan,) if tile_plan is not None else (
-        TMA_TILE_PLANS if choice.backend is Backend.TMA else DEFAULT_TILE_PLANS)
+        TMA_TILE_PLANS if choice.backend is Backend.TMA and short_tiles else DEFAULT_TILE_PLANS)
     chosen = choose_tile_plan(limit, prefix, candidates, "tile_plan" if tile_plan is not None else "device", row_sectors,
                               esize, layout.classes)
     tiles = tile_grid(rows, cols, esize, chosen.rows, prefix, layout.lead, row_sectors)

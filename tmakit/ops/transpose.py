@@ -3,8 +3,8 @@
 The source is read in tiles of 128 or 256 rows by 128 bytes (128B swizzle; ``TMA_TILE_PLANS``,
 ``DEFAULT_TILE_PLANS``) through the one-source box load, turned with bank-conflict-free shared-memory accesses,
 and written as 128B-swizzled boxes through the one-source box store (a TMA store on sm_90, whole-line plain
-stores on the cp.async path). TMA describes an array whose
-base is 16-byte aligned and whose row pitch is a multiple of 16 bytes. Other pitches, on sm_90:
+stores on the cp.async path). TMA describes an array whose base is 16-byte aligned and whose row pitch is a
+multiple of 16 bytes. Other pitches, on sm_90:
 - src: a pitch that is not a multiple of 16 bytes on an aligned base is read as super-rows of
   k = 16/gcd(pitch, 16) rows (``source_classes``: one TMA box per row class, each row the aligned 16-byte
   window around it, shifted into place in shared memory);

@@ -77,6 +77,8 @@ def test_describe_attention_says_how_a_decode_packs_and_splits():
     assert not prefill.packed and prefill.kv_splits == 1
     with pytest.raises(tmakit.InvalidArgumentError, match="causal=1: must be True or False"):
         ops.describe_attention(1, 1, 8, 64, causal=1)
+    with pytest.raises(tmakit.InvalidArgumentError, match=r"sms=0: must be an int >= 1; fix: pass e.g. sms=132"):
+        ops.describe_attention(1, 1, 8, 64, sms=0)
 
 
 def test_describe_attention_fits_the_key_tile_to_the_architecture():

@@ -32,9 +32,9 @@ _DEFAULT_ARCH = "sm_90"  # as a GPU reports it (the compile target is sm_90a: Op
 _attention, _gemm, _transpose = (sys.modules[f"{__package__}.{m}"] for m in ("attention", "gemm", "transpose"))
 
 
-def _positive(name: str, value: Any, lo: int = 1) -> int:
+def _positive(name: str, value: Any, lo: int = 1, example: int = 4096) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__") or int(value.__index__()) < lo:
-        raise InvalidArgumentError(name, value, f"must be an int >= {lo}", f"pass e.g. {name}=4096")
+        raise InvalidArgumentError(name, value, f"must be an int >= {lo}", f"pass e.g. {name}={example}")
     return int(value.__index__())
 
 
@@ -158,7 +158,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
                                    "query heads", f"pass a divisor of {h}")
     d = _positive("head_dim", head_dim)
     sk = _positive("kv_seqlen", kv_seqlen) if kv_seqlen is not None else sq
-    sms = _positive("sms", sms) if sms is not None else None
+    sms = _positive("sms", sms, example=132) if sms is not None else None  # a GPU's SM count
     if not isinstance(causal, bool):
         raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
     name = _half(dtype)

@@ -375,8 +375,7 @@ def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: li
                                        "pass an aligned tensor")
     limit = shared_mem_limit(choice.arch, device)
     cfg = default_config(choice.backend, head_dim, views[0][0].dtype_name == "bfloat16", causal=causal,
-                         block_n=block_n,
-                         stages=stages, shared_mem_limit=limit, sq=sq)
+                         block_n=block_n, stages=stages, shared_mem_limit=limit, sq=sq)
     check_config(cfg, limit)
     return choice, cfg, float(scale)
 

@@ -98,11 +98,9 @@ class TilePlan:
 # overlapping each other's loads, turns and stores (a persistent grid walking the tiles through a ring of stages
 # was slower: docs/PERFORMANCE.md). The tiles are ordered in whole columns where they fit 64 KiB runs of dst
 # (run_bytes); 256-row tiles write dst in runs of 256*E bytes; the 128-row plan is for smaller limits on the
-# cp.async path. The TMA path takes 128-row tiles first (TMA_TILE_PLANS): measured against 256 rows in one run on
-# each card (benchmarks/copy_bandwidth.py's shapes and worst sweep cases, vs torch's copy), 128 rows were never
-# slower beyond noise (-0.004 at 1 GiB aligned) and up to 0.15 faster on odd pitches and short sides (H100:
-# 311x62761 1 B 0.21x -> 0.31x, 2053x2053 4 B 0.52x -> 0.66x, 10007x10009 2 B 0.86x -> 0.89x; H200: 567x53675
-# 4 B 0.49x -> 0.66x): a tile row of 128 wastes less past a short side, and more, smaller blocks stay resident.
+# cp.async path. The TMA path takes 128-row tiles first (TMA_TILE_PLANS): on both Hopper cards they were never
+# slower than 256 rows and up to 0.15 of copy speed faster on odd pitches and short sides, where a 128-row tile
+# leaves less of its row empty and more, smaller blocks stay resident (docs/PERFORMANCE.md, Copy and transpose).
 # ``plan_transpose(tile_plan=...)`` picks another.
 DEFAULT_TILE_PLANS = (TilePlan.of(256), TilePlan.of(128))
 TMA_TILE_PLANS = (TilePlan.of(128), TilePlan.of(256))

@@ -209,15 +209,13 @@ def test_decode_packs_the_query_heads_of_each_kv_head() -> None:
     and row arguments, q's and out's maps); otherwise the geometry as given."""
     from tmakit.arrays import ArrayView
 
-    class Tiles(attn_mod.PersistentTiles):
-        def __init__(self, sq, heads, kv_heads, causal):
-            self.config = attn_mod.default_config(Backend.TMA, 128)
-            self.sq, self.heads, self.kv_heads, self.batch, self.causal, self.device = sq, heads, kv_heads, 3, causal, 0
+    def work(sq, heads, kv_heads, causal):  # the plans' tile decisions, without a device
+        return attn_mod.TileGeometry(attn_mod.default_config(Backend.TMA, 128), 3, heads, kv_heads, sq, causal)
 
-    plan = Tiles(1, 32, 8, False)
+    plan = work(1, 32, 8, False)
     assert plan.packed and plan.tiles == (1, 8, 3) and plan.kernel_geometry() == (8, 4, 1)
-    assert Tiles(1, 256, 1, False).tiles == (2, 1, 3)  # 256 query heads: two 128-row tiles
-    for unpacked in (Tiles(1, 32, 8, True), Tiles(2, 32, 8, False), Tiles(1, 8, 8, False)):
+    assert work(1, 256, 1, False).tiles == (2, 1, 3)  # 256 query heads: two 128-row tiles
+    for unpacked in (work(1, 32, 8, True), work(2, 32, 8, False), work(1, 8, 8, False)):
         assert not unpacked.packed and unpacked.kernel_geometry() == (unpacked.heads, unpacked.sq, unpacked.heads // unpacked.kv_heads)
     for layout, shape in (("bshd", (3, 1, 32, 128)), ("bhsd", (3, 32, 1, 128))):
         q = ArrayView(0x100000, shape, (32 * 256, 32 * 256, 256, 2) if layout == "bshd" else (32 * 256, 256, 256, 2),

@@ -448,13 +448,17 @@ class PersistentTiles:
         m, h, b = self.tiles
         return launch_grid((m * self.kv_splits, h, b), self.config, self.device)
 
+    def splits_for(self, keys: int, sms: int) -> int:
+        """The key splits ``choose_kv_splits`` gives these work tiles with ``keys`` keys a tile (at most) on
+        ``sms`` SMs (what ``split_keys`` plans, and ``describe_attention`` says without a GPU)."""
+        m, h, b = self.tiles
+        return choose_kv_splits(m * h * b, -(-keys // self.config.block_n), sms, self.causal, self.kernel_geometry()[1])
+
     def split_keys(self, keys: int, kernel_of: Any) -> None:
         """Choose ``kv_splits`` for ``keys`` keys a work tile (at most) and, above 1, allocate the splits' fp32
         workspace (O and lse per split and query row) and the combine kernel (``kernel_of(entry)``)."""
-        m, h, b = self.tiles
         heads, rows, _ = self.kernel_geometry()
-        self.kv_splits = choose_kv_splits(m * h * b, -(-keys // self.config.block_n), sm_count(self.device),
-                                          self.causal, rows)
+        self.kv_splits = self.splits_for(keys, sm_count(self.device))
         if self.kv_splits > 1:
             self._split_rows = self.batch * heads * rows
             self._splits_workspace = DeviceArray.empty((self.kv_splits * self._split_rows * (self.head_dim + 1),),
@@ -480,6 +484,14 @@ class PersistentTiles:
         return self._combine_kernel.bind(part_o, part_lse, self.kv_splits, self._split_rows, heads, rows, o4.ptr,
                                          sb, sh, ss, lse, grid=(blocks, 1, 1), block=(256, 1, 1), stream=stream,
                                          checked=False)  # no barrier to bound
+
+
+class TileGeometry(PersistentTiles):
+    """The work tiles of a problem without a plan (``describe_attention``): the same decisions, no device."""
+
+    def __init__(self, config: AttentionConfig, batch: int, heads: int, kv_heads: int, sq: int, causal: bool):
+        self.config, self.batch, self.heads, self.kv_heads, self.sq, self.causal = (config, batch, heads, kv_heads,
+                                                                                     sq, causal)
 
 
 class DeviceMapsPlan(PersistentTiles):

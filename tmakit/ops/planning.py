@@ -169,14 +169,13 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
                                     stages=stages, warps=warps, shared_mem_limit=limit, sq=sq)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)
-    packed = _attention.packs_query_heads(sq, h, hkv, causal)
-    rows, kernel_heads = (h // hkv, hkv) if packed else (sq, h)
+    work = _attention.TileGeometry(cfg, b, h, hkv, sq, causal)  # the plans' own tile decisions
+    packed = work.packed
     splits: int | None = 1
     maps: tuple = ()
     if choice.backend is Backend.TMA:
-        tiles = -(-rows // cfg.block_m) * kernel_heads * b
         sms = sms or _sm_count(choice.arch)
-        splits = _attention.choose_kv_splits(tiles, -(-sk // cfg.block_n), sms, causal, rows) if sms else None
+        splits = work.splits_for(sk, sms) if sms else None
 
         def tensor(s: int, heads: int) -> ArrayView:
             return _attention._bhsd_view(_view((b, heads, s, d) if layout == "bhsd" else (b, s, heads, d), 2, name),

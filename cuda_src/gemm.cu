@@ -17,7 +17,8 @@
 //                  producers of every CTA of the cluster. Epilogue: 128-byte-wide swizzled slabs through the
 //                  warpgroup's StorePipeline (two slab buffers), each slab a TMA store (clipped at the edges of C):
 //                  a 16-bit output without beta staged by stmatrix; with beta C's slab is first loaded by TMA into
-//                  the buffer and read back in place; fp32 outputs by per-thread shared stores. With
+//                  the buffer and read back in place (the first slab under the tile's mainloop, each next one
+//                  while its predecessor is computed); fp32 outputs by per-thread shared stores. With
 //                  TMAKIT_GEMM_STORE_ADD the slabs go out as TMA reduce-adds (C += the slab, atomic per element:
 //                  several GEMMs, on this GPU or on peers writing over NVLink, may add into one C).
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
@@ -184,6 +185,7 @@ constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte
 constexpr int kSlabs = kBN / kSlabCols;
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
 constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
+static_assert(kSlabs % 2 == 0, "an even number of slabs a tile: each tile's slab s uses buffer s % 2");
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
@@ -214,6 +216,20 @@ __device__ __forceinline__ GroupedUnit grouped_unit(int u, const int* tile_start
   g.tiles_m = (tile_start[lo + 1] - tile_start[lo]) / tiles_n;
   return g;
 }
+
+// A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16: stored from
+// registers, element by element (measured on the H100: a TMA store clipped at such an N wrote the whole 16-byte
+// chunk, past column N into the row's padding). Every slab from there on is direct too.
+__device__ __forceinline__ bool slab_direct(int slab_n0, int N) {
+  return slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
+}
+
+// beta != 0: C's slab at (n0, row0) into a store buffer by TMA, completing on `bar` (the issuer alone).
+__device__ __forceinline__ void load_c_slab(Mbarrier& bar, uint8_t* buf, const TensorMapDesc* c_map, int n0,
+                                            int row0) {
+  bar.arrive_expect_tx(kSlabBytes);
+  cp_async_bulk_tensor_g2s<2>(buf, c_map, Coords{{n0, row0, 0, 0, 0}}, bar);
+}
 }  // namespace gemm
 #endif  // TMAKIT_USE_TMA
 
@@ -232,10 +248,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   Ring& ring = *reinterpret_cast<Ring*>(epi + kEpilogueBytes);
   // Grouped: each consumer warpgroup's C map is edited in shared memory (128-byte aligned) and published to its own
   // slot c_maps[2 * blockIdx.x + consumer]; the groups' first units and row ends follow.
-  // Each consumer warpgroup's barrier for the C slabs it loads by TMA (beta != 0), after the ring.
+  // The barriers of the C slabs the consumer warpgroups load by TMA (beta != 0), one per slab buffer: consumer 0's
+  // two, then consumer 1's; after the ring.
   Mbarrier* c_full = reinterpret_cast<Mbarrier*>(epi + kEpilogueBytes + sizeof(Ring));
   TensorMapDesc* c_edit = reinterpret_cast<TensorMapDesc*>(
-      epi + kEpilogueBytes + ((sizeof(Ring) + 2 * sizeof(Mbarrier) + 127) / 128) * 128);
+      epi + kEpilogueBytes + ((sizeof(Ring) + 4 * sizeof(Mbarrier) + 127) / 128) * 128);
   int* tile_start = reinterpret_cast<int*>(c_edit + 2);
   int* row_end = tile_start + groups + 1;
 
@@ -269,8 +286,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
   if (threadIdx.x == 0) {
-    c_full[0].init(1);
-    c_full[1].init(1);
+    for (int i = 0; i < 4; ++i) c_full[i].init(1);
     ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
     prefetch_tensormap(&map_a);
     prefetch_tensormap(&map_b);
@@ -331,7 +347,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     setmaxnreg_inc<kConsumerRegs>();
     const int consumer = wg - 1;
     StorePipeline<2> store(epi + consumer * 2 * kSlabBytes, kSlabBytes, NamedBarrier(1 + consumer, 128));
-    uint32_t c_phase = 0;  // the phase of c_full[consumer] the next C slab completes
+    uint32_t c_phase = 0;  // bit b: the phase of this warpgroup's barrier of buffer b that its next C slab completes
     // Every CTA of the cluster filled the stage (its share of B by multicast): release it to each of them.
     auto release = [&](const Ring::State& s) {
       if constexpr (kCluster > 1) ring.consumer_release_cluster(s, kCluster);
@@ -370,6 +386,15 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
+      const int row0 = m0 + consumer * 64;
+      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
+      // beta != 0: C's first slab goes into its store buffer now, under the mainloop; in the epilogue each next
+      // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues).
+      if (beta != 0.f && t == 0 && !slab_direct(n0, N)) {
+        uint8_t* first = store.reserve<0>();
+        if (consumer == 0) load_c_slab(c_full[0], first, c_map, n0, c_row0);
+        else load_c_slab(c_full[2], first, c_map, n0, c_row0);
+      }
       if constexpr (kFp8) {
         // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
         // scale_b: fp32 promotion every 128 of K, as the block scales require (DeepGEMM's recipe). Two partials
@@ -453,18 +478,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
-      const int row0 = m0 + consumer * 64;
-      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
           const int slab_n0 = n0 + s * kSlabCols;
-          // A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16:
-          // stored from registers, element by element (measured on the H100: a TMA store clipped at such an N
-          // wrote the whole 16-byte chunk, past column N into the row's padding).
-          const bool direct = slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
+          const bool direct = slab_direct(slab_n0, N);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
           if (!kOutF32 && beta == 0.f && !direct) {
             // C not read, a 16-bit output, staged whole: each warp's 16 rows x 64 columns by four stmatrix.x4
@@ -505,16 +525,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             // beta != 0: C's slab comes by TMA into the buffer (rows and columns past C read as zeros), and each
             // thread reads its values back where it then writes the result; fp32 outputs the same way.
             if (beta != 0.f) {
-              auto load_c_slab = [&](Mbarrier& bar) {  // each warpgroup its own barrier, named (not indexed)
-                if (t == 0) {  // the store issuer
-                  bar.arrive_expect_tx(kSlabBytes);
-                  cp_async_bulk_tensor_g2s<2>(buf, c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, bar);
-                }
-                bar.wait_parity(c_phase);
-              };
-              if (consumer == 0) load_c_slab(c_full[0]);
-              else load_c_slab(c_full[1]);
-              c_phase ^= 1u;
+              // Slab s's C is in flight to buf (issued a slab ahead, or under the mainloop for slab 0); the issuer
+              // first sends slab s + 1's into the other buffer, once the store that last read it is done.
+              const int b = s & 1;  // a constant once the loop is unrolled
+              if (t == 0 && s + 1 < kSlabs && !slab_direct(slab_n0 + kSlabCols, N)) {  // the store issuer
+                uint8_t* next = store.reserve<1>();
+                if (consumer == 0) load_c_slab(c_full[b ^ 1], next, c_map, slab_n0 + kSlabCols, c_row0);
+                else load_c_slab(c_full[2 + (b ^ 1)], next, c_map, slab_n0 + kSlabCols, c_row0);
+              }
+              if (consumer == 0) c_full[b].wait_parity((c_phase >> b) & 1u);  // each warpgroup its own barriers,
+              else c_full[2 + b].wait_parity((c_phase >> b) & 1u);            // named (not indexed)
+              c_phase ^= 1u << b;
             }
 #pragma unroll
             for (int j = 0; j < kSlabCols / 8; ++j) {

@@ -179,6 +179,7 @@ class Pipeline : PipelineBarriers<Stages, !(IsSame<Producer, CpAsyncBlockProduce
 //   store.publish();                    fence.proxy.async by every writer; the group syncs
 //   if (store.issuer()) cp_async_bulk_tensor_s2g(...buf...);   (or nothing: skipped, or written element-wise)
 //   store.commit();                     the issuer commits one bulk group (empty or not); the next buffer
+//   (the issuer may fill a later buffer by TMA first: reserve<Ahead>() waits for its last store's read)
 //   ...
 //   store.drain();                      the issuer waits until every store's global writes are done; the group syncs
 //                                       (drain_reads() instead at the kernel's end: only the buffers' reads)
@@ -201,6 +202,17 @@ class StorePipeline {
     }
     group_.sync();
     return buffers_ + index_ * buffer_bytes_;
+  }
+
+  // The buffer `Ahead` acquisitions on (0: the one acquire() hands out next), for the issuer alone to fill by TMA
+  // before its turn (C read ahead of an epilogue): the issuer waits until the store that last read it is done. No
+  // group sync: the group's own writes to it preceded that store (publish).
+  template <int Ahead>
+  __device__ __forceinline__ uint8_t* reserve() {
+    static_assert(Ahead >= 0 && Ahead < Buffers, "a buffer within the ring");
+    if constexpr (Async) cp_async_bulk_wait_group_read<Buffers - 1 - Ahead>();
+    const uint32_t i = (index_ + static_cast<uint32_t>(Ahead)) % static_cast<uint32_t>(Buffers);
+    return buffers_ + i * buffer_bytes_;
   }
 
   __device__ __forceinline__ void publish() {

@@ -73,8 +73,8 @@ class GemmConfig:
     @property
     def shared_mem(self) -> int:
         grouped = 128 + 2 * 128 + 8 * (self.groups + 1) if self.groups else 0  # C map edits, group tables
-        # the ring's FULL and EMPTY barriers, the consumers' two C-load barriers, alignment
-        return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 16 + 1024 + grouped
+        # the ring's FULL and EMPTY barriers, the consumers' C-load barriers (one a slab buffer), alignment
+        return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 32 + 1024 + grouped
 
     @property
     def defines(self) -> dict[str, int | str]:

@@ -84,7 +84,9 @@ class PagedAttentionPlan(DeviceMapsPlan):
         defines = {**cfg.defines, "TMAKIT_ATTN_PAGED": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)
-        self._maps_workspace = DeviceArray.zeros((2 * self.batch, 128), "uint8", device=device)
+        # 2 maps a sequence, then the order the launch walks the sequences in (B ints, the longest first)
+        self._maps_workspace = DeviceArray.zeros((2 * self.batch + -(-self.batch // 32), 128), "uint8",
+                                                 device=device)
         self._counter = tile_counter(device)
         # split by the table's capacity: a sequence of fewer key blocks than splits leaves some splits empty (their
         # lse -inf: weight 0 in the combine)

@@ -68,7 +68,7 @@ _SLAB = 64  # columns per 128-byte swizzled slab
 _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
 _THREE_CONSUMERS_ABOVE = 640  # tma, D=64: query rows above which 192-row tiles pay (default_config's docstring)
-_CAUSAL_WORK_RATIO = 1.125  # tma, D=64, causal: 192-row tiles up to this much more masked-block work (three_consumers)
+_EMPTIER_TILES = 0.05  # tma, D=64, causal: 128-row tiles where 192-row ones leave this share of S more rows empty
 
 
 @dataclass(frozen=True)
@@ -164,16 +164,15 @@ def descriptor_defines(cfg: AttentionConfig) -> dict[str, str]:
             "TMAKIT_ATTN_DESC_V": descriptor_define(v)}
 
 
-def three_consumers(head_dim: int, sq: int | None, causal: bool, block_n: int = 128) -> bool:
+def three_consumers(head_dim: int, sq: int | None, causal: bool) -> bool:
     """tma: 192-row tiles (three consumer warpgroups) at D = 64 above _THREE_CONSUMERS_ABOVE query rows, except
-    under a causal mask where the 192-row tiling's work (each tile's rows times the key blocks up to its last row)
-    exceeds the 128-row tiling's by more than _CAUSAL_WORK_RATIO (default_config's docstring)."""
+    under a causal mask where their last tile would be emptier than a 128-row tiling's by more than
+    _EMPTIER_TILES of the rows (default_config's docstring)."""
     if head_dim != 64 or (sq is not None and sq <= _THREE_CONSUMERS_ABOVE):
         return False
     if causal and sq is not None:
-        def work(rows: int) -> int:
-            return sum(rows * -(-min(end, sq) // block_n) for end in range(rows, sq + rows, rows))
-        return work(192) <= _CAUSAL_WORK_RATIO * work(128)
+        empty = lambda rows: -(-sq // rows) * rows - sq  # noqa: E731
+        return empty(192) - empty(128) <= _EMPTIER_TILES * sq
     return True
 
 
@@ -191,19 +190,17 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
     - D=256 (not tuned): tma 64 keys x 2 stages (192 KiB); cp.async 32 keys (128 KiB with 8 warps).
     - tma, D=64: three consumer warpgroups (192-row tiles, 16 warps) where the query length ``sq`` exceeds 640 rows
-      (1.02-1.39x two consumers at S 715-11012); two below (S 575: 0.98x; S 137-154 fill a 192-row tile poorly).
-      Under a causal mask, two where the 192-row tiling multiplies over 1.125x the key blocks' rows of the 128-row
-      one (its diagonal tiles are coarser): S 1024 (1.33x the work) 0.88x SDPA with two against 0.78x with three,
-      B4 and B16 H16; S 700 (1.14x) 0.97x against 0.93x; S 2048 (1.11x) and 4096 (1.09x) keep three: 0.91x /
-      0.96x against 0.90x / 0.94x. ncu at B6 H25 S755 (1.14x): the tensor pipe as busy as cuDNN's kernel (37% /
-      36% of active cycles) for 15% longer.
+      (1.02-1.39x two consumers at S 715-11012); two below (S 575: 0.98x; S 137-154 fill a 192-row tile poorly),
+      and two under a causal mask where the 192-row tiling leaves over 5% of the rows more empty than the 128-row
+      one (S 1024: 0.88x SDPA with two against 0.78x with three, B4 and B16 H16; S 2048 and 4096, 3% emptier,
+      keep three: 0.91x / 0.96x against 0.90x / 0.94x).
     """
     if backend is Backend.TMA:
         if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):
             raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
                                        "of 64 query rows) or, at D=64, 16 (three consumers: 160 registers each "
                                        "hold D=64's accumulators, not wider ones)", "leave warps out")
-        warps = warps or (16 if three_consumers(head_dim, sq, causal, block_n or 128) else 12)
+        warps = warps or (16 if three_consumers(head_dim, sq, causal) else 12)
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
         return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or (64 if head_dim == 256 else 128),
                                stages or (4 if head_dim == 64 else 2), warps)

@@ -338,8 +338,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     const int m_idx = t % m_blocks, hb = t / m_blocks;
     w.m0 = (causal ? m_blocks - 1 - m_idx : m_idx) * kBlockM;
     w.head = hb % heads, w.batch = hb / heads;
-    // Variable lengths or a paged cache: the sequences in the maps kernel's order, longest first, after the maps.
-    if constexpr (kVarlen) w.batch = reinterpret_cast<const int*>(seq_maps + 4 * batches)[w.batch];
+    // A paged cache: the sequences in the maps kernel's order, longest first (after the maps).
     if constexpr (kPaged) w.batch = reinterpret_cast<const int*>(seq_maps + 2 * batches)[w.batch];
     w.kv_head = w.head / kv_group;  // grouped-query heads: kv_group query heads read one K/V head
     w.q_row0 = 0, w.k_row0 = 0, w.coord_batch = w.batch, w.sq = sq, w.sk = sk, w.n_pages = 0;
@@ -659,27 +658,10 @@ extern "C" __global__ void __launch_bounds__(256)
   }
 }
 
-// The maps kernels' second output: order[i] is the sequence the attention launch walks i-th, the costliest first
-// (cost(j) > cost(b), or equal with j < b, counts as ahead of b), so that the persistent grid's last claims are
-// the short sequences' and no SM is left with a long one after the others ran dry (longest processing time
-// first; docs/PERFORMANCE.md, Paged-KV attention). The whole warp of block b ranks sequence b.
-template <typename Cost>
-__device__ __forceinline__ void rank_longest_first(int* order, int b, int batches, int lane, Cost cost) {
-  const long long mine = cost(b);
-  int ahead = 0;
-  for (int j = lane; j < batches; j += 32) {
-    const long long c = cost(j);
-    ahead += c > mine || (c == mine && j < b);
-  }
-  for (int o = 16; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
-  if (lane == 0) order[ahead] = b;
-}
-
 // tmakit_attention_varlen_maps: block b writes sequence b's four maps (q, k, v, o: copies of the packed tensors'
 // maps whose sequence dimension ends at the sequence's last row, so the TMA fills past it and clips o's stores)
-// to seq_maps[4 b ..], for tmakit_attention_fwd_tma's variable-length launch right after it, and b's place in the
-// launch's order (rank_longest_first by q rows x k rows) among the B ints after the 4 B maps. The ends are read
-// on the device (no host synchronisation) and clamped to [0, the packed rows]. Launch: grid B, one warp.
+// to seq_maps[4 b ..], for tmakit_attention_fwd_tma's variable-length launch right after it. The ends are read on
+// the device (no host synchronisation) and clamped to [0, the packed rows]. Launch: grid B, one warp.
 extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ tmakit::TensorMapDesc q_map,
                                                         const __grid_constant__ tmakit::TensorMapDesc k_map,
                                                         const __grid_constant__ tmakit::TensorMapDesc v_map,
@@ -701,17 +683,26 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
   }
   __syncwarp();
   for (int i = 0; i < 4; ++i) tensormap_cp_fenceproxy(seq_maps + 4 * b + i, TensorMapSmem(edit + i));
-  // the attention kernel's clamps: rows [begin, end) of the packed tensors
-  auto rows = [](const int* cu, int j, int total) {
-    const int begin = min(max(cu[j], 0), total);
-    return static_cast<long long>(min(max(cu[j + 1], begin), total) - begin);
-  };
-  rank_longest_first(reinterpret_cast<int*>(seq_maps + 4 * gridDim.x), b, static_cast<int>(gridDim.x), lane,
-                     [&](int j) { return rows(cu_q, j, rows_q) * rows(cu_k, j, rows_k); });
 #else
   (void)q_map, (void)k_map, (void)v_map, (void)o_map, (void)cu_q, (void)cu_k, (void)rows_q, (void)rows_k, (void)seq_maps;
   TMAKIT_NOT_THIS_BUILD();
 #endif
+}
+
+// The paged maps kernel's second output: order[i] is the sequence the attention launch walks i-th, the costliest
+// first (cost(j) > cost(b), or equal with j < b, counts as ahead of b), so that the persistent grid's last claims
+// are the short sequences' and no SM is left with a long one after the others ran dry (longest processing time
+// first; docs/PERFORMANCE.md, Paged-KV attention). The whole warp of block b ranks sequence b.
+template <typename Cost>
+__device__ __forceinline__ void rank_longest_first(int* order, int b, int batches, int lane, Cost cost) {
+  const long long mine = cost(b);
+  int ahead = 0;
+  for (int j = lane; j < batches; j += 32) {
+    const long long c = cost(j);
+    ahead += c > mine || (c == mine && j < b);
+  }
+  for (int o = 16; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
+  if (lane == 0) order[ahead] = b;
 }
 
 // tmakit_attention_paged_maps: block b writes the maps of sequence b's last cache page (k, v: copies of the cache

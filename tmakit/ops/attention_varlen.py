@@ -88,9 +88,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         defines = {**cfg.defines, "TMAKIT_ATTN_VARLEN": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **defines)
-        # 4 maps a sequence, then the order the launch walks the sequences in (B ints, the longest first)
-        self._maps_workspace = DeviceArray.zeros((4 * self.batch + -(-self.batch // 32), 128), "uint8",
-                                                 device=device)
+        self._maps_workspace = DeviceArray.zeros((4 * self.batch, 128), "uint8", device=device)
         self._counter = tile_counter(device)
         self._checked = checked
 

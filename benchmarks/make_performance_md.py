@@ -357,7 +357,8 @@ SECTIONS: dict[str, Callable[[Any], dict]] = {
     "copy_peer": copy_peer, "gemm_epilogue": gemm_epilogue, "copy_peer_h200": copy_peer,
     "collective_gemm": collective_gemm, "collective_gemm_h200": collective_gemm,
     "copy_peer_4gpus_h200": copy_peer, "collective_gemm_4gpus_h200": collective_gemm,
-    "attention_paged_h200": attention_paged}
+    "attention_paged_h200": attention_paged, "gemm_epilogue_h200": gemm_epilogue, "fp8_gemm_h200": fp8_gemm,
+    "attention_varlen_h200": attention_varlen}
 # sections that say "not measured yet" without their file: (the script, its arguments) that writes it
 OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead": ("checked_overhead.py", ""),
             "gemm_h200": ("gemm.py", "--name gemm_h200"), "attention_h200": ("attention.py", "--name attention_h200"),
@@ -368,7 +369,10 @@ OPTIONAL = {"compile_times": ("compile_times.py", "--save"), "checked_overhead":
             "gemm_epilogue": ("gemm_epilogue.py", ""), "copy_peer_h200": ("copy_peer.py", ""),
             "collective_gemm": ("collective_gemm.py", ""), "collective_gemm_h200": ("collective_gemm.py", ""),
             "copy_peer_4gpus_h200": ("copy_peer.py", ""), "collective_gemm_4gpus_h200": ("collective_gemm.py", ""),
-            "attention_paged_h200": ("attention_paged.py", "--name attention_paged_h200")}
+            "attention_paged_h200": ("attention_paged.py", "--name attention_paged_h200"),
+            "gemm_epilogue_h200": ("gemm_epilogue.py", "--name gemm_epilogue_h200"),
+            "fp8_gemm_h200": ("fp8_gemm.py", "--name fp8_gemm_h200"),
+            "attention_varlen_h200": ("attention_varlen.py", "--name attention_varlen_h200")}
 
 
 def _not_measured(name: str) -> str:

@@ -386,14 +386,14 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
-      const int row0 = m0 + consumer * 64;
-      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       // beta != 0: C's first slab goes into its store buffer now, under the mainloop; in the epilogue each next
-      // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues).
+      // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues). Its row is computed
+      // here and again after the mainloop: live across it, the beta-0 fp32 build measured 2-5% slower.
       if (beta != 0.f && t == 0 && !slab_direct(n0, N)) {
+        const int first_row = split * split_rows + m0 + consumer * 64;
         uint8_t* first = store.reserve<0>();
-        if (consumer == 0) load_c_slab(c_full[0], first, c_map, n0, c_row0);
-        else load_c_slab(c_full[2], first, c_map, n0, c_row0);
+        if (consumer == 0) load_c_slab(c_full[0], first, c_map, n0, first_row);
+        else load_c_slab(c_full[2], first, c_map, n0, first_row);
       }
       if constexpr (kFp8) {
         // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
@@ -478,6 +478,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
+      const int row0 = m0 + consumer * 64;
+      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       {

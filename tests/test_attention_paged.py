@@ -89,6 +89,20 @@ def test_paged_decode_split_over_the_keys(i) -> None:
     assert plan.kv_splits > 1 and plan.packed == (SPLIT_CASES[i]["hkv"] < SPLIT_CASES[i]["h"])
 
 
+ORDER_CASE = dict(d=128, page=16, lens=[16, 300, 16, 5000, 1, 300, 64, 2], decode=True, h=16, hkv=16,
+                  dtype="bfloat16")
+
+
+@pytest.mark.requires_sm90
+def test_paged_walks_the_sequences_longest_first() -> None:
+    """The maps kernel's order (after the maps in the plan's workspace): every sequence once, by keys descending,
+    ties by index; the outputs right whatever the order."""
+    plan = _check_paged(ORDER_CASE, 200)
+    lens, b = ORDER_CASE["lens"], len(ORDER_CASE["lens"])
+    order = plan._maps_workspace.to_host().reshape(-1)[2 * b * 128:2 * b * 128 + 4 * b].view("<i4").tolist()
+    assert order == sorted(range(b), key=lambda j: (-lens[j], j))
+
+
 def _check_paged(case: dict, i: int):
     """The case's paged attention against float32 attention on each sequence's gathered keys, 3 runs on NaN-poisoned
     out and lse; returns the plan."""

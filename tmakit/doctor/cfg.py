@@ -73,6 +73,8 @@ class CFG:
         self.loop_of = self._innermost()  # block -> header of its innermost loop (or -1)
         self._rd_memo: dict[str, _EntrySets] = {}
         self._defs: dict[str, list[int]] | None = None
+        self._reach_memo: dict[tuple[int, bool], frozenset[int]] = {}  # (block, forward_only) -> blocks after it
+        self._forward_memo: dict[int, list[int]] = {}
 
     # ---- blocks --------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -257,14 +259,28 @@ class CFG:
                           edge_ok=None) -> bool:
         """Whether instruction ``goal`` can follow instruction ``start`` on a path that passes no instruction
         in ``blocked`` (``forward_only``: never taking a loop's back edge, i.e. within one trip; ``edge_ok(b, s)``:
-        whether the edge b -> s may be taken)."""
+        whether the edge b -> s may be taken). A path reaching ``goal`` ends there, even where ``goal`` itself
+        is blocked."""
         insts = self.insts
+        first_blocked: dict[int, int] = {}  # block -> its first blocked instruction (a block is checked whole)
+        for i in blocked:
+            b = insts[i].block
+            if i < first_blocked.get(b, len(insts)):
+                first_blocked[b] = i
+        goal_block = insts[goal].block
         sb = insts[start].block
-        for i in range(start + 1, self.blocks[sb].end):
-            if i == goal:
-                return True
-            if i in blocked:
-                return False
+        # the rest of start's block, from the instruction after it
+        after = [i for i in blocked if start < i < self.blocks[sb].end]
+        stop = min(after) if after else self.blocks[sb].end
+        if start < goal < self.blocks[sb].end and goal <= stop:
+            return True
+        if after:
+            return False
+        if not blocked and edge_ok is None:  # plain reachability: the blocks after sb's, once per block
+            reach = self._reach_memo.get((sb, forward_only))
+            if reach is None:
+                reach = self._reach_memo[(sb, forward_only)] = self._reachable_blocks(sb, forward_only)
+            return goal_block in reach
         succs = lambda b: [s for s in self._forward_succs(b, forward_only) if edge_ok is None or edge_ok(b, s)]  # noqa
         seen, stack = set(), succs(sb)
         while stack:
@@ -272,23 +288,32 @@ class CFG:
             if b in seen:
                 continue
             seen.add(b)
-            blk = self.blocks[b]
-            stopped = False
-            for i in range(blk.start, blk.end):
-                if i == goal:
-                    return True
-                if i in blocked:
-                    stopped = True
-                    break
-            if not stopped:
+            fb = first_blocked.get(b)
+            if b == goal_block and (fb is None or goal <= fb):
+                return True
+            if fb is None:
                 stack.extend(succs(b))
         return False
+
+    def _reachable_blocks(self, b: int, forward_only: bool) -> frozenset[int]:
+        """The blocks a path leaving block b can enter (b again only round a loop, and not when forward_only)."""
+        seen: set[int] = set()
+        stack = list(self._forward_succs(b, forward_only))
+        while stack:
+            s = stack.pop()
+            if s not in seen:
+                seen.add(s)
+                stack.extend(self._forward_succs(s, forward_only))
+        return frozenset(seen)
 
     def _forward_succs(self, b: int, forward_only: bool) -> list[int]:
         succs = self.blocks[b].succs
         if not forward_only:
             return succs
-        return [s for s in succs if not (s in self.loops and b in self.loops[s])]
+        out = self._forward_memo.get(b)
+        if out is None:
+            out = self._forward_memo[b] = [s for s in succs if not (s in self.loops and b in self.loops[s])]
+        return out
 
 
 class _EntrySets:

@@ -204,9 +204,10 @@ class StorePipeline {
     return buffers_ + index_ * buffer_bytes_;
   }
 
-  // The buffer `Ahead` acquisitions on (0: the one acquire() hands out next), for the issuer alone to fill by TMA
-  // before its turn (C read ahead of an epilogue): the issuer waits until the store that last read it is done. No
-  // group sync: the group's own writes to it preceded that store (publish).
+  // The buffer `Ahead` places after the current one (the one acquire() hands out, or has handed out until the
+  // next commit()), for the issuer alone to fill by TMA before its turn (C read ahead of an epilogue): the issuer
+  // waits until the store that last read it is done. No group sync: the group's own writes to it preceded that
+  // store (publish).
   template <int Ahead>
   __device__ __forceinline__ uint8_t* reserve() {
     static_assert(Ahead >= 0 && Ahead < Buffers, "a buffer within the ring");

@@ -121,6 +121,12 @@ __device__ __forceinline__ float exp2_approx(float x) {  // ex2.approx.ftz.f32 (
   return y;
 }
 
+// A paged cache: sequence j's keys, seqlens_k[j] clamped to [0, the table's capacity] (unchecked on the host: the
+// maps kernel and the attention kernel clamp alike).
+__device__ __forceinline__ int paged_keys(const int* seqlens_k, int j, int capacity) {
+  return min(max(seqlens_k[j], 0), capacity);
+}
+
 // Keys this query block needs: all of them, or (causal, top-left) those up to its last row.
 __device__ __forceinline__ int key_blocks(int m0, int block_m, int sk, int causal) {
   const int keys = causal ? min(sk, m0 + block_m) : sk;
@@ -362,7 +368,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     // whose rows end at the sequence's last key, and pages past the end at id num_pages (out of bounds): both
     // are filled with zeros, so no stale cache slot reaches P V.
     if constexpr (kPaged) {
-      w.sk = min(max(cu_k[w.batch], 0), max_pages * page_size);
+      w.sk = paged_keys(cu_k, w.batch, max_pages * page_size);
       w.n_pages = (w.sk + page_size - 1) / page_size;
     }
     // key blocks [j0, n_blocks): the tile's, or its split's share of them (the host splits unmasked tiles only)
@@ -689,16 +695,16 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
 #endif
 }
 
-// The paged maps kernel's second output: order[i] is the sequence the attention launch walks i-th, the costliest
-// first (cost(j) > cost(b), or equal with j < b, counts as ahead of b), so that the persistent grid's last claims
-// are the short sequences' and no SM is left with a long one after the others ran dry (longest processing time
-// first; docs/PERFORMANCE.md, Paged-KV attention). The whole warp of block b ranks sequence b.
-template <typename Cost>
-__device__ __forceinline__ void rank_longest_first(int* order, int b, int batches, int lane, Cost cost) {
-  const long long mine = cost(b);
+// The paged maps kernel's second output: order[i] is the sequence the attention launch walks i-th, the most keys
+// first (more keys than b's, or as many with j < b, counts as ahead of b), so that the persistent grid's last
+// claims are the short sequences' and no SM is left with a long one after the others ran dry (longest processing
+// time first; docs/PERFORMANCE.md, Paged-KV attention). The whole warp of block b ranks sequence b.
+__device__ __forceinline__ void rank_longest_first(int* order, int b, int batches, int lane, const int* seqlens_k,
+                                                   int capacity) {
+  const int mine = attn::paged_keys(seqlens_k, b, capacity);
   int ahead = 0;
   for (int j = lane; j < batches; j += 32) {
-    const long long c = cost(j);
+    const int c = attn::paged_keys(seqlens_k, j, capacity);
     ahead += c > mine || (c == mine && j < b);
   }
   for (int o = 16; o > 0; o >>= 1) ahead += __shfl_xor_sync(0xffffffffu, ahead, o);
@@ -722,14 +728,14 @@ extern "C" __global__ void tmakit_attention_paged_maps(const __grid_constant__ t
   edit[lane / 16].opaque[lane % 16] = from[lane / 16]->opaque[lane % 16];
   __syncwarp();
   if (lane < 2) {
-    const int keys = min(max(seqlens_k[b], 0), max_pages * page_size);
+    const int keys = attn::paged_keys(seqlens_k, b, max_pages * page_size);
     const int tail = keys - (keys > 0 ? (keys - 1) / page_size * page_size : 0);  // keys in the last page
     tensormap_replace_global_dim<1>(TensorMapSmem(edit + lane), static_cast<uint32_t>(max(tail, 1)));
   }
   __syncwarp();
   for (int i = 0; i < 2; ++i) tensormap_cp_fenceproxy(seq_maps + 2 * b + i, TensorMapSmem(edit + i));
   rank_longest_first(reinterpret_cast<int*>(seq_maps + 2 * gridDim.x), b, static_cast<int>(gridDim.x), lane,
-                     [&](int j) { return static_cast<long long>(min(max(seqlens_k[j], 0), max_pages * page_size)); });
+                     seqlens_k, max_pages * page_size);
 #else
   (void)k_map, (void)v_map, (void)seqlens_k, (void)page_size, (void)max_pages, (void)seq_maps;
   TMAKIT_NOT_THIS_BUILD();

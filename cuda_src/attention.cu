@@ -41,6 +41,7 @@
 // TMAKIT_ATTN_DESC_V (BLOCK_N/16 slices). The defaults are the derivation's for the default configuration.
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
+#include "tmakit/grid_dependency.cuh"
 #include "tmakit/mbarrier.cuh"
 #include "tmakit/mma_sync.cuh"
 #include "tmakit/named_barrier.cuh"
@@ -392,6 +393,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     bars.v_ring.init(1, kConsumers);
   }
   __syncthreads();
+  // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream (for variable
+  // lengths and paged caches, the kernel that builds their maps and order, which every thread reads through
+  // tile_at); nothing in global memory, the tile counters included, is touched before it has completed.
+  griddepcontrol_wait();
 
   if (warpgroup == 0) {
     // ---------------------------------------------------------------- producer
@@ -402,6 +407,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       for (;;) {
         const int t = atomicAdd(tile_counter, 1);
         if (t >= tiles) {
+          griddepcontrol_launch_dependents();  // no more loads: a pdl launch after this one may take the free SMs
           if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);
           bars.tile = -1;  // the consumers' last phase: no tile
           bars.q_full.arrive();
@@ -667,7 +673,8 @@ extern "C" __global__ void __launch_bounds__(256)
 // tmakit_attention_varlen_maps: block b writes sequence b's four maps (q, k, v, o: copies of the packed tensors'
 // maps whose sequence dimension ends at the sequence's last row, so the TMA fills past it and clips o's stores)
 // to seq_maps[4 b ..], for tmakit_attention_fwd_tma's variable-length launch right after it. The ends are read on
-// the device (no host synchronisation) and clamped to [0, the packed rows]. Launch: grid B, one warp.
+// the device (no host synchronisation) and clamped to [0, the packed rows]. Launch: grid B, one warp; the attention
+// launch after it has pdl=True.
 extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ tmakit::TensorMapDesc q_map,
                                                         const __grid_constant__ tmakit::TensorMapDesc k_map,
                                                         const __grid_constant__ tmakit::TensorMapDesc v_map,
@@ -676,6 +683,7 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
                                                         int rows_q, int rows_k, tmakit::TensorMapDesc* seq_maps) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
+  griddepcontrol_launch_dependents();  // the attention launch (pdl) may start: it waits for these maps
   __shared__ alignas(128) TensorMapDesc edit[4];
   const int b = blockIdx.x, lane = threadIdx.x % 32;
   if (threadIdx.x >= 32) return;  // one warp does it all
@@ -714,13 +722,15 @@ __device__ __forceinline__ void rank_longest_first(int* order, int b, int batche
 // tmakit_attention_paged_maps: block b writes the maps of sequence b's last cache page (k, v: copies of the cache
 // maps whose rows end at the sequence's last key in that page) to seq_maps[2 b ..], for the paged launch right
 // after it, and b's place in the launch's order (rank_longest_first by keys) among the B ints after the 2 B maps.
-// The lengths are read on the device and clamped to [0, max_pages * page_size]. Launch: grid B, one warp.
+// The lengths are read on the device and clamped to [0, max_pages * page_size]. Launch: grid B, one warp; the
+// attention launch after it has pdl=True.
 extern "C" __global__ void tmakit_attention_paged_maps(const __grid_constant__ tmakit::TensorMapDesc k_map,
                                                        const __grid_constant__ tmakit::TensorMapDesc v_map,
                                                        const int* __restrict__ seqlens_k, int page_size, int max_pages,
                                                        tmakit::TensorMapDesc* seq_maps) {
 #if TMAKIT_USE_TMA
   using namespace tmakit;
+  griddepcontrol_launch_dependents();  // the attention launch (pdl) may start: it waits for these maps and order
   __shared__ alignas(128) TensorMapDesc edit[2];
   const int b = blockIdx.x, lane = threadIdx.x % 32;
   if (threadIdx.x >= 32) return;  // one warp does it all

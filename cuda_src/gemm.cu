@@ -45,6 +45,7 @@
 #include "tmakit/cluster.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
+#include "tmakit/grid_dependency.cuh"
 #include "tmakit/mma_sync.cuh"
 #include "tmakit/named_barrier.cuh"
 #include "tmakit/pipeline.cuh"
@@ -261,6 +262,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
   const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
   const int unit_rows = (tiles_m + kCluster - 1) / kCluster;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 4; ++i) c_full[i].init(1);
+    ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
+    prefetch_tensormap(&map_a);
+    prefetch_tensormap(&map_b);
+    prefetch_tensormap(&map_c);
+  }
+  __syncthreads();
+  // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream; nothing
+  // in global memory (operands, group ends, C, the workspaces) is touched before it has completed.
+  griddepcontrol_wait();
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
   // into rows s * split_rows + ... of C, an fp32 workspace tmakit_gemm_splitk_reduce adds up (every split has
   // at least one k-block: the host keeps splits <= k-blocks).
@@ -285,14 +297,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int k_total = (K + kBK - 1) / kBK;
   const int first_unit = blockIdx.x / kCluster, unit_stride = gridDim.x / kCluster;
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < 4; ++i) c_full[i].init(1);
-    ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
-    prefetch_tensormap(&map_a);
-    prefetch_tensormap(&map_b);
-    prefetch_tensormap(&map_c);
-  }
-  __syncthreads();
   if constexpr (kCluster > 1) cluster_sync();  // peers' barriers exist before multicasts and remote arrivals
 
   if (wg == 0) {
@@ -341,6 +345,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           p.advance();
         }
       }
+      // Every load is issued: a pdl launch after this one may start on the SMs this grid leaves (it waits for
+      // this grid to complete before it touches memory).
+      griddepcontrol_launch_dependents();
     }
   } else {
     // ---------------- consumers ----------------

@@ -51,6 +51,7 @@ USES = {
       group.sync(); if (threadIdx.x >= 128) group.arrive(); out[0] = (unsigned char)(group.id() + group.threads());""",
     "warp.cuh": "out[threadIdx.x] = tmakit::elect_one_sync();",
     "fence.cuh": "tmakit::fence_proxy_async_shared_cta();",
+    "grid_dependency.cuh": "tmakit::griddepcontrol_launch_dependents(); tmakit::griddepcontrol_wait(); out[0] = 1;",
     "tensormap_replace.cuh": """__shared__ alignas(128) tmakit::TensorMapDesc edit;
 #if TMAKIT_HAS_SM90
       const tmakit::TensorMapSmem m(&edit); tmakit::TensorMapDesc* g = reinterpret_cast<tmakit::TensorMapDesc*>(out);

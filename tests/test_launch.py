@@ -437,6 +437,32 @@ def test_kernel_cluster_and_limits(fake_kernel, monkeypatch: pytest.MonkeyPatch)
         kernel(*args, grid=4, block=64, cluster=4)
 
 
+def test_kernel_pdl_attribute(fake_kernel, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pdl=True adds programmatic stream serialization beside a cluster; bound launches keep it on other streams."""
+    from tmakit import Arch, InvalidArgumentError, _driver
+
+    kernel, drv, _ = fake_kernel
+    args = (0, 0, b"\0" * 128, 0.0, 0)
+    pdl_id = drv.real.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    kernel(*args, grid=4, block=64)
+    assert drv.launches[-1][0].numAttrs == 0
+    kernel(*args, grid=4, block=64, pdl=True)
+    config = drv.launches[-1][0]
+    assert config.numAttrs == 1 and config.attrs[0].id == pdl_id
+    assert config.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    bound = kernel.bind(*args, grid=(4, 2), block=64, cluster=(2, 2), pdl=True)
+    bound(stream=0x77)
+    config = drv.launches[-1][0]
+    assert int(config.hStream) == 0x77 and config.numAttrs == 2
+    assert [a.id for a in config.attrs][1] == pdl_id and config.attrs[0].value.clusterDim.x == 2
+    with pytest.raises(InvalidArgumentError, match="pdl.*must be True or False"):
+        kernel(*args, grid=4, block=64, pdl=1)
+    monkeypatch.setattr(_driver, "device_arch", lambda ordinal=0: Arch(8, 0))
+    with pytest.raises(LaunchError, match="pdl=True .*needs sm_90.*sm_80.*pdl=False"):
+        kernel(*args, grid=4, block=64, pdl=True)
+    kernel(*args, grid=4, block=64)  # without it, sm_80 launches as before
+
+
 def test_kernel_retries_once_without_context_and_reports_driver_errors(fake_kernel, monkeypatch) -> None:
     from tmakit import CudaDriverError, _driver
 

@@ -1,7 +1,7 @@
 """Kernel launch through ``cuLaunchKernelEx``: checked arguments, launch configurations, clusters.
 
 ``kernel(*args, grid=, block=, ...)`` is one launch: build the ``CUlaunchConfig`` (dimension limits, the
-shared-memory opt-in and cluster rules checked), pack every argument into the kernel's parameter buffer
+shared-memory opt-in, cluster rules and programmatic dependent launch checked), pack every argument into the kernel's parameter buffer
 (``launch_args.ArgPacker``) and call the driver. ``kernel.bind(...)`` does the first two once and returns a
 ``BoundLaunch`` with its own buffer: ``bound()`` is one driver call, ``bound.update(i, value)`` rewrites one
 argument's bytes. Nothing is cached between launches. Stream objects are read by ``streams.stream_handle``.
@@ -38,7 +38,14 @@ def _dim3(value: Any, parameter: str) -> tuple[int, int, int]:
 
 class Kernel:
     """A kernel of a loaded ``Module`` (which it keeps alive), launched with
-    ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None)``."""
+    ``kernel(*args, grid=, block=, shared_mem=0, stream=None, cluster=None, pdl=False)``.
+
+    ``pdl=True`` launches with programmatic stream serialization (sm_90): the kernel may start while the kernel
+    before it in the stream still runs, from when every block of that one has executed
+    ``griddepcontrol.launch_dependents`` (or exited), so its launch and prologue overlap that kernel's tail. The
+    kernel must execute ``griddepcontrol.wait`` (``tmakit/grid_dependency.cuh``) before it touches anything the
+    previous kernel writes; a kernel without it races. Work before the previous kernel, and anything that is not
+    a kernel, is still waited for in stream order. Checked launches (the hang doctor's twin) are always serialized."""
 
     def __init__(self, module: Any, name: str, func: Any, ptx_params: list[ParamInfo] | None):
         self.module, self.name, self._func = module, name, func
@@ -100,13 +107,14 @@ class Kernel:
         return blocks
 
     def __call__(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-                 cluster: Any = None) -> None:
+                 cluster: Any = None, pdl: bool = False) -> None:
         """Launch once: check the configuration, pack every argument, call cuLaunchKernelEx."""
         if self._checked:
-            self.bind(*args, grid=grid, block=block, shared_mem=shared_mem, stream=stream, cluster=cluster)()
+            self.bind(*args, grid=grid, block=block, shared_mem=shared_mem, stream=stream, cluster=cluster,
+                      pdl=pdl)()
             return
         self._require_module()
-        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
+        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster, pdl)
         with self._lock:  # one parameter buffer per kernel; the driver copies it before returning
             packer = self._packer
             packer.pack(args)
@@ -117,7 +125,7 @@ class Kernel:
             _driver.call("cuStreamSynchronize", config.hStream)
 
     def bind(self, *args: Any, grid: Any, block: Any, shared_mem: int = 0, stream: Any = None,
-             cluster: Any = None, keep_args: bool = True, checked: bool | str | None = None,
+             cluster: Any = None, pdl: bool = False, keep_args: bool = True, checked: bool | str | None = None,
              timeout: float | None = None) -> "BoundLaunch":
         """Check the configuration and pack the arguments once; ``bound()`` launches exactly this,
         ``bound.update(index, value)`` replaces one argument, ``bound(stream=s)`` launches on another stream.
@@ -141,10 +149,10 @@ class Kernel:
             from .doctor.hang import checked_bind
 
             return checked_bind(self, args, dict(grid=grid, block=block, shared_mem=shared_mem, stream=stream,
-                                                 cluster=cluster, keep_args=keep_args), timeout,
+                                                 cluster=cluster, pdl=pdl, keep_args=keep_args), timeout,
                                 deferred=checked == "deferred")
         self._require_module()
-        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster)
+        config = self._configure(grid, block, shared_mem, stream_handle(stream), cluster, pdl)
         with self._lock:  # packed in the kernel's buffer, copied into the bound launch's own
             packer = self._packer.packed_copy(args)
         return BoundLaunch(self, config, packer, list(args), stream, keep_args)
@@ -166,7 +174,7 @@ class Kernel:
         _driver.make_current(self.device)
         _driver.check("cuLaunchKernelEx", self._launch(config, self._func, pointers_address, 0))
 
-    def _configure(self, grid: Any, block: Any, shared_mem: Any, handle: int, cluster: Any) -> Any:
+    def _configure(self, grid: Any, block: Any, shared_mem: Any, handle: int, cluster: Any, pdl: Any = False) -> Any:
         drv = _driver.driver()
         g, b = _dim3(grid, "grid"), _dim3(block, "block")
         if self._max_threads is None:
@@ -183,9 +191,26 @@ class Kernel:
         config.blockDimX, config.blockDimY, config.blockDimZ = b
         config.sharedMemBytes = shared_mem
         config.hStream = drv.CUstream(handle)
-        if cluster is not None:  # a new CUlaunchConfig has no attributes
-            config.attrs, config.numAttrs = [self._cluster_attribute(cluster, g)], 1
+        attrs = [] if cluster is None else [self._cluster_attribute(cluster, g)]
+        if self._pdl_attribute_wanted(pdl):
+            value = drv.CUlaunchAttribute()
+            value.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            value.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(value)
+        if attrs:  # a new CUlaunchConfig has no attributes
+            config.attrs, config.numAttrs = attrs, len(attrs)
         return config
+
+    def _pdl_attribute_wanted(self, pdl: Any) -> bool:
+        if pdl is False:
+            return False
+        if pdl is not True:
+            raise InvalidArgumentError("pdl", pdl, "must be True or False", "pdl=True (overlap the previous kernel)")
+        arch = _driver.device_arch(self.device)
+        if arch.major < 9:
+            raise LaunchError(f"kernel {self.name}: pdl=True (programmatic dependent launch) needs sm_90 or newer; "
+                              f"device {self.device} is {arch.sm}; launch with pdl=False")
+        return True
 
     def _prepare_shared_memory(self, shared_mem: Any) -> None:
         if not isinstance(shared_mem, int) or isinstance(shared_mem, bool) or shared_mem < 0:

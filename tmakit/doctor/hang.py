@@ -285,8 +285,10 @@ class CheckedLaunch:
 
 def checked_bind(kernel: Any, args: tuple, options: dict, timeout: float | None,
                  deferred: bool = False) -> CheckedLaunch:
-    """``kernel.bind(*args, **options)`` on the instrumented twin of its module."""
+    """``kernel.bind(*args, **options)`` on the instrumented twin of its module, always serialized after the previous
+    kernel (``pdl`` dropped): the twin writes its record's shared-memory bases at the start of every launch, and a
+    hang is then one launch's alone."""
     checked, ins = kernel.module.checked_kernel(kernel.name)
-    bound = checked.bind(*args, checked=False, **options)
+    bound = checked.bind(*args, checked=False, **{**options, "pdl": False})
     return CheckedLaunch(kernel, bound, ins, kernel.module.code.ptx,
                          DEFAULT_TIMEOUT_S if timeout is None else timeout, options.get("cluster"), deferred)

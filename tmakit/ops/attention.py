@@ -568,7 +568,7 @@ class AttentionPlan(PersistentTiles):
                 strides += [sb // 2, sh // 2, ss // 2]
             args = (q.ptr, k.ptr, v.ptr, o.ptr, lse, *strides, *common)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked)
+                                         stream=self._stream, checked=self._checked, pdl=cfg.backend is Backend.TMA)
 
     def __call__(self, q: Any = None, k: Any = None, v: Any = None, out: Any = None, *, lse: Any = None) -> tuple:
         if q is not None or k is not None or v is not None or out is not None or lse is not None:

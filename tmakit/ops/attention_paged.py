@@ -116,8 +116,9 @@ class PagedAttentionPlan(DeviceMapsPlan):
                 self._maps_workspace.ptr, table.ptr, self.page_size, self.max_pages, self.pages,
                 *persistent_args(self.tiles, self._counter), *self.split_args())
         self._combine = self.bind_combine(o4, lse_ptr, self._stream)
+        # pdl: its launch and prologue overlap the maps kernel, whose output it waits for (griddepcontrol.wait)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked)
+                                         stream=self._stream, pdl=True, checked=self._checked)
 
 
 def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seqlens_k: Any, out: Any = None, *,

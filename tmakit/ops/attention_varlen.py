@@ -112,8 +112,9 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
                 int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
                 0, 0, 0, 0, *persistent_args(self.tiles, self._counter), 1, 0, 0)  # no key splits
+        # pdl: its launch and prologue overlap the maps kernel, whose output it waits for (griddepcontrol.wait)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked)
+                                         stream=self._stream, pdl=True, checked=self._checked)
 
 
 def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,

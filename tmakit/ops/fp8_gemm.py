@@ -105,7 +105,7 @@ class Fp8GemmPlan:
         ldc = c.strides[0] // c.itemsize if self.m > 1 else self.n
         args = (ta, tb, tc, c.ptr, self.m, self.n, self.k, ldc, 1.0, 0.0, cfg.group_m, 1, 0, 0, 0, 0, tsa, sb.ptr, kb)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked,
+                                         stream=self._stream, checked=self._checked, pdl=True,
                                          cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
 
     def __call__(self) -> Any:

@@ -371,7 +371,7 @@ class GemmPlan:
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
             args = (a.ptr, b.ptr, c.ptr, M, N, K, lda, ldb, ldc, *scal)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked,
+                                         stream=self._stream, checked=self._checked, pdl=cfg.backend is Backend.TMA,
                                          cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
 
     def __call__(self, a: Any = None, b: Any = None, c: Any = None) -> Any:

@@ -93,7 +93,7 @@ class GroupedGemmPlan:
         args = (*self.maps, c.ptr, self.m, self.n, self.k, ldc, float(self.alpha), 0.0, cfg.group_m, 1, 0,
                 offs.ptr, self.groups, self._c_maps.ptr, NO_MAP, 0, 0)
         self._launch = self._kernel.bind(*args, grid=self.grid, block=(cfg.threads, 1, 1), shared_mem=cfg.shared_mem,
-                                         stream=self._stream, checked=self._checked)
+                                         stream=self._stream, checked=self._checked, pdl=True)
 
     def __call__(self, a: Any = None, b: Any = None, offs: Any = None, out: Any = None) -> Any:
         if a is not None or b is not None or offs is not None or out is not None:

@@ -1,0 +1,146 @@
+"""GPU tier: programmatic dependent launch (``pdl=True``). The TMA plans launch their kernel with it, so each may
+start while the kernel before it in the stream still runs; these tests chain plans whose inputs are the previous
+plan's outputs, every output NaN-poisoned first, all queued without a host wait, and check each stage against a
+float32 product of what the GPU wrote before it. A kernel that touched memory before ``griddepcontrol.wait`` reads
+NaN or a stale input, or is overwritten by the poison. Each chain runs several times: such races are timing-bound.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from tmakit.ops import plan_attention, plan_attention_paged, plan_gemm, plan_grouped_gemm
+
+ROUNDS = 4
+
+
+def _seed() -> int:
+    return int(os.environ.get("TMAKIT_TEST_SEED", "20261126"))
+
+
+def _rel(got, ref) -> float:
+    return ((got.float() - ref).norm() / ref.norm()).item()
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("m, n, beta, dtype", [(256, 256, 0.0, "bfloat16"), (2048, 1536, 0.0, "float16"),
+                                               (1000, 768, 0.5, "float32"), (4096, 4096, 1.0, "bfloat16")])
+def test_gemm_chain(m, n, beta, dtype) -> None:
+    """D_i = D_{i-1} @ B_i (+ beta C_i) for 6 plans back to back: each reads what the one before it wrote (an fp32
+    output is cast into the next stage's input by a torch kernel between them)."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(_seed())
+    in_dtype = torch.bfloat16 if dtype == "float32" else getattr(torch, dtype)
+    out_dtype = getattr(torch, dtype)
+    bs = [(torch.randn(n, n, device="cuda", generator=gen) / math.sqrt(n)).to(in_dtype) for _ in range(6)]
+    cs = [torch.randn(m, n, device="cuda", generator=gen).to(out_dtype) for _ in range(6)]
+    outs = [torch.empty(m, n, device="cuda", dtype=out_dtype) for _ in range(6)]
+    ins = [torch.randn(m, n, device="cuda", generator=gen).to(in_dtype)]
+    ins += [torch.empty(m, n, device="cuda", dtype=in_dtype) for _ in range(5)] if dtype == "float32" else outs[:5]
+    plans = [plan_gemm(ins[i], bs[i], outs[i], beta=beta) for i in range(6)]
+    assert all(p.config.backend.name == "TMA" for p in plans)
+    for r in range(ROUNDS):
+        for out, c in zip(outs, cs):
+            if beta:
+                out.copy_(c)  # C, read by the GEMM: a stale read finds the previous round's D
+            else:
+                out.fill_(float("nan"))
+        for i, plan in enumerate(plans):
+            plan()
+            if dtype == "float32" and i < 5:
+                ins[i + 1].copy_(outs[i])
+        torch.cuda.synchronize()
+        for i in range(6):
+            ref = ins[i].float() @ bs[i].float().T + beta * cs[i].float()
+            err = _rel(outs[i], ref)
+            assert err < 2e-2, f"{m}x{n} beta {beta} {dtype}: stage {i} round {r}: relative error {err:.3g} (seed {_seed()})"
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("causal, s", [(False, 512), (True, 1000)])
+def test_attention_chain(causal, s) -> None:
+    """out_i is q of attention i + 1, 5 plans back to back."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 1)
+    b, h, d = 2, 8, 128
+    k, v = (torch.randn(b, h, s, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    qs = [torch.randn(b, h, s, d, device="cuda", generator=gen).bfloat16()]
+    qs += [torch.empty_like(qs[0]) for _ in range(5)]
+    plans = [plan_attention(qs[i], k, v, qs[i + 1], causal=causal) for i in range(5)]
+    for r in range(ROUNDS):
+        for x in qs[1:]:
+            x.fill_(float("nan"))
+        for plan in plans:
+            plan()
+        torch.cuda.synchronize()
+        for i in range(5):
+            ref = F.scaled_dot_product_attention(qs[i].float(), k.float(), v.float(), is_causal=causal)
+            err = _rel(qs[i + 1], ref)
+            assert err < 1e-2, f"causal {causal} S {s}: stage {i} round {r}: relative error {err:.3g} (seed {_seed()})"
+
+
+@pytest.mark.requires_sm90
+def test_paged_decode_chain() -> None:
+    """Paged decodes whose q is the previous decode's out (maps kernel, then the pdl attention launch, per stage);
+    the lengths change on the device between rounds, so a stage that read the maps or the order before its maps
+    kernel finished reads the previous round's."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 2)
+    b, h, hkv, d, page, max_pages = 6, 8, 2, 128, 16, 40
+    pages = b * max_pages
+    k_cache, v_cache = (torch.randn(pages, page, hkv, d, device="cuda", generator=gen).bfloat16() for _ in range(2))
+    table = torch.randperm(pages, device="cuda", generator=gen).int().reshape(b, max_pages)
+    lens = torch.empty(b, dtype=torch.int32, device="cuda")
+    qs = [torch.randn(b, 1, h, d, device="cuda", generator=gen).bfloat16()] + [
+        torch.empty(b, 1, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    plans = [plan_attention_paged(qs[i], k_cache, v_cache, table, lens, qs[i + 1]) for i in range(4)]
+    for r in range(ROUNDS):
+        lengths = torch.randint(1, max_pages * page + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)
+        for x in qs[1:]:
+            x.fill_(float("nan"))
+        lens.copy_(lengths)
+        for plan in plans:
+            plan()
+        torch.cuda.synchronize()
+        host = lengths.tolist()
+        for i in range(4):
+            for s in range(b):
+                ids = table[s].long()
+                kk = k_cache[ids].reshape(-1, hkv, d)[:host[s]].float().transpose(0, 1).repeat_interleave(h // hkv, 0)
+                vv = v_cache[ids].reshape(-1, hkv, d)[:host[s]].float().transpose(0, 1).repeat_interleave(h // hkv, 0)
+                qq = qs[i][s].float().transpose(0, 1)  # (h, 1, d)
+                ref = torch.softmax(qq @ kk.transpose(-1, -2) / math.sqrt(d), -1) @ vv
+                err = _rel(qs[i + 1][s].transpose(0, 1), ref)
+                assert err < 1e-2, (f"stage {i} sequence {s} ({host[s]} keys) round {r}: relative error {err:.3g} "
+                                    f"(seed {_seed()})")
+
+
+@pytest.mark.requires_sm90
+def test_grouped_gemm_after_its_offsets_change() -> None:
+    """A grouped GEMM reads its group ends on the device: a kernel rewrites them right before each launch."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 3)
+    groups, n, k, m = 4, 512, 256, 1024
+    a = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+    b = (torch.randn(groups, n, k, device="cuda", generator=gen) / math.sqrt(k)).bfloat16()
+    offs = torch.empty(groups, dtype=torch.int32, device="cuda")
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    plan = plan_grouped_gemm(a, b, offs, out)
+    for r in range(2 * ROUNDS):
+        cuts = sorted(torch.randint(0, m + 1, (groups - 1,), generator=torch.Generator().manual_seed(_seed() + r)).tolist())
+        ends = cuts + [m]
+        out.fill_(float("nan"))
+        offs.copy_(torch.tensor(ends, dtype=torch.int32))
+        plan()
+        torch.cuda.synchronize()
+        start = 0
+        for g, end in enumerate(ends):
+            if end > start:
+                ref = a[start:end].float() @ b[g].float().T
+                err = _rel(out[start:end], ref)
+                assert err < 2e-2, f"round {r} group {g} rows {start}..{end}: relative error {err:.3g} (seed {_seed()})"
+            start = end

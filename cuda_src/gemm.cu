@@ -109,7 +109,7 @@ constexpr uint32_t kBBytes = kBN * kRowBytes;  // one B stage
 constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's 128 row scales of the k-block (fp32)
 constexpr uint32_t kLoadBytes = kABytes + kBBytes + kSABytes;  // a stage's TMA bytes (its expect_tx)
 constexpr uint32_t kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // stages stay 1024-byte aligned (128B swizzle)
-static_assert(kBN == 128 || kBN == 256, "BN is 128 or 256");
+static_assert(kBN == 128 || kBN == 192 || kBN == 256, "BN is 128, 192 (TMA only) or 256");
 static_assert(kStages >= 2, "the ring has at least two stages");
 
 typedef uint16_t half_bits;
@@ -186,12 +186,16 @@ constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte
 constexpr int kSlabs = kBN / kSlabCols;
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
 constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
-static_assert(kSlabs % 2 == 0, "an even number of slabs a tile: each tile's slab s uses buffer s % 2");
+// The C read-ahead (beta != 0) pairs slab s of every tile with buffer s % 2: an even number of slabs a tile. A 16-bit
+// output at BN 192 has 3, so that build runs with beta = 0 only (the host refuses other betas; the kernel traps).
+constexpr bool kOddSlabs = kSlabs % 2 != 0;
+static_assert(!kOddSlabs || (kBN == 192 && !kOutF32), "an even number of slabs a tile, but at BN 192 with 16 bits");
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
+static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
               "fp8: B K-major, BN 128 (one B scale a tile and k-block), no groups, bf16 out");
@@ -272,6 +276,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream; nothing
   // in global memory (operands, group ends, C, the workspaces) is touched before it has completed.
+  if constexpr (kOddSlabs) {
+    if (beta != 0.f) TMAKIT_NOT_THIS_BUILD();  // the host never launches it so
+  }
   griddepcontrol_wait();
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
   // into rows s * split_rows + ... of C, an fp32 workspace tmakit_gemm_splitk_reduce adds up (every split has
@@ -596,6 +603,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
+// (BN 192 compiles here too, one source for every build, but the host plans it on tma only.)
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
 

@@ -74,7 +74,9 @@ def test_gemm_variants_compile(backend: Backend, arch: str, bf16: bool, kmajor: 
 def _configs():
     """Every configuration plan_gemm can compile for the tma kernel."""
     for bf16, kmajor, out_f32, block_n, cluster in itertools.product((True, False), (True, False), (False, True),
-                                                                      (128, 256), (1, 2)):
+                                                                      (128, 192, 256), (1, 2)):
+        if block_n == 192 and cluster == 2 and not kmajor:
+            continue  # refused: the cluster's two CTAs would split B's three 64-column slabs
         yield default_config(Backend.TMA, bf16=bf16, b_kmajor=kmajor, out_f32=out_f32, block_n=block_n, cluster=cluster)
 
 
@@ -116,7 +118,12 @@ def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
     assert turns(100, 100, 256, 2, 132) == 1  # one cluster (two CTAs, one of them past the rows)
     choose = gemm_mod.choose_tile
     assert choose(8192, 8192, 132) == (256, 2)  # whole turns either way: the wider tile
-    assert choose(2000, 3000, 132) == (128, 2)  # 2 turns of 256 cost more than 3 of 128
+    assert choose(2000, 3000, 132, widths=(256, 128)) == (128, 2)  # 2 turns of 256 cost more than 3 of 128
+    assert choose(2000, 3000, 132, widths=(256, 192, 128)) == (192, 2)  # and than 2 of 192 (256 tiles)
+    assert choose(2000, 3000, 132, widths=(256, 192, 128), b_kmajor=False) == (192, 1)  # slabs whole per CTA
+    assert default_config(Backend.TMA, m=2000, n=3000, sms=132).block_n == 192
+    assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5).block_n == 128  # 16-bit C read ahead
+    assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5, out_f32=True).block_n == 192
     assert choose(984, 480, 132)[0] == 128  # 16 tiles of 256 leave 116 SMs idle
     assert choose(984, 480, 132, block_n=256) == (256, 2) and choose(984, 480, 132, cluster=1) == (128, 1)
     assert default_config(Backend.TMA, m=984, n=480, sms=132).block_n == 128
@@ -136,7 +143,12 @@ def test_cluster_on_cp_async_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"cluster.*1 on the cp.async backend"):
         check_config(default_config(Backend.CP_ASYNC, cluster=2), 232448)
     with pytest.raises(InvalidArgumentError, match=r"block_n.*128 or 256"):
-        check_config(default_config(Backend.TMA, block_n=192), 232448)
+        check_config(default_config(Backend.CP_ASYNC, block_n=192), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"block_n.*128 or 256"):
+        check_config(default_config(Backend.TMA, block_n=160), 232448)
+    check_config(default_config(Backend.TMA, block_n=192), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"block_n=192: with cluster=2 and b_major='n'.*cluster=1"):
+        check_config(default_config(Backend.TMA, block_n=192, cluster=2, b_kmajor=False), 232448)
 
 
 def _fake(shape, typestr="<f2", strides=None, ptr=0):
@@ -193,6 +205,15 @@ def test_descriptor_defines_that_do_not_describe_the_build_are_refused() -> None
 
     with pytest.raises(CompileError, match=r"TMAKIT_GEMM_DESC_A/B do not describe this build's stages.*descriptor_defines"):
         compile_cuda("gemm.cu", arch="sm_90a", defines={"TMAKIT_GEMM_B_KMAJOR": 0})
+
+
+def test_block_n_192_with_a_16_bit_c_read_is_refused(fake_launch) -> None:
+    """BN 192 has three 16-bit slabs a tile, which the C read-ahead does not pair: beta != 0 needs another width
+    (chosen so when left out) or an fp32 output."""
+    a, b = device_view(0x100000, (64, 64), "float16"), device_view(0x200000, (64, 64), "float16")
+    c = device_view(0x300000, (64, 64), "float16")
+    with pytest.raises(InvalidArgumentError, match=r"block_n=192: with beta=0.5 and a float16 output.*fp32 output"):
+        plan_gemm(a, b, c, beta=0.5, block_n=192, backend="tma")
 
 
 @pytest.mark.parametrize("c_at, which", [(0x100000, "a"), (0x100000 + 64 * 64 * 2 - 16, "a"), (0x200800, "b")])
@@ -315,6 +336,8 @@ def test_every_tma_configuration_on_the_gpu(cfg) -> None:
     m, n, k = rng.randint(300, 1100), rng.randint(300, 1100), rng.randint(100, 700)
     case = dict(backend="tma", dtype="bfloat16" if cfg.bf16 else "float16", kmajor=cfg.b_kmajor, m=m, n=n, k=k,
                 out_f32=cfg.out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
+    if cfg.block_n == 192 and not cfg.out_f32:
+        case["beta"] = 0.0  # three 16-bit slabs a tile: beta 0 only (refused otherwise)
     _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster)
 
 

@@ -144,3 +144,100 @@ def test_grouped_gemm_after_its_offsets_change() -> None:
                 err = _rel(out[start:end], ref)
                 assert err < 2e-2, f"round {r} group {g} rows {start}..{end}: relative error {err:.3g} (seed {_seed()})"
             start = end
+
+
+# A predecessor that lets its dependents launch at once, then spins before it writes: a kernel launched after it
+# with pdl=True that touched memory before griddepcontrol.wait reads the old contents.
+LATE_COPY = r"""
+#include "tmakit/grid_dependency.cuh"
+#include "tmakit/mbarrier.cuh"
+extern "C" __global__ void late_copy(unsigned int* dst, const unsigned int* src, long long words,
+                                     unsigned long long spin_ns) {
+  tmakit::griddepcontrol_launch_dependents();
+  const unsigned long long start = tmakit::globaltimer_ns();
+  while (tmakit::globaltimer_ns() - start < spin_ns) {
+  }
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < words; i += gridDim.x * 256ll) dst[i] = src[i];
+}
+// The control: a reader with no griddepcontrol.wait.
+extern "C" __global__ void copy_without_wait(unsigned int* dst, const unsigned int* src, long long words) {
+  for (long long i = blockIdx.x * 256ll + threadIdx.x; i < words; i += gridDim.x * 256ll) dst[i] = src[i];
+}
+"""
+SPIN_NS = 300_000
+
+
+@pytest.fixture(scope="module")
+def late_module():
+    from tmakit.build import load_module
+
+    module = load_module(LATE_COPY)
+    yield module
+    module.close()
+
+
+def _late_copy(module, dst, src) -> None:
+    words = dst.numel() * dst.element_size() // 4
+    module.kernel("late_copy")(dst.data_ptr(), src.data_ptr(), words, SPIN_NS, grid=4, block=256)
+
+
+@pytest.mark.requires_sm90
+def test_pdl_overlaps_and_the_control_reads_early(late_module) -> None:
+    """The control: a reader launched with pdl=True and no wait finds the old contents (so the tests below, whose
+    kernels wait, are not vacuous); launched without pdl it finds the new ones."""
+    torch = pytest.importorskip("torch")
+    src = torch.arange(1 << 16, dtype=torch.int32, device="cuda")
+    dst, seen = torch.full_like(src, -1), torch.empty_like(src)
+    reader = late_module.kernel("copy_without_wait")
+    for pdl in (True, False):
+        dst.fill_(-1)
+        _late_copy(late_module, dst, src)
+        reader(seen.data_ptr(), dst.data_ptr(), src.numel(), grid=4, block=256, pdl=pdl)
+        torch.cuda.synchronize()
+        assert torch.equal(seen, src) != pdl, f"pdl={pdl}: the reader saw {'new' if pdl else 'old'} contents"
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "attention", "grouped"])
+def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
+    """The input (or C, or the group ends) arrives from a predecessor that triggers its dependents first and writes
+    300 us later: the plan's result is the new input's."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 4)
+    for r in range(ROUNDS):
+        if what.startswith("gemm"):
+            beta = 1.0 if what == "gemm_beta" else 0.0
+            a_new = torch.randn(1536, 1024, device="cuda", generator=gen).bfloat16()
+            b = torch.randn(2048, 1024, device="cuda", generator=gen).bfloat16()
+            c_new = torch.randn(1536, 2048, device="cuda", generator=gen).bfloat16()
+            a, c = torch.full_like(a_new, float("nan")), torch.full_like(c_new, float("nan"))
+            plan = plan_gemm(a if not beta else a_new, b, c, beta=beta)
+            _late_copy(late_module, c if beta else a, c_new if beta else a_new)
+            plan()
+            ref = a_new.float() @ b.float().T + beta * c_new.float()
+            got = c
+        elif what == "attention":
+            q = torch.randn(2, 8, 1024, 128, device="cuda", generator=gen).bfloat16()
+            k_new = torch.randn_like(q)
+            k = torch.full_like(q, float("nan"))
+            got = torch.empty_like(q)
+            plan = plan_attention(q, k, q, got)
+            _late_copy(late_module, k, k_new)
+            plan()
+            ref = F.scaled_dot_product_attention(q.float(), k_new.float(), q.float())
+        else:
+            a = torch.randn(1024, 512, device="cuda", generator=gen).bfloat16()
+            b = torch.randn(4, 768, 512, device="cuda", generator=gen).bfloat16()
+            ends = torch.tensor([100, 100, 700, 1024], dtype=torch.int32, device="cuda")
+            offs = torch.zeros(4, dtype=torch.int32, device="cuda")  # every group empty until the copy lands
+            got = torch.full((1024, 768), float("nan"), dtype=torch.bfloat16, device="cuda")
+            plan = plan_grouped_gemm(a, b, offs, got)
+            _late_copy(late_module, offs, ends)
+            plan()
+            bounds = [0] + ends.tolist()
+            ref = torch.cat([a[s:e].float() @ b[g].float().T for g, (s, e) in enumerate(zip(bounds, bounds[1:]))])
+        torch.cuda.synchronize()
+        err = _rel(got, ref)
+        assert err < 2e-2, f"{what} round {r}: relative error {err:.3g}: read before the predecessor wrote (seed {_seed()})"

@@ -48,7 +48,7 @@ class GemmConfig:
     bf16: bool
     b_kmajor: bool
     out_f32: bool
-    block_n: int  # BN: 256 or 128 (BM = 128, BK = 64)
+    block_n: int  # BN: 256, 192 (tma) or 128 (BM = 128, BK = 64)
     stages: int
     cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
@@ -104,7 +104,7 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
 # (B multicast) ~0.95 of a lone CTA, ~0.9 once each CTA takes more than 3 turns (a lone CTA then ran 20-30%
 # slower on large outputs: 8304x7448x1352 0.60x against 0.79x). Picking the cheapest turn count took the sweep's
 # geomean from 0.71x to 0.85x cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
-_TILE_COST = {256: 1.0, 128: 0.6}
+_TILE_COST = {256: 1.0, 192: 0.78, 128: 0.6}
 _CLUSTER_COST = {2: 0.95, 1: 1.0}
 _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
@@ -129,7 +129,7 @@ def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
-                widths: tuple[int, ...] = (256, 128), k: int | None = None) -> tuple[int, int]:
+                widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
     cluster is kept. Ties go to the wider tile, then to the cluster. A problem of one wave of 128-wide lone tiles
     and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
@@ -138,7 +138,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     if (block_n in (None, 128) and cluster in (None, 1) and 128 in widths and k is not None and k <= _ONE_WAVE_K
             and tile_turns(m, n, 128, 1, sms) == 1):
         return 128, 1
-    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))]
+    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))
+               if block_n or b_kmajor or bn != 192 or cl == 1]  # N-major B: a cluster's CTAs load whole slabs
 
     def cost(o: tuple[int, int]) -> tuple:
         turns = tile_turns(m, n, o[0], o[1], sms)
@@ -169,15 +170,17 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0, fp8: bool = False) -> GemmConfig:
+                   groups: int = 0, fp8: bool = False, beta: float = 0.0) -> GemmConfig:
     """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
     H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
-    ``choose_splits`` unless ``splits`` is given. cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no
-    cluster, no split."""
+    ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a 16-bit output with ``beta``
+    0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256
+    where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     wide = shared_mem_limit >= 150 * 1024
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
-        bn, cl = choose_tile(m, n, sms, block_n, cluster, (256, 128) if wide else (128,), k=k)
+        widths = ((256, 192, 128) if not fp8 and (out_f32 or beta == 0) else (256, 128)) if wide else (128,)
+        bn, cl = choose_tile(m, n, sms, block_n, cluster, widths, k=k, b_kmajor=b_kmajor)
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
@@ -196,9 +199,15 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
     """Refuse tile plans the kernel cannot hold, saying what they need and what there is (with ``k``, split-K ranges
     beyond the k-blocks: an empty range would release a stage it never waited for)."""
-    if cfg.block_n not in (128, 256):
-        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256 (the N of the m64nNk16 wgmma; the "
-                                   "cp.async twin's 8 warps of 64 x N/4)", "use 256 (128 for small N)")
+    tma = cfg.backend is Backend.TMA and not cfg.fp8
+    if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)):
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma (the N of the m64nNk16 "
+                                   "wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's one B scale a tile)",
+                                   "use 256 (128 for small N)")
+    if cfg.block_n == 192 and cfg.cluster == 2 and not cfg.b_kmajor:
+        raise InvalidArgumentError("block_n", 192, "with cluster=2 and b_major='n' must be 128 or 256 (each CTA of the "
+                                   "cluster loads whole 64-column slabs of B: 3 do not split in two)",
+                                   "use block_n=256 or cluster=1")
     if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
@@ -483,10 +492,14 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits)
+                         splits=splits, beta=beta)
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
+    if cfg.block_n == 192 and not cfg.out_f32 and cfg.splits == 1 and beta != 0:
+        raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
+                                   "read-ahead pairs a tile's 64-column slabs two by two)",
+                                   "use block_n=256, or an fp32 output")
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass cluster=1, or more SMs")

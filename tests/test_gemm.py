@@ -120,7 +120,9 @@ def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
     assert choose(8192, 8192, 132) == (256, 2)  # whole turns either way: the wider tile
     assert choose(2000, 3000, 132, widths=(256, 128)) == (128, 2)  # 2 turns of 256 cost more than 3 of 128
     assert choose(2000, 3000, 132, widths=(256, 192, 128)) == (192, 2)  # and than 2 of 192 (256 tiles)
-    assert choose(2000, 3000, 132, widths=(256, 192, 128), b_kmajor=False) == (192, 1)  # slabs whole per CTA
+    assert choose(2000, 3000, 132, widths=(256, 192, 128), b_kmajor=False) == (128, 2)  # 192: K-major B only
+    assert choose(14096, 3144, 132, widths=(256, 192, 128)) == (256, 2)  # 192 saves 5% in the model: not taken
+    assert choose(2000, 3000, 132, block_n=192, cluster=1, b_kmajor=False) == (192, 1)  # asked for: kept
     assert default_config(Backend.TMA, m=2000, n=3000, sms=132).block_n == 192
     assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5).block_n == 128  # 16-bit C read ahead
     assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5, out_f32=True).block_n == 192

@@ -104,7 +104,12 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
 # (B multicast) ~0.95 of a lone CTA, ~0.9 once each CTA takes more than 3 turns (a lone CTA then ran 20-30%
 # slower on large outputs: 8304x7448x1352 0.60x against 0.79x). Picking the cheapest turn count took the sweep's
 # geomean from 0.71x to 0.85x cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
-_TILE_COST = {256: 1.0, 192: 0.78, 128: 0.6}
+# BN 192 (H100, 8cb03e2, K 4096, four outputs of 9-30 turns): a turn 0.755-0.80 of a 256-wide one, as much work a
+# FLOP. Chosen only with K-major B and where the model saves 10% (_BN192_MARGIN): over the 12 benchmark shapes
+# whose choice it changed it measured 0.90-1.38x the old choice, the losses N-major B with N < 400 (0.90x, 0.93x,
+# against 128-wide tiles in clusters) and a 15-turn problem it saved 5% on in the model (0.90x); docs/PERFORMANCE.md.
+_TILE_COST = {256: 1.0, 192: 0.76, 128: 0.6}
+_BN192_MARGIN = 0.9
 _CLUSTER_COST = {2: 0.95, 1: 1.0}
 _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
@@ -131,21 +136,31 @@ def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
                 widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
-    cluster is kept. Ties go to the wider tile, then to the cluster. A problem of one wave of 128-wide lone tiles
+    cluster is kept. Ties go to the wider tile, then to the cluster. A 192-wide tile not asked for is taken with
+    K-major B only, and where its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of 128-wide lone tiles
     and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
     (H100, 7a0a9c0: 344x344x896 0.62x cuBLAS against 0.53x with clusters, 896x856x432 0.79x against 0.64x,
     328x1784x3056 0.69x against 0.55x, with split-K as chosen)."""
     if (block_n in (None, 128) and cluster in (None, 1) and 128 in widths and k is not None and k <= _ONE_WAVE_K
             and tile_turns(m, n, 128, 1, sms) == 1):
         return 128, 1
+
+    def allowed(bn: int, cl: int) -> bool:  # BN 192 with N-major B: asked for only, and no cluster unless asked
+        return bn != 192 or b_kmajor or (block_n == 192 and (cl == 1 or cluster == 2))
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))
-               if block_n or b_kmajor or bn != 192 or cl == 1]  # N-major B: a cluster's CTAs load whole slabs
+               if allowed(bn, cl)]
 
     def cost(o: tuple[int, int]) -> tuple:
         turns = tile_turns(m, n, o[0], o[1], sms)
         cluster_cost = (_CLUSTER_COST_MANY_TURNS if turns > 3 else _CLUSTER_COST).get(o[1], 1.0)
         return turns * _TILE_COST.get(o[0], 1.0) * cluster_cost, -o[0], -o[1]
-    return min(options, key=cost)
+    best = min(options, key=cost)
+    others = [o for o in options if o[0] != 192]
+    if best[0] == 192 and block_n is None and others:
+        other = min(others, key=cost)
+        if cost(best)[0] >= _BN192_MARGIN * cost(other)[0]:
+            return other
+    return best
 
 
 def turn_cost(m: int, n: int, k: int, sms: int) -> float:

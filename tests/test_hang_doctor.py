@@ -411,7 +411,7 @@ def test_bind_checked_and_tmakit_check_reach_the_hang_doctor(monkeypatch):
     kernel, drv, _ = fake_kernel_of(monkeypatch, [ParamInfo(0, 0, 4, "p0", ".u32", 4)])
     assert kernel.bind(7, grid=1, block=32, checked=True, timeout=0.5) == "checked"
     assert calls[-1][1:] == ((7,), {"grid": 1, "block": 32, "shared_mem": 0, "stream": None, "cluster": None,
-                                    "keep_args": True}, 0.5, False)
+                                    "pdl": False, "keep_args": True}, 0.5, False)
     kernel.bind(7, grid=1, block=32)  # off by default
     assert len(calls) == 1
     monkeypatch.setenv("TMAKIT_CHECK", "1")

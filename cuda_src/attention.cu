@@ -642,6 +642,9 @@ extern "C" __global__ void __launch_bounds__(256)
   using tmakit::uint32_t;
   constexpr int kPerLane = attn::kD / 32;
   const int lane = threadIdx.x % 32;
+  // Launched with pdl=True right after the split launch that writes the partials: wait for it before reading them.
+  tmakit::griddepcontrol_launch_dependents();
+  tmakit::griddepcontrol_wait();
   for (int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32; row < rows; row += gridDim.x * blockDim.x / 32) {
     float m = attn::neg_inf();
     for (int sp = 0; sp < kv_splits; ++sp) m = fmaxf(m, part_lse[static_cast<int64_t>(sp) * rows + row]);
@@ -684,6 +687,7 @@ extern "C" __global__ void tmakit_attention_varlen_maps(const __grid_constant__ 
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   griddepcontrol_launch_dependents();  // the attention launch (pdl) may start: it waits for these maps
+  griddepcontrol_wait();  // launched with pdl=True: the previous launch (of this plan, say) still reads the maps
   __shared__ alignas(128) TensorMapDesc edit[4];
   const int b = blockIdx.x, lane = threadIdx.x % 32;
   if (threadIdx.x >= 32) return;  // one warp does it all
@@ -731,6 +735,7 @@ extern "C" __global__ void tmakit_attention_paged_maps(const __grid_constant__ t
 #if TMAKIT_USE_TMA
   using namespace tmakit;
   griddepcontrol_launch_dependents();  // the attention launch (pdl) may start: it waits for these maps and order
+  griddepcontrol_wait();  // launched with pdl=True: the previous launch (of this plan, say) still reads the maps
   __shared__ alignas(128) TensorMapDesc edit[2];
   const int b = blockIdx.x, lane = threadIdx.x % 32;
   if (threadIdx.x >= 32) return;  // one warp does it all

@@ -37,7 +37,7 @@
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
-// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
+// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 192 (tma) | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
 // tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), and the wgmma
 // descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from tmakit.wgmma_descriptors):
 // TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the consumer rows 0-63 and then 64-127, and
@@ -773,6 +773,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 extern "C" __global__ void __launch_bounds__(256)
     tmakit_gemm_splitk_reduce(const float* __restrict__ w, long long w_pitch, long long slice, void* c_ptr, int M,
                               int N, long long ldc, int splits, float alpha, float beta) {
+  // Launched with pdl=True right after the GEMM that writes the slices: wait for it before reading them.
+  tmakit::griddepcontrol_launch_dependents();
+  tmakit::griddepcontrol_wait();
   const int quads = (N + 3) / 4;
   const long long total = static_cast<long long>(M) * quads;
   for (long long i = blockIdx.x * 256ll + threadIdx.x; i < total; i += gridDim.x * 256ll) {

@@ -198,7 +198,7 @@ def test_pdl_overlaps_and_the_control_reads_early(late_module) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "attention", "grouped"])
+@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "gemm_splitk", "attention", "grouped", "paged"])
 def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
     """The input (or C, or the group ends) arrives from a predecessor that triggers its dependents first and writes
     300 us later: the plan's result is the new input's."""
@@ -209,11 +209,13 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
     for r in range(ROUNDS):
         if what.startswith("gemm"):
             beta = 1.0 if what == "gemm_beta" else 0.0
-            a_new = torch.randn(1536, 1024, device="cuda", generator=gen).bfloat16()
-            b = torch.randn(2048, 1024, device="cuda", generator=gen).bfloat16()
-            c_new = torch.randn(1536, 2048, device="cuda", generator=gen).bfloat16()
+            m, n, k = (384, 344, 8800) if what == "gemm_splitk" else (1536, 2048, 1024)
+            a_new = torch.randn(m, k, device="cuda", generator=gen).bfloat16()
+            b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
+            c_new = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
             a, c = torch.full_like(a_new, float("nan")), torch.full_like(c_new, float("nan"))
             plan = plan_gemm(a if not beta else a_new, b, c, beta=beta)
+            assert (plan.config.splits > 1) == (what == "gemm_splitk")  # the reduce launch (pdl) after the GEMM
             _late_copy(late_module, c if beta else a, c_new if beta else a_new)
             plan()
             ref = a_new.float() @ b.float().T + beta * c_new.float()
@@ -227,6 +229,29 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
             _late_copy(late_module, k, k_new)
             plan()
             ref = F.scaled_dot_product_attention(q.float(), k_new.float(), q.float())
+        elif what == "paged":
+            # the lengths arrive late: the maps kernel (pdl) waits for them, the attention launch for the maps, the
+            # combine of the split keys for the attention
+            b, h, hkv, d, page, max_pages = 4, 8, 2, 128, 16, 64
+            k_cache, v_cache = (torch.randn(b * max_pages, page, hkv, d, device="cuda", generator=gen).bfloat16()
+                                for _ in range(2))
+            table = torch.randperm(b * max_pages, device="cuda", generator=gen).int().reshape(b, max_pages)
+            lens_new = torch.randint(1, max_pages * page + 1, (b,), device="cuda", generator=gen, dtype=torch.int32)
+            lens = torch.zeros_like(lens_new)
+            q = torch.randn(b, 1, h, d, device="cuda", generator=gen).bfloat16()
+            got = torch.full_like(q, float("nan"))
+            plan = plan_attention_paged(q, k_cache, v_cache, table, lens, got)
+            assert plan.kv_splits > 1
+            _late_copy(late_module, lens, lens_new)
+            plan()
+            refs = []
+            for s_, n_ in enumerate(lens_new.tolist()):
+                ids = table[s_].long()
+                kk = k_cache[ids].reshape(-1, hkv, d)[:n_].float().transpose(0, 1).repeat_interleave(h // hkv, 0)
+                vv = v_cache[ids].reshape(-1, hkv, d)[:n_].float().transpose(0, 1).repeat_interleave(h // hkv, 0)
+                qq = q[s_].float().transpose(0, 1)
+                refs.append((torch.softmax(qq @ kk.transpose(-1, -2) / math.sqrt(d), -1) @ vv).transpose(0, 1))
+            ref = torch.stack(refs)
         else:
             a = torch.randn(1024, 512, device="cuda", generator=gen).bfloat16()
             b = torch.randn(4, 768, 512, device="cuda", generator=gen).bfloat16()

@@ -483,7 +483,7 @@ class PersistentTiles:
         blocks = min(-(-self._split_rows // 8), 8 * sm_count(self.device))  # a warp a row, 8 a block
         return self._combine_kernel.bind(part_o, part_lse, self.kv_splits, self._split_rows, heads, rows, o4.ptr,
                                          sb, sh, ss, lse, grid=(blocks, 1, 1), block=(256, 1, 1), stream=stream,
-                                         checked=False)  # no barrier to bound
+                                         pdl=True, checked=False)  # no barrier to bound; waits for the partials
 
 
 class TileGeometry(PersistentTiles):

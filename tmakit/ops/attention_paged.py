@@ -108,7 +108,7 @@ class PagedAttentionPlan(DeviceMapsPlan):
         self._build = self._maps_kernel.bind(km, vm, lens.ptr, self.page_size, self.max_pages,
                                              self._maps_workspace.ptr,
                                              grid=(self.batch, 1, 1), block=(32, 1, 1), stream=self._stream,
-                                             checked=False)  # no barrier to bound
+                                             pdl=True, checked=False)  # waits before it reads or writes
         lse_ptr = _checks.view(self.lse, "lse").ptr
         heads, rows, group = self.kernel_geometry()
         args = (*self.maps, lse_ptr, heads, rows, self.max_pages * self.page_size,

@@ -108,7 +108,8 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         lse_ptr = _checks.view(self.lse, "lse").ptr
         self._build = self._maps_kernel.bind(*self.maps, cu_q.ptr, cu_k.ptr, self.total_q, self.total_k,
                                              self._maps_workspace.ptr, grid=(self.batch, 1, 1), block=(32, 1, 1),
-                                             stream=self._stream, checked=False)  # no barrier to bound
+                                             stream=self._stream, pdl=True,
+                                             checked=False)  # waits before it reads or writes
         args = (*self.maps, lse_ptr, self.heads, self.total_q, self.total_k, self.scale * math.log2(math.e),
                 int(self.causal), self.heads // self.kv_heads, cu_q.ptr, cu_k.ptr, self._maps_workspace.ptr,
                 0, 0, 0, 0, *persistent_args(self.tiles, self._counter), 1, 0, 0)  # no key splits

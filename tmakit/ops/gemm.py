@@ -386,7 +386,7 @@ class GemmPlan:
             self._reduce = self._reduce_kernel.bind(
                 w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
                 float(self.alpha), float(self.beta), grid=(min(-(-total // 256), 8 * sm_count(self.device)), 1, 1),
-                block=(256, 1, 1), stream=self._stream, checked=False)  # no barrier to bound
+                block=(256, 1, 1), stream=self._stream, pdl=True, checked=False)  # waits for the slices
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
             args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)  # no groups, no fp8 scales

@@ -352,9 +352,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           p.advance();
         }
       }
-      // Every load is issued: a pdl launch after this one may start on the SMs this grid leaves (it waits for
-      // this grid to complete before it touches memory).
-      griddepcontrol_launch_dependents();
+      // No griddepcontrol.launch_dependents: a pdl launch after this one starts as this grid's CTAs exit. Let
+      // launch here, once every load was issued, it measured slower (docs/PERFORMANCE.md, GEMM).
     }
   } else {
     // ---------------- consumers ----------------

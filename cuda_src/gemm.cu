@@ -197,8 +197,8 @@ constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
-static_assert(!kFp8 || (kBKMajor && (kBN == 128 || kBN == 192) && !kGrouped && !kOutF32 && kBf16),
-              "fp8: B K-major, BN 128 or 192 (B's scale blocks are 128 wide), no groups, bf16 out");
+static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
+              "fp8: B K-major, BN 128 (one B scale a tile and k-block), no groups, bf16 out");
 
 // Grouped: the work unit u's group (the last g with tile_start[g] <= u, tile_start[] the groups' first units in
 // shared memory, `groups` + 1 entries; row_end[] their row ends) and its place in the group.
@@ -410,93 +410,61 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       if constexpr (kFp8) {
         // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
-        // scale_b: fp32 promotion every 128 of K, as the block scales require (DeepGEMM's recipe). At BN 128 two
-        // partials alternate, so block kb's wgmma run while block kb - 1 is promoted (its stage, which holds its A
-        // scales, is released after that).
+        // scale_b: fp32 promotion every 128 of K, as the block scales require (DeepGEMM's recipe). Two partials
+        // alternate, so block kb's wgmma run while block kb - 1 is promoted (its stage, which holds its A scales,
+        // is released after that).
+        float part[2][kBN / 2];
 #pragma unroll
         for (int i = 0; i < kBN / 2; ++i) acc[i] = 0.f;
         const int r = consumer * 64 + wgmma_d_row(t, 0);  // this thread's rows r and r + 8 of the tile
-        const float* sb_row = scale_b + static_cast<long long>(n0 / 128) * scale_b_pitch;  // B's 128-wide blocks
-        if constexpr (kBN == 128) {
-          float part[2][kBN / 2];
-          Ring::State done = c;  // the stage of the block being promoted
-          auto issue = [&](float (&d)[kBN / 2]) {
-            ring.consumer_wait(c);
-            const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
-            wgmma_fence();
+        const float* sb_row = scale_b + static_cast<long long>(n0 / kBN) * scale_b_pitch;
+        Ring::State done = c;  // the stage of the block being promoted
+        auto issue = [&](float (&d)[kBN / 2]) {
+          ring.consumer_wait(c);
+          const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
+          wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < kSlices; ++kk) {
-              wgmma_mma_async_ss<kBN, kType, kType>(d, wgmma_desc_rebase(desc_a(kk), a_st),
-                                                     wgmma_desc_rebase(desc_b(kk), b_st), kk > 0);
-            }
-            wgmma_commit_group();
-            c.advance();
-          };
-          // acc += d * the scales of block kb (stage `done`), then that stage is released.
-          auto promote = [&](float (&d)[kBN / 2], float sb) {
-            wgmma_fence_operands(d);
-            const float* sa = reinterpret_cast<const float*>(smem + done.index * kStageBytes + kABytes + kBBytes);
-            const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
-            release(done);
-            done.advance();
+          for (int kk = 0; kk < kSlices; ++kk) {
+            wgmma_mma_async_ss<kBN, kType, kType>(d, wgmma_desc_rebase(desc_a(kk), a_st),
+                                                   wgmma_desc_rebase(desc_b(kk), b_st), kk > 0);
+          }
+          wgmma_commit_group();
+          c.advance();
+        };
+        // acc += d * the scales of block kb (stage `done`), then that stage is released.
+        auto promote = [&](float (&d)[kBN / 2], float sb) {
+          wgmma_fence_operands(d);
+          const float* sa = reinterpret_cast<const float*>(smem + done.index * kStageBytes + kABytes + kBBytes);
+          const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
+          release(done);
+          done.advance();
 #pragma unroll
-            for (int i = 0; i < kBN / 2; ++i) acc[i] += d[i] * ((i & 2) ? s1 : s0);
-          };
-          float sb_prev = sb_row[kb_begin];
+          for (int i = 0; i < kBN / 2; ++i) acc[i] += d[i] * ((i & 2) ? s1 : s0);
+        };
+        float sb_prev = sb_row[kb_begin];
+        issue(part[0]);
+        int kb = kb_begin + 1;
+        for (; kb + 1 < kb_end; kb += 2) {  // two blocks a trip, so that each partial is one register array
+          const float sb1 = sb_row[kb];  // loaded before the waits: off the promotion's path
+          issue(part[1]);
+          wgmma_wait_group<1>();
+          promote(part[0], sb_prev);
+          const float sb0 = sb_row[kb + 1];
           issue(part[0]);
-          int kb = kb_begin + 1;
-          for (; kb + 1 < kb_end; kb += 2) {  // two blocks a trip, so that each partial is one register array
-            const float sb1 = sb_row[kb];  // loaded before the waits: off the promotion's path
-            issue(part[1]);
-            wgmma_wait_group<1>();
-            promote(part[0], sb_prev);
-            const float sb0 = sb_row[kb + 1];
-            issue(part[0]);
-            wgmma_wait_group<1>();
-            promote(part[1], sb1);
-            sb_prev = sb0;
-          }
-          if (kb < kb_end) {  // one block left: into part[1]
-            const float sb1 = sb_row[kb];
-            issue(part[1]);
-            wgmma_wait_group<1>();
-            promote(part[0], sb_prev);
-            wgmma_wait_group<0>();
-            promote(part[1], sb1);
-          } else {
-            wgmma_wait_group<0>();
-            promote(part[0], sb_prev);
-          }
+          wgmma_wait_group<1>();
+          promote(part[1], sb1);
+          sb_prev = sb0;
+        }
+        if (kb < kb_end) {  // one block left: into part[1]
+          const float sb1 = sb_row[kb];
+          issue(part[1]);
+          wgmma_wait_group<1>();
+          promote(part[0], sb_prev);
+          wgmma_wait_group<0>();
+          promote(part[1], sb1);
         } else {
-          // 192 wide: one partial (96 + 96 registers beside acc would not fit), so each block's wgmma are waited
-          // for before its promotion; the other consumer warpgroup's wgmma keep the tensor cores busy meanwhile.
-          // B's scale blocks are 128 columns wide: this tile has two, the second from tile column 128 - n0 % 128
-          // (128 or 64) on; its row past the last block is clamped (those columns are past N).
-          const float* sb_next = (n0 / 128 + 1) * 128 < N ? sb_row + scale_b_pitch : sb_row;
-          const bool mid_is_first = n0 % 128 == 0;  // tile columns 64..127 in the first block
-          float part[kBN / 2];
-          for (int kb = kb_begin; kb < kb_end; ++kb) {
-            const float sb_a = sb_row[kb], sb_b = sb_next[kb];  // issued before the waits
-            ring.consumer_wait(c);
-            const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < kSlices; ++kk) {
-              wgmma_mma_async_ss<kBN, kType, kType>(part, wgmma_desc_rebase(desc_a(kk), a_st),
-                                                     wgmma_desc_rebase(desc_b(kk), b_st), kk > 0);
-            }
-            wgmma_commit_group();
-            wgmma_wait_group<0>();
-            wgmma_fence_operands(part);
-            const float* sa = reinterpret_cast<const float*>(smem + c.index * kStageBytes + kABytes + kBBytes);
-            const float sa0 = sa[r], sa1 = sa[r + 8];
-            release(c);
-            c.advance();
-            const float sb_mid = mid_is_first ? sb_a : sb_b;  // tile columns 64..127
-            const float s[2][3] = {{sa0 * sb_a, sa0 * sb_mid, sa0 * sb_b}, {sa1 * sb_a, sa1 * sb_mid, sa1 * sb_b}};
-#pragma unroll
-            for (int i = 0; i < kBN / 2; ++i) acc[i] += part[i] * s[(i & 2) ? 1 : 0][i / 32];  // n8 block i / 4
-          }
+          wgmma_wait_group<0>();
+          promote(part[0], sb_prev);
         }
       } else {
         Ring::State done = c;  // the oldest stage not yet released

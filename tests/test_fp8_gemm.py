@@ -20,23 +20,19 @@ from tmakit.ops.gemm import default_config
 from _fake_driver import FakeDeviceArray
 
 
-def _fp8_config(cluster: int = 1, block_n: int = 128):
-    return default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=block_n, cluster=cluster, splits=1, fp8=True)
+def _fp8_config(cluster: int = 1):
+    return default_config(Backend.TMA, bf16=True, b_kmajor=True, block_n=128, cluster=cluster, splits=1, fp8=True)
 
 
-@pytest.mark.parametrize("block_n", [128, 192])
 @pytest.mark.parametrize("cluster", [1, 2])
-def test_fp8_build_compiles_and_lints(cluster, block_n) -> None:
+def test_fp8_build_compiles_and_lints(cluster) -> None:
     from tmakit import lint
 
-    cfg = _fp8_config(cluster, block_n)
-    if block_n == 128:
-        assert cfg.fp8 and cfg.stage_bytes == 33 * 1024  # A and B 16 KiB each, 512 bytes of row scales, aligned
-        assert cfg.stages == 5 and cfg.shared_mem <= 232448  # as many 33 KiB stages as the H100 holds (results: s5)
-    else:
-        assert cfg.stage_bytes == 41 * 1024 and cfg.stages == 4  # B 24 KiB
+    cfg = _fp8_config(cluster)
+    assert cfg.fp8 and cfg.stage_bytes == 33 * 1024  # A and B 16 KiB each, 512 bytes of row scales, 1024-aligned
+    assert cfg.stages == 5 and cfg.shared_mem <= 232448  # as many 33 KiB stages as the H100 holds (the results: s5)
     code = compile_cuda("gemm.cu", arch="sm_90a", defines=cfg.defines)
-    assert f"wgmma.mma_async.sync.aligned.m64n{block_n}k32.f32.e4m3.e4m3" in code.ptx
+    assert "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3" in code.ptx
     report = lint(code, entry="tmakit_gemm_tma")
     assert [f for f in report.findings if f.severity != "note"] == [], str(report)
 
@@ -58,13 +54,6 @@ def test_argument_errors(change, match) -> None:
     args.update(change)
     with pytest.raises(InvalidArgumentError, match=match):
         plan_fp8_gemm(**args)
-
-
-def test_fp8_block_n_256_is_refused() -> None:
-    from tmakit.ops.gemm import check_config
-
-    with pytest.raises(InvalidArgumentError, match=r"block_n=256.*128 or 192 for fp8"):
-        check_config(_fp8_config(1, 256), 232448)
 
 
 def _seed() -> int:
@@ -96,7 +85,7 @@ def test_fp8_gemm_matches_the_dequantized_product(i) -> None:
     gen = torch.Generator(device="cuda").manual_seed(_seed() + i)
     a, b, sa, sb, ref = quantized(torch, m, n, k, gen)
     out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-    plan = plan_fp8_gemm(a, b, sa, sb, out, block_n=(128, 192)[i % 2])  # 192: two B scale blocks a tile
+    plan = plan_fp8_gemm(a, b, sa, sb, out)
     for run in range(3):
         out.fill_(float("nan"))
         plan()
@@ -108,18 +97,15 @@ def test_fp8_gemm_matches_the_dequantized_product(i) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("block_n", [128, 192])
 @pytest.mark.parametrize("k", [16, 128, 256, 384, 512, 656])
-def test_fp8_gemm_every_count_of_k_blocks(k, block_n) -> None:
-    """At BN 128 the consumers promote one k-block while the next one's wgmma run, two partial accumulators
-    alternating: 1 to 6 k-blocks (odd and even counts, a tail) each end on the right partial. At BN 192 (one
-    partial) the tile columns 0-63 / 64-127 / 128-191 take B's scale block by where the tile starts (N 264: tiles at
-    0 and 192, the second's columns 64.. in the third block and past N)."""
+def test_fp8_gemm_every_count_of_k_blocks(k) -> None:
+    """The consumers promote one k-block while the next one's wgmma run, two partial accumulators alternating:
+    1 to 6 k-blocks (odd and even counts, a tail) each end on the right partial."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(_seed() + k)
     a, b, sa, sb, ref = quantized(torch, 200, 264, k, gen)
     out = torch.full((200, 264), float("nan"), device="cuda", dtype=torch.bfloat16)
-    plan_fp8_gemm(a, b, sa, sb, out, block_n=block_n)()
+    plan_fp8_gemm(a, b, sa, sb, out)()
     torch.cuda.synchronize()
     err = ((out.float() - ref).abs().max() / ref.abs().max()).item()
     assert err < 1e-2, f"200x264x{k}: max error {err:.3g} relative to the largest entry"

@@ -113,9 +113,9 @@ class Fp8GemmPlan:
         return self.out
 
 
-def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *, block_n: int | None = None,
-                  stages: int | None = None, cluster: int | None = None, group_m: int = 8, backend: Any = "auto",
-                  stream: Any = None, checked: bool | str | None = None) -> Fp8GemmPlan:
+def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *, stages: int | None = None,
+                  cluster: int | None = None, group_m: int = 8, backend: Any = "auto", stream: Any = None,
+                  checked: bool | str | None = None) -> Fp8GemmPlan:
     """Check the arguments, compile the fp8 variant and bind one launch (not run)."""
     av, bv, sa, sb, ov, dims = _check_inputs(a, b, scale_a, scale_b, out)
     choice = choose_backend(backend, device=av.device)
@@ -125,8 +125,8 @@ def plan_fp8_gemm(a: Any, b: Any, scale_a: Any, scale_b: Any, out: Any = None, *
     limit = shared_mem_limit(choice.arch, av.device)
     if cluster is None:
         cluster = 2 if dims[0] > BLOCK_M else 1  # one tile row: nobody to share B with
-    cfg = default_config(choice.backend, bf16=True, b_kmajor=True, block_n=block_n or 128, cluster=cluster,
-                         stages=stages, group_m=group_m, shared_mem_limit=limit, splits=1, fp8=True)
+    cfg = default_config(choice.backend, bf16=True, b_kmajor=True, block_n=128, cluster=cluster, stages=stages,
+                         group_m=group_m, shared_mem_limit=limit, splits=1, fp8=True)
     check_config(cfg, limit, dims[2])
     result = out if out is not None else _empty(a, dims[:2], "bfloat16")
     plan = Fp8GemmPlan(cfg, choice, dims, result, av.device, stream, checked)

@@ -214,11 +214,11 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
     """Refuse tile plans the kernel cannot hold, saying what they need and what there is (with ``k``, split-K ranges
     beyond the k-blocks: an empty range would release a stage it never waited for)."""
-    widths = ((128, 192) if cfg.fp8 else (128, 192, 256)) if cfg.backend is Backend.TMA else (128, 256)
-    if cfg.block_n not in widths:
-        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma, and 128 or 192 for fp8 "
-                                   "(the N of the m64nNk16 wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's "
-                                   "promotion registers)", "use 256 (128 for small N)")
+    tma = cfg.backend is Backend.TMA and not cfg.fp8
+    if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)):
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma (the N of the m64nNk16 "
+                                   "wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's one B scale a tile)",
+                                   "use 256 (128 for small N)")
     if cfg.block_n == 192 and cfg.cluster == 2 and not cfg.b_kmajor:
         raise InvalidArgumentError("block_n", 192, "with cluster=2 and b_major='n' must be 128 or 256 (each CTA of the "
                                    "cluster loads whole 64-column slabs of B: 3 do not split in two)",

@@ -457,6 +457,8 @@ def test_kernel_pdl_attribute(fake_kernel, monkeypatch: pytest.MonkeyPatch) -> N
     assert [a.id for a in config.attrs][1] == pdl_id and config.attrs[0].value.clusterDim.x == 2
     with pytest.raises(InvalidArgumentError, match="pdl.*must be True or False"):
         kernel(*args, grid=4, block=64, pdl=1)
+    with pytest.raises(InvalidArgumentError, match="pdl.*must be True or False"):
+        kernel.bind(*args, grid=4, block=64, pdl=1, checked=True)  # checked binds drop pdl, after its checks
     monkeypatch.setattr(_driver, "device_arch", lambda ordinal=0: Arch(8, 0))
     with pytest.raises(LaunchError, match="pdl=True .*needs sm_90.*sm_80.*pdl=False"):
         kernel(*args, grid=4, block=64, pdl=True)

@@ -1,8 +1,10 @@
-"""GPU tier: programmatic dependent launch (``pdl=True``). The TMA plans launch their kernel with it, so each may
-start while the kernel before it in the stream still runs; these tests chain plans whose inputs are the previous
-plan's outputs, every output NaN-poisoned first, all queued without a host wait, and check each stage against a
-float32 product of what the GPU wrote before it. A kernel that touched memory before ``griddepcontrol.wait`` reads
-NaN or a stale input, or is overwritten by the poison. Each chain runs several times: such races are timing-bound.
+"""GPU tier: programmatic dependent launch (``pdl=True``). The TMA plans launch every kernel with it, so each may
+start while the kernel before it in the stream still runs. The tests that show each wait holds put a predecessor
+in front that lets its dependents launch at once and writes their input 300 us later (``late_copy``; a control
+reader without the wait sees the old bytes): the GEMM, split-K reduce, attention, combine, grouped, paged and
+varlen launches must see the new ones. The chains (each plan's input the previous plan's NaN-poisoned output, all
+queued without a host wait) and the back-to-back launches of one plan are regression tests of the same ordering
+where the predecessor does not trigger early. Each runs several times: such races are timing-bound.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import os
 
 import pytest
 
-from tmakit.ops import plan_attention, plan_attention_paged, plan_gemm, plan_grouped_gemm
+from tmakit.ops import plan_attention, plan_attention_paged, plan_attention_varlen, plan_gemm, plan_grouped_gemm
 
 ROUNDS = 4
 
@@ -29,7 +31,8 @@ def _rel(got, ref) -> float:
                                                (1000, 768, 0.5, "float32"), (4096, 4096, 1.0, "bfloat16")])
 def test_gemm_chain(m, n, beta, dtype) -> None:
     """D_i = D_{i-1} @ B_i (+ beta C_i) for 6 plans back to back: each reads what the one before it wrote (an fp32
-    output is cast into the next stage's input by a torch kernel between them)."""
+    output is cast into the next stage's input by a torch kernel between them). The GEMM does not trigger its
+    dependents early, so this chain is a regression test; the late predecessor below is the test of the wait."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(_seed())
     in_dtype = torch.bfloat16 if dtype == "float32" else getattr(torch, dtype)
@@ -85,9 +88,9 @@ def test_attention_chain(causal, s) -> None:
 
 @pytest.mark.requires_sm90
 def test_paged_decode_chain() -> None:
-    """Paged decodes whose q is the previous decode's out (maps kernel, then the pdl attention launch, per stage);
-    the lengths change on the device between rounds, so a stage that read the maps or the order before its maps
-    kernel finished reads the previous round's."""
+    """Paged decodes whose q is the previous decode's out (maps kernel, attention launch, combine of the split keys,
+    per stage), the lengths new each round: a regression test of the chain (the late predecessor below is the test
+    of each wait)."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(_seed() + 2)
     b, h, hkv, d, page, max_pages = 6, 8, 2, 128, 16, 40
@@ -121,7 +124,7 @@ def test_paged_decode_chain() -> None:
 
 @pytest.mark.requires_sm90
 def test_grouped_gemm_after_its_offsets_change() -> None:
-    """A grouped GEMM reads its group ends on the device: a kernel rewrites them right before each launch."""
+    """A grouped GEMM reads its group ends on the device at every launch: new ends copied in before each one."""
     torch = pytest.importorskip("torch")
     gen = torch.Generator(device="cuda").manual_seed(_seed() + 3)
     groups, n, k, m = 4, 512, 256, 1024
@@ -177,8 +180,10 @@ def late_module():
 
 
 def _late_copy(module, dst, src, spin_ns: int = SPIN_NS) -> None:
-    words = dst.numel() * dst.element_size() // 4
-    module.kernel("late_copy")(dst.data_ptr(), src.data_ptr(), words, spin_ns, grid=4, block=256)
+    """dst <- src (torch tensors, or (pointer, bytes) pairs), 300 us after the launch lets its dependents start."""
+    (dst_ptr, nbytes), src_ptr = (dst if isinstance(dst, tuple) else (dst.data_ptr(), dst.numel() * dst.element_size()),
+                                  src[0] if isinstance(src, tuple) else src.data_ptr())
+    module.kernel("late_copy")(dst_ptr, src_ptr, nbytes // 4, spin_ns, grid=4, block=256)
 
 
 @pytest.mark.requires_sm90
@@ -208,7 +213,7 @@ def test_pdl_overlaps_and_the_control_reads_early(late_module) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "gemm_splitk", "attention", "grouped", "paged"])
+@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "gemm_splitk", "attention", "grouped", "paged", "varlen"])
 def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
     """The input (or C, or the group ends) arrives from a predecessor that triggers its dependents first and writes
     300 us later: the plan's result is the new input's."""
@@ -239,6 +244,23 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
             _late_copy(late_module, k, k_new)
             plan()
             ref = F.scaled_dot_product_attention(q.float(), k_new.float(), q.float())
+        elif what == "varlen":
+            # the sequence offsets arrive late: all sequences empty (nothing written) until the copy lands
+            lens = [300, 17, 1000, 128]
+            total, h, d = sum(lens), 8, 128
+            q, k_new, v = (torch.randn(total, h, d, device="cuda", generator=gen).bfloat16() for _ in range(3))
+            cu_new = torch.tensor([0] + lens, device="cuda").cumsum(0).int()
+            cu = torch.zeros_like(cu_new)
+            got = torch.full_like(q, float("nan"))
+            plan = plan_attention_varlen(q, k_new, v, cu, cu, max(lens), got)
+            _late_copy(late_module, cu, cu_new)
+            plan()
+            refs, start = [], 0
+            for n_ in lens:
+                qq, kk, vv = (x[start:start + n_].float().transpose(0, 1) for x in (q, k_new, v))
+                refs.append((torch.softmax(qq @ kk.transpose(-1, -2) / math.sqrt(d), -1) @ vv).transpose(0, 1))
+                start += n_
+            ref = torch.cat(refs)
         elif what == "paged":
             # the lengths arrive late: the maps kernel (pdl) waits for them, the attention launch for the maps, the
             # combine of the split keys for the attention
@@ -276,3 +298,71 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
         torch.cuda.synchronize()
         err = _rel(got, ref)
         assert err < 2e-2, f"{what} round {r}: relative error {err:.3g}: read before the predecessor wrote (seed {_seed()})"
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("what", ["reduce", "combine"])
+def test_second_launches_wait_for_a_late_predecessor(late_module, what) -> None:
+    """The split-K reduce and the attention combine read partials their own plan's first launch wrote; here the
+    partials arrive from a late predecessor instead (NaN until it writes), and the second launch alone runs."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 5)
+    for r in range(ROUNDS):
+        if what == "reduce":
+            a = torch.randn(384, 8800, device="cuda", generator=gen).bfloat16()
+            b = torch.randn(344, 8800, device="cuda", generator=gen).bfloat16()
+            got = torch.empty(384, 344, device="cuda", dtype=torch.bfloat16)
+            plan = plan_gemm(a, b, got)
+            assert plan.config.splits > 1
+            ref, second, workspace = a.float() @ b.float().T, plan._reduce, plan._workspace
+        else:
+            q = torch.randn(4, 8, 1, 128, device="cuda", generator=gen).bfloat16()
+            k, v = (torch.randn(4, 8, 8192, 128, device="cuda", generator=gen).bfloat16() for _ in range(2))
+            got = torch.empty_like(q)
+            plan = plan_attention(q, k, v, got)
+            assert plan.kv_splits > 1
+            ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+            second, workspace = plan._combine, plan._splits_workspace
+        plan()
+        torch.cuda.synchronize()
+        saved = torch.empty(workspace.nbytes // 4, dtype=torch.int32, device="cuda")
+        _late_copy(late_module, (saved.data_ptr(), workspace.nbytes), (workspace.ptr,), spin_ns=0)  # the partials
+        torch.cuda.synchronize()
+        poison = torch.full_like(saved, -1)  # NaN as float32
+        _late_copy(late_module, (workspace.ptr, workspace.nbytes), (poison.data_ptr(),), spin_ns=0)
+        got.fill_(float("nan"))
+        _late_copy(late_module, (workspace.ptr, workspace.nbytes), (saved.data_ptr(),))
+        second()
+        torch.cuda.synchronize()
+        err = _rel(got, ref)
+        assert err < 2e-2, f"{what} round {r}: relative error {err:.3g}: read before the partials landed (seed {_seed()})"
+
+
+@pytest.mark.requires_sm90
+def test_one_plan_back_to_back() -> None:
+    """One plan launched again before its last launch ended (re-pointed to a second NaN-poisoned output, no host
+    wait): its tile counter, reset by the last CTA, and its workspaces serve each launch in turn."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(_seed() + 6)
+    q, k, v = (torch.randn(2, 8, 777, 128, device="cuda", generator=gen).bfloat16() for _ in range(3))
+    outs = [torch.empty_like(q) for _ in range(2)]
+    plan = plan_attention(q, k, v, outs[0], causal=True)
+    a = torch.randn(1000, 768, device="cuda", generator=gen).bfloat16()
+    b = torch.randn(512, 768, device="cuda", generator=gen).bfloat16()
+    cs = [torch.empty(1000, 512, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    gemm = plan_gemm(a, b, cs[0])
+    import torch.nn.functional as F
+
+    ref_o = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True)
+    ref_c = a.float() @ b.float().T
+    for r in range(ROUNDS):
+        for x in outs + cs:
+            x.fill_(float("nan"))
+        for i in range(2 * 8):
+            plan(q, k, v, outs[i % 2])
+            gemm(a, b, cs[i % 2])
+        torch.cuda.synchronize()
+        for i in range(2):
+            assert _rel(outs[i], ref_o) < 1e-2 and _rel(cs[i], ref_c) < 2e-2, f"round {r} output {i} (seed {_seed()})"

@@ -145,6 +145,7 @@ class Kernel:
         if checked not in (True, False, "deferred"):
             raise InvalidArgumentError("checked", checked, 'must be True, False, "deferred" or None',
                                        'checked=True (raise from the launch) or checked="deferred"')
+        self._pdl_attribute_wanted(pdl)  # its rules hold for checked binds too, which drop it
         if checked:
             from .doctor.hang import checked_bind
 

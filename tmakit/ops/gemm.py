@@ -164,9 +164,10 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
 
 
 def turn_cost(m: int, n: int, k: int, sms: int) -> float:
-    """The tile model's time of an m x n x k GEMM on ``sms`` SMs with the tile ``choose_tile`` picks, in turns of
-    128 x 256 tiles (one turn: every resident CTA computes one such tile over all of K)."""
-    bn, cl = choose_tile(m, n, sms, k=k)
+    """The tile model's time of an m x n x k GEMM (K-major B, beta 0) on ``sms`` SMs with the tile ``choose_tile``
+    picks for it in ``plan_gemm``, in turns of 128 x 256 tiles (one turn: every resident CTA computes one such tile
+    over all of K)."""
+    bn, cl = choose_tile(m, n, sms, k=k, widths=(256, 192, 128))
     return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0)
 
 

@@ -9,6 +9,8 @@ is no GPU.
 """
 from __future__ import annotations
 
+import math
+
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -105,12 +107,15 @@ def _sm_count(arch: Arch) -> int | None:
 def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: str = "k", out_dtype: str | None = None,
                   arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
-                  splits: int | None = None, sms: int | None = None) -> GemmDescription:
+                  splits: int | None = None, sms: int | None = None, beta: float = 0.0) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster and split-K chosen for ``sms`` SMs), the three TMA maps (C's: the
     fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it
-    is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200)."""
+    is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as ``plan_gemm``'s: a 16-bit output
+    read with beta != 0 takes no 192-wide tile."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
+    if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
+        raise InvalidArgumentError("beta", beta, "must be a finite number", "pass beta=0.0")
     name = _half(dtype)
     b_kmajor = _gemm._parse_b_major(b_major)
     if out_dtype is not None and out_dtype not in _gemm.OUT_DTYPES:
@@ -120,7 +125,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, k=k, splits=splits,
+                               m=m, n=n, k=k, splits=splits, beta=beta,
                                sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
     _gemm.check_config(cfg, limit, k)
     maps: tuple = ()

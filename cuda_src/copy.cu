@@ -10,6 +10,7 @@
 //                 wait_group (CpAsyncThreadProducer), so no block-wide synchronisation is needed at all.
 #include "tmakit/bulk_copy.cuh"
 #include "tmakit/cp_async.cuh"
+#include "tmakit/grid_dependency.cuh"
 #include "tmakit/pipeline.cuh"
 #include "tmakit/tma.cuh"
 
@@ -49,6 +50,7 @@ __device__ __forceinline__ void copy_edges(uint8_t* dst, const uint8_t* src, uin
 
 extern "C" __global__ void tmakit_copy(tmakit::uint8_t* dst, const tmakit::uint8_t* src, tmakit::uint64_t nbytes) {
   using namespace tmakit;
+  griddepcontrol_wait();  // launched with pdl=True on sm_90: the previous kernel may still write src or read dst
   const uint64_t head = ((16u - ((uint64_t)dst & 15u)) & 15u) < nbytes ? ((16u - ((uint64_t)dst & 15u)) & 15u) : nbytes;
   const uint64_t body = (nbytes - head) & ~15ull;
   copy_edges(dst, src, head, head + body, nbytes);
@@ -116,6 +118,7 @@ extern "C" __global__ void tmakit_copy(tmakit::uint8_t* dst, const tmakit::uint8
 // tmakit_copy_bytes: buffers whose addresses differ modulo 16 cannot use 16-byte pieces on both sides.
 extern "C" __global__ void tmakit_copy_bytes(tmakit::uint8_t* dst, const tmakit::uint8_t* src, tmakit::uint64_t nbytes) {
   using tmakit::uint64_t;
+  tmakit::griddepcontrol_wait();  // launched with pdl=True on sm_90
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < nbytes; i += (uint64_t)gridDim.x * blockDim.x)
     dst[i] = src[i];
 }

@@ -41,6 +41,7 @@
 // tests/test_transpose_banks.py counts the kernel's own accesses on the GPU (TMAKIT_TRANSPOSE_TRACE).
 #include "tmakit/box_pipeline.cuh"
 #include "tmakit/box_store.cuh"
+#include "tmakit/grid_dependency.cuh"
 #include "tmakit/swizzle.cuh"
 
 // TMAKIT_TRANSPOSE_TRACE(pointer, bytes): called before each shared-memory access of the turn (the tile's
@@ -825,6 +826,7 @@ tmakit_transpose(TMAKIT_BOX_SOURCE src, TMAKIT_TRANSPOSE_SRC_PREFIX src_prefix, 
   using namespace tmakit;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ BoxPipeline<1> pipe;
+  griddepcontrol_wait();  // launched with pdl=True on sm_90: the previous kernel may still write src or read dst
   const Operands op{src, src_prefix, dst_even, dst_odd, tiles_r, tiles_c, lead, shifted};
   transpose_all<Element, kRowSectors ? 1u : kRowClasses>(op, align_shared(smem_raw, 1024), pipe);
 }

@@ -213,7 +213,8 @@ def test_pdl_overlaps_and_the_control_reads_early(late_module) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "gemm_splitk", "attention", "grouped", "paged", "varlen"])
+@pytest.mark.parametrize("what", ["gemm", "gemm_beta", "gemm_splitk", "attention", "grouped", "paged", "varlen",
+                                  "copy", "transpose", "transpose_odd"])
 def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
     """The input (or C, or the group ends) arrives from a predecessor that triggers its dependents first and writes
     300 us later: the plan's result is the new input's."""
@@ -244,6 +245,18 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
             _late_copy(late_module, k, k_new)
             plan()
             ref = F.scaled_dot_product_attention(q.float(), k_new.float(), q.float())
+        elif what in ("copy", "transpose", "transpose_odd"):
+            from tmakit.ops import plan_copy, plan_transpose
+
+            shape = (1031, 2053) if what == "transpose_odd" else (2048, 4096)
+            new = torch.randn(shape, device="cuda", generator=gen)
+            src = torch.full_like(new, float("nan"))
+            got = torch.full_like(new, float("nan")) if what == "copy" else torch.full(shape[::-1], float("nan"),
+                                                                                        device="cuda")
+            plan = plan_copy(got, src) if what == "copy" else plan_transpose(got, src)
+            _late_copy(late_module, src, new)
+            plan()
+            ref = new if what == "copy" else new.T
         elif what == "varlen":
             # the sequence offsets arrive late: all sequences empty (nothing written) until the copy lands
             lens = [300, 17, 1000, 128]

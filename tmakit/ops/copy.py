@@ -120,7 +120,8 @@ def plan_copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
         threads, path, shared_mem = _KERNEL_THREADS[choice.name], "cp.async", 0
         grid = blocks or -(-nbytes // _CP_ASYNC_CHUNK)  # one 8 KiB chunk per block, as on the TMA path
     return CopyPlan(CopyResult(choice, path, nbytes, grid), (d, s), k, (d.ptr, s.ptr, nbytes), checked=checked,
-                    grid=(grid, 1, 1), block=(threads, 1, 1), shared_mem=shared_mem, stream=stream)
+                    grid=(grid, 1, 1), block=(threads, 1, 1), shared_mem=shared_mem, stream=stream,
+                    pdl=choice.arch.major >= 9)  # the kernel waits (griddepcontrol) before it touches memory
 
 
 _NAMES = ("dst", "src")

@@ -450,7 +450,8 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     grid = max(1, min(tiles_r * tiles_c, _MAX_GRID, max_blocks or _MAX_GRID))
     tail = (tiles_r, tiles_c, layout.lead, layout.sectors.shifted)
     return TransposePlan(result, (d, s), layout, align_sectors, promotion, k, tail, across, grid=(grid, 1, 1),
-                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked)
+                         block=(chosen.threads, 1, 1), shared_mem=shared_mem, stream=stream, checked=checked,
+                         pdl=choice.arch.major >= 9)  # the kernel waits (griddepcontrol) before it touches memory
 
 
 def across_gpus(d: ArrayView, s: ArrayView, across: str) -> tuple[ArrayView, ArrayView]:

@@ -37,9 +37,10 @@
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
-// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 192 (tma) | 256), TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2,
-// tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), and the wgmma
-// descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from tmakit.wgmma_descriptors):
+// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 192 (tma) | 256), TMAKIT_GEMM_STAGES,
+// TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32,
+// TMAKIT_GEMM_STORE_ADD (tma), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines,
+// from tmakit.wgmma_descriptors):
 // TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the consumer rows 0-63 and then 64-127, and
 // TMAKIT_GEMM_DESC_B, B's four, each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
 #include "tmakit/cluster.cuh"
@@ -352,8 +353,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           p.advance();
         }
       }
-      // No griddepcontrol.launch_dependents: a pdl launch after this one starts as this grid's CTAs exit. Let
-      // launch here, once every load was issued, it measured slower (docs/PERFORMANCE.md, GEMM).
+      // No griddepcontrol.launch_dependents: a pdl launch after this one starts as this grid's CTAs exit
+      // (triggering here, once every load is issued, measured slower: docs/PERFORMANCE.md, GEMM).
     }
   } else {
     // ---------------- consumers ----------------

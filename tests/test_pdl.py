@@ -230,8 +230,8 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
             b = torch.randn(n, k, device="cuda", generator=gen).bfloat16()
             c_new = torch.randn(m, n, device="cuda", generator=gen).bfloat16()
             a, c = torch.full_like(a_new, float("nan")), torch.full_like(c_new, float("nan"))
-            plan = plan_gemm(a if not beta else a_new, b, c, beta=beta)
-            assert (plan.config.splits > 1) == (what == "gemm_splitk")  # the reduce launch (pdl) after the GEMM
+            splits = 11 if what == "gemm_splitk" else 1  # forced: the reduce launch (pdl) after the GEMM
+            plan = plan_gemm(a if not beta else a_new, b, c, beta=beta, splits=splits)
             _late_copy(late_module, c if beta else a, c_new if beta else a_new)
             plan()
             ref = a_new.float() @ b.float().T + beta * c_new.float()
@@ -286,7 +286,8 @@ def test_plans_wait_for_a_late_predecessor(late_module, what) -> None:
             q = torch.randn(b, 1, h, d, device="cuda", generator=gen).bfloat16()
             got = torch.full_like(q, float("nan"))
             plan = plan_attention_paged(q, k_cache, v_cache, table, lens, got)
-            assert plan.kv_splits > 1
+            if plan.kv_splits == 1:  # 8 packed tiles split their keys wherever there are more SMs than that
+                pytest.skip("this GPU's SMs take the decode's tiles whole: no combine launch to test")
             _late_copy(late_module, lens, lens_new)
             plan()
             refs = []
@@ -327,15 +328,15 @@ def test_second_launches_wait_for_a_late_predecessor(late_module, what) -> None:
             a = torch.randn(384, 8800, device="cuda", generator=gen).bfloat16()
             b = torch.randn(344, 8800, device="cuda", generator=gen).bfloat16()
             got = torch.empty(384, 344, device="cuda", dtype=torch.bfloat16)
-            plan = plan_gemm(a, b, got)
-            assert plan.config.splits > 1
+            plan = plan_gemm(a, b, got, splits=11)
             ref, second, workspace = a.float() @ b.float().T, plan._reduce, plan._workspace
         else:
             q = torch.randn(4, 8, 1, 128, device="cuda", generator=gen).bfloat16()
             k, v = (torch.randn(4, 8, 8192, 128, device="cuda", generator=gen).bfloat16() for _ in range(2))
             got = torch.empty_like(q)
             plan = plan_attention(q, k, v, got)
-            assert plan.kv_splits > 1
+            if plan.kv_splits == 1:  # 32 tiles split their keys wherever there are more SMs than that
+                pytest.skip("this GPU's SMs take the decode's tiles whole: no combine launch to test")
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
             second, workspace = plan._combine, plan._splits_workspace
         plan()

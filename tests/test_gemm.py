@@ -149,6 +149,9 @@ def test_cluster_on_cp_async_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"block_n.*128 or 256"):
         check_config(default_config(Backend.TMA, block_n=160), 232448)
     check_config(default_config(Backend.TMA, block_n=192), 232448)
+    assert default_config(Backend.TMA, block_n=192).odd_slabs  # gemm.cu's kOddSlabs: three 16-bit slabs
+    assert not default_config(Backend.TMA, block_n=192, out_f32=True).odd_slabs
+    assert not default_config(Backend.TMA, block_n=192, splits=2).odd_slabs  # fp32 partials
     with pytest.raises(InvalidArgumentError, match=r"block_n=192: with cluster=2 and b_major='n'.*cluster=1"):
         check_config(default_config(Backend.TMA, block_n=192, cluster=2, b_kmajor=False), 232448)
 

@@ -1,8 +1,8 @@
 """Kernel launch through ``cuLaunchKernelEx``: checked arguments, launch configurations, clusters.
 
 ``kernel(*args, grid=, block=, ...)`` is one launch: build the ``CUlaunchConfig`` (dimension limits, the
-shared-memory opt-in, cluster rules and programmatic dependent launch checked), pack every argument into the kernel's parameter buffer
-(``launch_args.ArgPacker``) and call the driver. ``kernel.bind(...)`` does the first two once and returns a
+shared-memory opt-in, cluster and programmatic dependent launch rules checked), pack every argument into the
+kernel's parameter buffer (``launch_args.ArgPacker``) and call the driver. ``kernel.bind(...)`` does the first two once and returns a
 ``BoundLaunch`` with its own buffer: ``bound()`` is one driver call, ``bound.update(i, value)`` rewrites one
 argument's bytes. Nothing is cached between launches. Stream objects are read by ``streams.stream_handle``.
 """
@@ -145,10 +145,10 @@ class Kernel:
         if checked not in (True, False, "deferred"):
             raise InvalidArgumentError("checked", checked, 'must be True, False, "deferred" or None',
                                        'checked=True (raise from the launch) or checked="deferred"')
-        self._pdl_attribute_wanted(pdl)  # its rules hold for checked binds too, which drop it
         if checked:
             from .doctor.hang import checked_bind
 
+            self._pdl_attribute_wanted(pdl)  # its rules hold for checked binds too, which drop it (no _configure)
             return checked_bind(self, args, dict(grid=grid, block=block, shared_mem=shared_mem, stream=stream,
                                                  cluster=cluster, pdl=pdl, keep_args=keep_args), timeout,
                                 deferred=checked == "deferred")

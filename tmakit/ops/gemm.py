@@ -77,6 +77,12 @@ class GemmConfig:
         return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 32 + 1024 + grouped
 
     @property
+    def odd_slabs(self) -> bool:
+        """Three 16-bit slabs a tile (BN 192, no fp32 output or partials): gemm.cu's kOddSlabs, which the C
+        read-ahead cannot pair, so such a build runs with beta 0 only."""
+        return self.block_n == 192 and not (self.out_f32 or self.splits > 1)
+
+    @property
     def defines(self) -> dict[str, int | str]:
         d: dict[str, int | str] = {
             "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
@@ -137,8 +143,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
                 widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
     cluster is kept. Ties go to the wider tile, then to the cluster. A 192-wide tile not asked for is taken with
-    K-major B only, and where its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of 128-wide lone tiles
-    and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
+    K-major B only, and where its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of
+    128-wide lone tiles and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
     (H100, 7a0a9c0: 344x344x896 0.62x cuBLAS against 0.53x with clusters, 896x856x432 0.79x against 0.64x,
     328x1784x3056 0.69x against 0.55x, with split-K as chosen)."""
     if (block_n in (None, 128) and cluster in (None, 1) and 128 in widths and k is not None and k <= _ONE_WAVE_K
@@ -512,7 +518,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
-    if cfg.block_n == 192 and not cfg.out_f32 and cfg.splits == 1 and beta != 0:
+    if cfg.odd_slabs and beta != 0:
         raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
                                    "read-ahead pairs a tile's 64-column slabs two by two)",
                                    "use block_n=256, or an fp32 output")

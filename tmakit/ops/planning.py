@@ -10,7 +10,6 @@ is no GPU.
 from __future__ import annotations
 
 import math
-
 import sys
 from dataclasses import dataclass
 from typing import Any

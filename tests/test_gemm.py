@@ -135,6 +135,20 @@ def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
     assert (default_config(Backend.TMA).block_n, default_config(Backend.TMA).cluster) == (256, 2)  # no problem given
 
 
+def test_cluster_discount_is_judged_per_problem() -> None:
+    """Two clustered options are compared on their turns and widths alone: a 128-wide tile of 5 turns does not
+    get the many-turn discount against a 256-wide tile of 3 (N-major B with N < 640 keeps the per-option
+    judgement, where 256-wide tiles measured slower)."""
+    turns, choose = gemm_mod.tile_turns, gemm_mod.choose_tile
+    assert turns(1376, 6664, 128, 2, 132) == 5 and turns(1376, 6664, 256, 2, 132) == 3
+    assert choose(1376, 6664, 132, b_kmajor=False) == (256, 2)
+    assert choose(3760, 2728, 132, widths=(256, 192, 128), k=7944) == (256, 2)
+    assert turns(14128, 520, 128, 2, 132) == 5 and turns(14128, 520, 256, 2, 132) == 3
+    assert choose(14128, 520, 132, b_kmajor=False) == (128, 2)
+    assert choose(14128, 520, 132, b_kmajor=True) == (256, 2)
+    assert choose(8192, 8192, 132) == (256, 2) and choose(2000, 3000, 132, widths=(256, 128)) == (128, 2)
+
+
 def test_shared_memory_budget_refuses_too_many_stages() -> None:
     cfg = default_config(Backend.TMA, stages=5)
     with pytest.raises(InvalidArgumentError, match=r"stages.*48 KiB; 5 stages need 2\d\d\.\d KiB, 227\.0 KiB available"):

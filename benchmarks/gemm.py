@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import time_ms, torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import gemm_tile_label, time_ms, torch_with_gpu, write_results  # noqa: E402
 from benchmarks._sweep import log_uniform, summary  # noqa: E402
 
 TOLERANCE = 2e-2  # max |error| / max |reference| of a 16-bit output with fp32 accumulation
@@ -108,9 +108,8 @@ def measure(shape, rounds: int) -> dict:
         ours.append(time_ms(plan, torch, launches, queue_ahead=True))
         theirs.append(time_ms(cublas, torch, launches, queue_ahead=True))
     t, tc = statistics.median(ours), statistics.median(theirs)
-    cfg = plan.config
     return {"shape": label, "backend": backend, "M": m, "N": n, "K": k, "dtype": dtype, "b_major": b_major,
-            "tile": f"128x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}" + (f" k{cfg.splits}" if cfg.splits > 1 else ""), "ms": round(t, 4),
+            "tile": gemm_tile_label(plan), "ms": round(t, 4),
             "TFLOP/s": round(flops / t / 1e9, 1), "cuBLAS TFLOP/s": round(flops / tc / 1e9, 1),
             "x cuBLAS": round(tc / t, 3), "spread": round((max(ours) - min(ours)) / t, 3),
             "max rel err": float(f"{err:.3g}")}

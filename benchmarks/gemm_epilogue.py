@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
+from benchmarks._common import gemm_tile_label, torch_with_gpu, write_results  # noqa: E402
 from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, measure_all,  # noqa: E402
                               summary, sweep_arguments)
 
@@ -66,8 +66,7 @@ def measure(shape: tuple, rounds: int) -> dict:
     flops = 2.0 * m * n * k
     t, tp = interleaved_medians((plan, peer), torch, max(1, min(50, int(5e12 / flops))), rounds, warmup=2)
     return {"shape": label, "M": m, "N": n, "K": k, "dtype": dtype, "beta": beta, "out": odt,
-            "tile": f"128x{plan.config.block_n}x64 s{plan.config.stages} c{plan.config.cluster}"
-                    + (f" k{plan.config.splits}" if plan.config.splits > 1 else ""),
+            "tile": gemm_tile_label(plan),
             "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1), "addmm TFLOP/s": round(flops / tp / 1e9, 1),
             "x addmm": round(tp / t, 3), "max rel err": float(f"{err:.3g}"), "tolerance": TOLERANCE[odt]}
 

@@ -400,6 +400,85 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
         check_config(gemm_mod.GemmConfig(Backend.CP_ASYNC, True, True, False, 128, 2, 1, 8, 2), 232448)
 
 
+def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
+    """C's last rows go to a split-K plan of their own where the first plan's last turn would be nearly empty and K
+    is long enough to split; they leave the first plan whole cluster rows of tiles; describe_gemm says the same."""
+    from tmakit.ops.planning import describe_gemm
+
+    cfg = default_config(Backend.TMA, b_kmajor=False, m=4912, n=4216, k=9720, sms=132)
+    assert (cfg.block_n, cfg.cluster) == (256, 2) and gemm_mod.tile_turns(4912, 4216, 256, 2, 132) == 6
+    tail = gemm_mod.choose_tail_rows(cfg, 4912, 4216, 9720, 132)
+    assert tail == 4912 - 38 * 128  # 38 tile rows x 17 columns fill 5 turns; the last 48 rows: 33 lone 128-wide tiles, K split 4 ways
+    assert gemm_mod.tail_config(cfg, tail, 4216, 9720, 132, 0.0).splits == 4
+    assert describe_gemm(4912, 4216, 9720, b_major="n").config.tail_rows == tail
+    assert describe_gemm(4912, 4216, 9720, b_major="n", block_n=256).config.tail_rows == 0  # a tile asked for
+    for m, n, k in ((8192, 8192, 8192), (8192, 8192, 1024), (12608, 280, 1504), (300, 300, 8000)):
+        c = default_config(Backend.TMA, m=m, n=n, k=k, sms=132)
+        assert gemm_mod.choose_tail_rows(c, m, n, k, 132) == 0  # whole turns, a short K, or split-K already
+    assert gemm_mod.choose_tail_rows(default_config(Backend.CP_ASYNC), 4912, 4216, 9720, 132) == 0
+
+
+@pytest.mark.parametrize("tail_rows, options, match", [
+    (-1, {}, r"tail_rows=-1: must be an int in \[0, 1000\)"),
+    (1000, {}, r"tail_rows=1000: must be an int in \[0, 1000\)"),
+    (True, {}, r"tail_rows=True: must be an int"),
+    (100, {"cluster": 2}, r"tail_rows=100: must leave the first plan whole cluster rows of tiles: M - tail_rows a "
+                          r"multiple of 256 \(M = 1000\)"),
+    (232, {"splits": 2}, r"tail_rows=232: must be 0 .* with split-K"),
+    (232, {"reduce": "add"}, r"tail_rows=232: must be 0 .*reduce=\"add\""),
+])
+def test_tail_rows_errors(fake_launch, tail_rows, options, match) -> None:
+    a, b = device_view(0x100000, (1000, 640), "float16"), device_view(0x200000, (520, 640), "float16")
+    c = device_view(0x300000, (1000, 520), "float16")
+    with pytest.raises(InvalidArgumentError, match=match):
+        plan_gemm(a, b, c, tail_rows=tail_rows, backend="tma", **options)
+    gemm_mod._check_tail_rows(0, default_config(Backend.TMA, cluster=2), 1000)  # 0: none, whatever M
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(8))
+def test_tail_rows_on_the_gpu(i) -> None:
+    """A tail forced at random shapes (every dtype, major, output type, alpha and beta, padded C): the first plan's
+    rows and the tail's split-K rows together equal torch, 3 runs on poisoned outputs each; the first four with
+    cluster 2, the rest lone CTAs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(2000 + i)
+    cl = 2 if i < 4 else 1
+    m = 128 * cl * rng.randint(1, 6) + rng.randint(1, 300)
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i % 2 == 0, m=m,
+                n=rng.choice((rng.randint(1, 900), 8 * rng.randint(1, 200))), k=rng.randint(700, 5000),
+                out_f32=i % 3 == 0, alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.0, 0.5)),
+                pad=rng.choice((0, 8)), special=None)
+    whole = (m - 1) // (128 * cl) * 128 * cl  # the first plan's rows: at least one cluster row of tiles
+    _check_gemm(torch, case, runs=3, seed=_seed(), block_n=(128, 256)[i % 2], cluster=cl, tail_rows=m - whole)
+
+
+@pytest.mark.requires_sm90
+def test_tail_rows_chosen_and_repointed_on_the_gpu() -> None:
+    """The chosen tail (4912x4216x9720, N-major) against torch, then the plan re-pointed to new buffers."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(4912, 9720, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(9720, 4216, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((4912, 4216), float("nan"), device="cuda", dtype=torch.bfloat16)
+    plan = plan_gemm(a, b, c, b_major="n")
+    assert plan.config.tail_rows == 48 and plan.tail is not None and plan.tail.config.splits > 1
+    for run in range(3):
+        if run == 2:
+            a, b = torch.randn_like(a), torch.randn_like(b)
+            c = torch.full_like(c, float("nan"))
+            plan(a, b, c)
+        else:
+            c.fill_(float("nan"))
+            plan()
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float()
+        assert not torch.isnan(c).any(), f"run {run}: rows left unwritten"
+        err = (c.float() - ref).abs().max().item() / ref.abs().max().item()
+        assert err <= 8e-3, f"run {run}: max error {err:.3g}"
+
+
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("chunk", range(6))
 def test_gemm_sweep_tma(chunk) -> None:

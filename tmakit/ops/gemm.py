@@ -56,6 +56,7 @@ class GemmConfig:
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
     fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
     store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
+    tail_rows: int = 0  # tma: C's last rows, computed by a second, split-K plan (choose_tail_rows); not compiled in
 
     @property
     def threads(self) -> int:
@@ -154,8 +155,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
 
     def allowed(bn: int, cl: int) -> bool:  # BN 192 with N-major B: asked for only, and no cluster unless asked
         return bn != 192 or b_kmajor or (block_n == 192 and (cl == 1 or cluster == 2))
-    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in ((cluster,) if cluster else (2, 1))
-               if allowed(bn, cl)]
+    clusters = (cluster,) if cluster else (2, 1) if m > BLOCK_M else (1,)  # one tile row: nobody to share B with
+    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters if allowed(bn, cl)]
 
     # The cluster's gain grows with the turns, a property of the problem: judged by the 256-wide tiles in
     # clusters, so that two clustered options are compared on their turns and widths alone. (Judged per option,
@@ -195,6 +196,49 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
     if 2 * ctas > sms:
         return 1
     return max(1, min(sms // ctas, k_blocks // 8, 16))
+
+
+# choose_tail_rows' model: a tile's fill and epilogue cost about 8 k-blocks of its mainloop (the per-turn fit in
+# docs/PERFORMANCE.md: 3.5-5.4 us a tile beside 0.76 us per 64 of K); the tail's reduce about 3 us and its
+# partials' bytes at 2.5 TB/s; a tail is taken where the model saves _TAIL_MARGIN.
+_TILE_OVERHEAD_KB = 8
+_KB_US = 0.7
+_TAIL_MARGIN = 0.9
+
+
+def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta: float,
+                shared_mem_limit: int = 232448) -> GemmConfig:
+    """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own."""
+    return default_config(cfg.backend, bf16=cfg.bf16, b_kmajor=cfg.b_kmajor, out_f32=cfg.out_f32,
+                          group_m=cfg.group_m, shared_mem_limit=shared_mem_limit, m=tail_rows, n=n, k=k, sms=sms,
+                          beta=beta)
+
+
+def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float = 0.0,
+                     shared_mem_limit: int = 232448) -> int:
+    """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
+    part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
+    own, which splits their K (``choose_splits``) over every SM and sums the partials. Taken where the turn model
+    saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720:
+    5.02 turns of 128 x 256 tiles, the last 17 tiles' K cut 7 ways)."""
+    if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add:
+        return 0
+    turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms)
+    per_turn = max(cfg.cluster, sms // cfg.cluster * cfg.cluster)
+    cols = -(-n // cfg.block_n)
+    rows = (turns - 1) * per_turn // cols // cfg.cluster * cfg.cluster  # tile rows the first plan keeps
+    tail = m - rows * BLOCK_M
+    if turns < 2 or rows < 1 or tail <= 0:
+        return 0
+    t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit)
+    if t.splits < 2:
+        return 0
+    kb = -(-k // BLOCK_K)
+    turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
+    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster) * t.splits // max(t.cluster, sms // t.cluster * t.cluster))
+    tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
+    reduce_us = 3.0 + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / 2.5e6
+    return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
 
 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
@@ -347,7 +391,7 @@ class GemmPlan:
 
     def __init__(self, cfg: GemmConfig, choice: BackendChoice, dims: tuple[int, int, int], alpha: float, beta: float,
                  out: Any, device: int, stream: Any = None,
-                 checked: bool | str | None = None, sms: int | None = None):
+                 checked: bool | str | None = None, sms: int | None = None, tail: GemmConfig | None = None):
         self.config, self.backend = cfg, choice
         self.sms = sms or sm_count(device)  # the SMs the persistent grid fills
         self.m, self.n, self.k = dims
@@ -368,6 +412,14 @@ class GemmPlan:
             self._workspace = DeviceArray.empty((cfg.splits * rows, pitch), "float32", device=device)
             self._split_rows, self._w_pitch = rows, pitch
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
+        # C's last cfg.tail_rows rows: a plan of their own (split-K), launched after this one's kernel
+        self._tail = None if not cfg.tail_rows else GemmPlan(tail, choice, (cfg.tail_rows, self.n, self.k), alpha,
+                                                              beta, out, device, stream, checked, sms)
+
+    @property
+    def tail(self) -> GemmPlan | None:
+        """The plan of C's last ``config.tail_rows`` rows (``choose_tail_rows``), or None."""
+        return self._tail
 
     @property
     def tiles(self) -> tuple[int, int]:
@@ -377,7 +429,7 @@ class GemmPlan:
     def grid(self) -> tuple[int, int, int]:
         if self.config.backend is Backend.CP_ASYNC:
             return (self.tiles[0] * self.tiles[1], 1, 1)
-        return persistent_grid(self.m, self.n, self.config, self.sms)
+        return persistent_grid(self.m - self.config.tail_rows, self.n, self.config, self.sms)
 
     @property
     def flops(self) -> float:
@@ -405,7 +457,11 @@ class GemmPlan:
                 block=(256, 1, 1), stream=self._stream, pdl=True, checked=False)  # waits for the slices
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
-            args = (*self.maps, c.ptr, M, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)  # no groups, no fp8 scales
+            # the tiles of the first M - tail_rows rows (whole cluster rows of tiles: nothing stored past them)
+            args = (*self.maps, c.ptr, M - cfg.tail_rows, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)  # no groups, no fp8 scales
+            if self._tail is not None:
+                first = M - cfg.tail_rows
+                self._tail._bind(_row_view(a, first), b, _row_view(c, first))
         else:
             lda = a.strides[0] // a.itemsize if M > 1 else K
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
@@ -440,7 +496,14 @@ class GemmPlan:
         self._launch()
         if self._reduce is not None:
             self._reduce()
+        if self._tail is not None:
+            self._tail()
         return self.out
+
+
+def _row_view(v: ArrayView, first: int) -> ArrayView:
+    """Rows ``first`` .. of a 2-D view (the same pitch and owner)."""
+    return v._replace(ptr=v.ptr + first * v.strides[0], shape=(v.shape[0] - first, v.shape[1]))
 
 
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -486,7 +549,7 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
 def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float = 0.0, b_major: str = "k",
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
-              reduce: str | None = None, sms: int | None = None, stream: Any = None,
+              reduce: str | None = None, sms: int | None = None, tail_rows: int | None = None, stream: Any = None,
               checked: bool | str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
@@ -500,7 +563,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     atomic per element), so several GEMMs, on this GPU or on peers, may add into one ``c`` at once (tma only;
     beta 0, no split-K, N * the output's element size a multiple of 16 bytes).
     ``sms``: the SMs the persistent grid fills (default all): fewer leaves SMs to work run beside it, such as
-    the all-gather GEMM's copies."""
+    the all-gather GEMM's copies. ``tail_rows`` (tma): C's last rows computed by a second plan of their own
+    (``plan.tail``: split-K over every SM), where the first plan's last turn would be nearly empty; left out,
+    ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too (else 0); 0: none."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -534,10 +599,34 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass cluster=1, or more SMs")
+    if tail_rows is None:
+        chosen = block_n is None and cluster is None and splits is None
+        tail_rows = choose_tail_rows(cfg, *dims, sms or device_sms, beta, limit) if chosen else 0
+    else:
+        _check_tail_rows(tail_rows, cfg, dims[0])
+    tail = None
+    if tail_rows:
+        cfg = replace(cfg, tail_rows=tail_rows)
+        tail = tail_config(cfg, tail_rows, dims[1], dims[2], sms or device_sms, beta, limit)
+        check_config(tail, limit, dims[2])
     out = c if c is not None else _empty(a, dims[:2], odt)
-    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms)
+    plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms, tail)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
     return plan
+
+
+def _check_tail_rows(tail_rows: Any, cfg: GemmConfig, m: int) -> None:
+    if not isinstance(tail_rows, int) or isinstance(tail_rows, bool) or not 0 <= tail_rows < m:
+        raise InvalidArgumentError("tail_rows", tail_rows, f"must be an int in [0, {m}) (rows at the end of C)",
+                                   "leave it out to have it chosen, or pass 0")
+    if tail_rows and (cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.store_add):
+        raise InvalidArgumentError("tail_rows", tail_rows, 'must be 0 on the cp.async backend, with split-K and with '
+                                   'reduce="add" (the first plan\'s tiles are whole)', "pass tail_rows=0")
+    whole = BLOCK_M * cfg.cluster
+    if tail_rows and (m - tail_rows) % whole:
+        raise InvalidArgumentError("tail_rows", tail_rows, f"must leave the first plan whole cluster rows of tiles: "
+                                   f"M - tail_rows a multiple of {whole} (M = {m})",
+                                   f"pass M minus a multiple of {whole}, or leave it out")
 
 
 def _check_reduce(reduce: Any, cv: ArrayView | None, beta: float, splits: int | None, choice: BackendChoice,
@@ -571,6 +660,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan(a, b, out))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tile", "default_config",
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile", "default_config",
            "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "shared_mem_limit",
            "stage_descriptors", "tile_turns", "turn_cost"]

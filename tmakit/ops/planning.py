@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -108,7 +108,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
                   splits: int | None = None, sms: int | None = None, beta: float = 0.0) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
-    architecture's shared memory; BN, the cluster and split-K chosen for ``sms`` SMs), the three TMA maps (C's: the
+    architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the three TMA maps (C's: the
     fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it
     is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as ``plan_gemm``'s: a 16-bit output
     read with beta != 0 takes no 192-wide tile."""
@@ -122,11 +122,13 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     odt = out_dtype or name
     choice = choose_backend(backend, arch=arch)
     limit = _gemm.shared_mem_limit(choice.arch, None)
+    cfg_sms = _positive("sms", sms) if sms is not None else _sm_count(choice.arch)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, k=k, splits=splits, beta=beta,
-                               sms=_positive("sms", sms) if sms is not None else _sm_count(choice.arch))
+                               m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms)
     _gemm.check_config(cfg, limit, k)
+    if block_n is None and cluster is None and splits is None:  # as plan_gemm: C's last rows to a plan of their own
+        cfg = replace(cfg, tail_rows=_gemm.choose_tail_rows(cfg, m, n, k, cfg_sms, beta, limit))
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         a = _view((m, k), 2, name, 16)

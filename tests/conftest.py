@@ -100,9 +100,14 @@ def built_wheel(tmp_path_factory):
     from pathlib import Path
 
     folder, root, errors = tmp_path_factory.mktemp("dist"), Path(__file__).resolve().parents[1], []
+    # built from a copy: setuptools writes build/ and *.egg-info into the tree it builds, which the xdist workers
+    # would share (a wheel built beside another worker's build then failed to import)
+    source = tmp_path_factory.mktemp("source") / "tmakit"
+    shutil.copytree(root, source, ignore=shutil.ignore_patterns(".git", ".venv", ".scratch", "build", "dist", "*.egg-info",
+                                                                 "__pycache__", ".pytest_cache"))
     for isolation in (["--no-build-isolation"], []):
         done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(folder),
-                               str(root)], capture_output=True, text=True, timeout=600)
+                               str(source)], capture_output=True, text=True, timeout=600)
         wheels = sorted(folder.glob("tmakit-*.whl"))
         if done.returncode == 0 and wheels:
             return wheels[-1]

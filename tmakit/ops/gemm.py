@@ -565,7 +565,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     ``sms``: the SMs the persistent grid fills (default all): fewer leaves SMs to work run beside it, such as
     the all-gather GEMM's copies. ``tail_rows`` (tma): C's last rows computed by a second plan of their own
     (``plan.tail``: split-K over every SM), where the first plan's last turn would be nearly empty; left out,
-    ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too (else 0); 0: none."""
+    ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too (else 0); 0: none;
+    given, the first plan takes no split-K unless ``splits`` says so (which is then refused)."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -585,6 +586,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
+    if tail_rows and splits is None and not isinstance(tail_rows, bool):
+        splits = 1  # a tail asked for: the first plan's tiles whole
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],

@@ -208,10 +208,11 @@ _TAIL_MARGIN = 0.9
 
 def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta: float,
                 shared_mem_limit: int = 232448) -> GemmConfig:
-    """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own."""
+    """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own on
+    ``sms`` SMs (lone CTAs where fewer than two)."""
     return default_config(cfg.backend, bf16=cfg.bf16, b_kmajor=cfg.b_kmajor, out_f32=cfg.out_f32,
                           group_m=cfg.group_m, shared_mem_limit=shared_mem_limit, m=tail_rows, n=n, k=k, sms=sms,
-                          beta=beta)
+                          beta=beta, cluster=1 if sms is not None and sms < 2 else None)
 
 
 def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float = 0.0,
@@ -219,9 +220,10 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over every SM and sums the partials. Taken where the turn model
-    saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720:
-    5.02 turns of 128 x 256 tiles, the last 17 tiles' K cut 7 ways)."""
-    if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add:
+    saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720 on 132
+    SMs: 680 CTAs of 128 x 256 tiles in clusters take 6 turns, the last 8 CTAs alone; the first 38 tile rows fill
+    5 turns, and the last 48 rows, 33 lone 128-wide tiles, have their K cut 4 ways)."""
+    if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms:
         return 0
     turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms)
     per_turn = max(cfg.cluster, sms // cfg.cluster * cfg.cluster)
@@ -414,7 +416,7 @@ class GemmPlan:
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
         # C's last cfg.tail_rows rows: a plan of their own (split-K), launched after this one's kernel
         self._tail = None if not cfg.tail_rows else GemmPlan(tail, choice, (cfg.tail_rows, self.n, self.k), alpha,
-                                                              beta, out, device, stream, checked, sms)
+                                                              beta, None, device, stream, checked, sms)
 
     @property
     def tail(self) -> GemmPlan | None:
@@ -496,8 +498,10 @@ class GemmPlan:
         self._launch()
         if self._reduce is not None:
             self._reduce()
-        if self._tail is not None:
-            self._tail()
+        if self._tail is not None:  # its launches, not its call: the tail has no output of its own
+            self._tail._launch()
+            if self._tail._reduce is not None:
+                self._tail._reduce()
         return self.out
 
 
@@ -586,8 +590,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
-    if tail_rows and splits is None and not isinstance(tail_rows, bool):
-        splits = 1  # a tail asked for: the first plan's tiles whole
+    splits = 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits  # whole tiles
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
@@ -602,34 +605,48 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass cluster=1, or more SMs")
-    if tail_rows is None:
-        chosen = block_n is None and cluster is None and splits is None
-        tail_rows = choose_tail_rows(cfg, *dims, sms or device_sms, beta, limit) if chosen else 0
-    else:
-        _check_tail_rows(tail_rows, cfg, dims[0])
-    tail = None
-    if tail_rows:
-        cfg = replace(cfg, tail_rows=tail_rows)
-        tail = tail_config(cfg, tail_rows, dims[1], dims[2], sms or device_sms, beta, limit)
-        check_config(tail, limit, dims[2])
+    cfg, tail = resolve_tail(cfg, *dims, sms or device_sms, beta, limit, tail_rows,
+                             block_n is None and cluster is None and splits is None)
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms, tail)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
     return plan
 
 
+def resolve_tail(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float, limit: int, tail_rows: Any,
+                 chosen: bool) -> tuple[GemmConfig, GemmConfig | None]:
+    """``plan_gemm``'s (and ``describe_gemm``'s) tail: ``tail_rows`` None takes ``choose_tail_rows``'s where the
+    tile plan was ``chosen`` (block_n, cluster and splits left out), else none; a given one is checked. Returns the
+    config with its ``tail_rows`` and the tail's own config (None without a tail)."""
+    if tail_rows is None:
+        tail_rows = choose_tail_rows(cfg, m, n, k, sms, beta, limit) if chosen else 0
+    else:
+        _check_tail_rows(tail_rows, cfg, m)
+    if not tail_rows:
+        return cfg, None
+    tail = tail_config(cfg, tail_rows, n, k, sms, beta, limit)
+    check_config(tail, limit, k)
+    return replace(cfg, tail_rows=tail_rows), tail
+
+
 def _check_tail_rows(tail_rows: Any, cfg: GemmConfig, m: int) -> None:
     if not isinstance(tail_rows, int) or isinstance(tail_rows, bool) or not 0 <= tail_rows < m:
         raise InvalidArgumentError("tail_rows", tail_rows, f"must be an int in [0, {m}) (rows at the end of C)",
                                    "leave it out to have it chosen, or pass 0")
-    if tail_rows and (cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.store_add):
-        raise InvalidArgumentError("tail_rows", tail_rows, 'must be 0 on the cp.async backend, with split-K and with '
-                                   'reduce="add" (the first plan\'s tiles are whole)', "pass tail_rows=0")
+    if not tail_rows:
+        return
+    for refused, why, fix in ((cfg.backend is not Backend.TMA, "on the cp.async backend", "pass tail_rows=0"),
+                              (cfg.splits > 1, f"with split-K (splits={cfg.splits})", "leave splits out"),
+                              (cfg.store_add, 'with reduce="add"', "pass tail_rows=0")):
+        if refused:
+            raise InvalidArgumentError("tail_rows", tail_rows, f"must be 0 {why}: a tail is for plans of whole "
+                                       "tiles on tma", fix)
     whole = BLOCK_M * cfg.cluster
-    if tail_rows and (m - tail_rows) % whole:
+    if (m - tail_rows) % whole:
         raise InvalidArgumentError("tail_rows", tail_rows, f"must leave the first plan whole cluster rows of tiles: "
-                                   f"M - tail_rows a multiple of {whole} (M = {m})",
-                                   f"pass M minus a multiple of {whole}, or leave it out")
+                                   f"M - tail_rows a multiple of {whole} (M = {m}, 128-row tiles in clusters of "
+                                   f"{cfg.cluster}, chosen or given)",
+                                   f"pass M minus a multiple of {whole}, or cluster=1 for multiples of 128")
 
 
 def _check_reduce(reduce: Any, cv: ArrayView | None, beta: float, splits: int | None, choice: BackendChoice,
@@ -664,5 +681,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile", "default_config",
-           "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "shared_mem_limit",
+           "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "resolve_tail", "shared_mem_limit",
            "stage_descriptors", "tile_turns", "turn_cost"]

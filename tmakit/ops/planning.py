@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,12 +106,13 @@ def _sm_count(arch: Arch) -> int | None:
 def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: str = "k", out_dtype: str | None = None,
                   arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
-                  splits: int | None = None, sms: int | None = None, beta: float = 0.0) -> GemmDescription:
+                  splits: int | None = None, sms: int | None = None, beta: float = 0.0,
+                  tail_rows: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the three TMA maps (C's: the
     fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it
     is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as ``plan_gemm``'s: a 16-bit output
-    read with beta != 0 takes no 192-wide tile."""
+    read with beta != 0 takes no 192-wide tile; ``tail_rows`` as ``plan_gemm``'s."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
         raise InvalidArgumentError("beta", beta, "must be a finite number", "pass beta=0.0")
@@ -123,12 +124,13 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     choice = choose_backend(backend, arch=arch)
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg_sms = _positive("sms", sms) if sms is not None else _sm_count(choice.arch)
+    splits = 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits  # whole tiles
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
                                m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms)
     _gemm.check_config(cfg, limit, k)
-    if block_n is None and cluster is None and splits is None:  # as plan_gemm: C's last rows to a plan of their own
-        cfg = replace(cfg, tail_rows=_gemm.choose_tail_rows(cfg, m, n, k, cfg_sms, beta, limit))
+    cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, beta, limit, tail_rows,
+                                block_n is None and cluster is None and splits is None)
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         a = _view((m, k), 2, name, 16)

@@ -56,7 +56,7 @@ class GemmConfig:
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
     fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
     store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
-    tail_rows: int = 0  # tma: C's last rows, computed by a second, split-K plan (choose_tail_rows); not compiled in
+    tail_rows: int = 0  # tma: C's last rows, computed by a second plan (choose_tail_rows); not compiled in
 
     @property
     def threads(self) -> int:
@@ -159,10 +159,9 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters if allowed(bn, cl)]
 
     # The cluster's gain grows with the turns, a property of the problem: judged by the 256-wide tiles in
-    # clusters, so that two clustered options are compared on their turns and widths alone. (Judged per option,
-    # a 128-wide tile of 5 turns got the many-turn discount and beat a 256-wide one of 3: H100, 60 held-out
-    # shapes whose choice this changed, 35 of them this way, 1.10x geomean.) N-major B with N < 640 keeps the
-    # per-option judgement: there 256-wide tiles lost (14128x520x14144 0.81x, 15672x624x752 0.89x).
+    # clusters, so that two clustered options are compared on their turns and widths alone (judged per option, a
+    # 128-wide tile of 5 turns got the many-turn discount and beat a faster 256-wide one of 3; docs/PERFORMANCE.md).
+    # N-major B with N < 640 keeps the per-option judgement: there the 256-wide tiles it would take lost.
     many_turns = tile_turns(m, n, 256, 2, sms) > 3
 
     def cost(o: tuple[int, int]) -> tuple:
@@ -219,7 +218,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
                      shared_mem_limit: int = 232448) -> int:
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
-    own, which splits their K (``choose_splits``) over every SM and sums the partials. Taken where the turn model
+    own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
     saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720 on 132
     SMs: 680 CTAs of 128 x 256 tiles in clusters take 6 turns, the last 8 CTAs alone; the first 38 tile rows fill
     5 turns, and the last 48 rows, 33 lone 128-wide tiles, have their K cut 4 ways)."""
@@ -568,9 +567,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     beta 0, no split-K, N * the output's element size a multiple of 16 bytes).
     ``sms``: the SMs the persistent grid fills (default all): fewer leaves SMs to work run beside it, such as
     the all-gather GEMM's copies. ``tail_rows`` (tma): C's last rows computed by a second plan of their own
-    (``plan.tail``: split-K over every SM), where the first plan's last turn would be nearly empty; left out,
-    ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too (else 0); 0: none;
-    given, the first plan takes no split-K unless ``splits`` says so (which is then refused)."""
+    (``plan.tail``: its tiles and split-K chosen for those rows), where the first plan's last turn would be nearly
+    empty; left out, ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too
+    (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused)."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):

@@ -571,11 +571,16 @@ class AttentionPlan(PersistentTiles):
                                          stream=self._stream, checked=self._checked, pdl=cfg.backend is Backend.TMA)
 
     def __call__(self, q: Any = None, k: Any = None, v: Any = None, out: Any = None, *, lse: Any = None) -> tuple:
+        return self._rerun(q, k, v, out, lse, None)
+
+    def _rerun(self, q: Any, k: Any, v: Any, out: Any, lse: Any, views: list | None) -> tuple:
+        """``plan(q, k, v, out, lse=lse)``; ``views``: the five arguments' ArrayViews where the caller has them
+        already (the one-shot op's plan cache), so that they are not read twice."""
         if q is not None or k is not None or v is not None or out is not None or lse is not None:
             if q is None or k is None or v is None:
                 raise InvalidArgumentError("q, k, v", "partly given", "re-pointing a plan needs q, k and v",
                                            "call plan() for the same buffers or plan(q, k, v[, out])")
-            qv, kv, vv, ov = _check_inputs(q, k, v, out, self.layout)
+            qv, kv, vv, ov = _check_inputs(*(views[:4] if views else (q, k, v, out)), self.layout)
             if (_dims(qv, self.layout), _dims(kv, self.layout), qv.dtype_name, qv.device) != (
                     (self.batch, self.heads, self.sq, self.head_dim), (self.batch, self.kv_heads, self.sk, self.head_dim),
                     "bfloat16" if self.config.bf16 else "float16", self.device):
@@ -583,7 +588,8 @@ class AttentionPlan(PersistentTiles):
                                            f"k {kv.shape}",
                                            "must have the geometry and device the plan was made for",
                                            "make a new plan with plan_attention for other shapes or devices")
-            lv = _lse_view(lse, (self.batch, self.heads, self.sq), self.device) if lse is not None else None
+            lv = _lse_view(views[4] if views else lse, (self.batch, self.heads, self.sq), self.device) \
+                if lse is not None else None
             self.out = out if out is not None else _empty_like(q, qv.shape, False)
             self.lse = lse if lse is not None else _empty_like(q, (self.batch, self.heads, self.sq), True)
             ov = ov or _checks.view(self.out, "out")
@@ -683,7 +689,7 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
     rest = {k_: v_ for k_, v_ in options.items() if k_ != "stream"}
     return cached("attention", ("q", "k", "v", "out", "lse"), (q, k, v, out, lse), options.get("stream"), rest,
                   lambda: plan_attention(q, k, v, out, lse=lse, **options),
-                  lambda plan, views: plan(q, k, v, out, lse=lse))
+                  lambda plan, views: plan._rerun(q, k, v, out, lse, views))
 
 
 __all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",

@@ -103,12 +103,12 @@ def built_wheel(tmp_path_factory):
     # built from a copy: setuptools writes build/ and *.egg-info into the tree it builds, which the xdist workers
     # would share (a wheel built beside another worker's build then failed to import)
     source = tmp_path_factory.mktemp("source") / "tmakit"
-    skipped = {".git", ".venv", ".scratch", "build", "dist"}  # at the top only: tmakit/build is a package
 
-    def ignore(folder: str, names: list[str]) -> list[str]:
+    def ignore(folder: str, names: list[str]) -> list[str]:  # build/ and dist/ at the top only: tmakit/build is a package
         top = Path(folder) == root
-        return [n for n in names if (top and n in skipped) or n in ("__pycache__", ".pytest_cache")
+        return [n for n in names if (top and (n.startswith(".") or n in ("build", "dist"))) or n == "__pycache__"
                 or n.endswith(".egg-info")]
+
     shutil.copytree(root, source, ignore=ignore)
     for isolation in (["--no-build-isolation"], []):
         done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w", str(folder),

@@ -236,7 +236,8 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
-    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster) * t.splits // max(t.cluster, sms // t.cluster * t.cluster))
+    tail_units = _tile_ctas(tail, n, t.block_n, t.cluster) * t.splits
+    tail_turns = -(-tail_units // max(t.cluster, sms // t.cluster * t.cluster))
     tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
     reduce_us = 3.0 + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / 2.5e6
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
@@ -458,8 +459,9 @@ class GemmPlan:
                 block=(256, 1, 1), stream=self._stream, pdl=True, checked=False)  # waits for the slices
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
-            # the tiles of the first M - tail_rows rows (whole cluster rows of tiles: nothing stored past them)
-            args = (*self.maps, c.ptr, M - cfg.tail_rows, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)  # no groups, no fp8 scales
+            # the tiles of the first M - tail_rows rows (whole cluster rows of tiles: nothing stored past them);
+            # no groups, no fp8 scales
+            args = (*self.maps, c.ptr, M - cfg.tail_rows, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)
             if self._tail is not None:
                 first = M - cfg.tail_rows
                 self._tail._bind(_row_view(a, first), b, _row_view(c, first))
@@ -679,6 +681,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan(a, b, out))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile", "default_config",
-           "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm", "resolve_tail", "shared_mem_limit",
-           "stage_descriptors", "tile_turns", "turn_cost"]
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile",
+           "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm",
+           "resolve_tail", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]

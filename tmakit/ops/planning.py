@@ -109,10 +109,10 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                   splits: int | None = None, sms: int | None = None, beta: float = 0.0,
                   tail_rows: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
-    architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the three TMA maps (C's: the
-    fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms`` None: GPU 0's count when it
-    is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as ``plan_gemm``'s: a 16-bit output
-    read with beta != 0 takes no 192-wide tile; ``tail_rows`` as ``plan_gemm``'s."""
+    architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the
+    three TMA maps (C's: the fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms``
+    None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as
+    ``plan_gemm``'s: a 16-bit output read with beta != 0 takes no 192-wide tile; ``tail_rows`` as ``plan_gemm``'s."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
         raise InvalidArgumentError("beta", beta, "must be a finite number", "pass beta=0.0")

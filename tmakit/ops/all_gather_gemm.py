@@ -25,7 +25,7 @@ from ..streams import Event, Stream, as_stream
 from . import _checks
 from ._kernels import sm_count
 from .copy import plan_copy
-from .gemm import DTYPES, _parse_b_major, _rows, plan_gemm, turn_cost
+from .gemm import DTYPES, _parse_b_major, _rows, plan_gemm, rows_of, turn_cost
 
 _COPY_BLOCKS = 16  # measured on the H200 pair, 64 MiB: 8 blocks pulled 238 GB/s, 16 358 (torch's copy: 351)
 # The cost model of overlap_rows: NVLink pulls at about 350 GB/s each way (358 measured with 16 blocks), a local copy
@@ -55,12 +55,6 @@ def choose_overlap(rows: list[int], own: int, n: int, k: int, itemsize: int, sms
         if t < best_t:
             best, best_t = h, t
     return best
-
-
-def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
-    """Rows [row0, row0 + rows) of a 2-D view (same pitch, same owner)."""
-    return ArrayView(v.ptr + row0 * v.strides[0], (rows, v.shape[1]), v.strides, v.dtype_name, v.itemsize, v.device,
-                     v.owner)
 
 
 def new_rows(like: Any, v: ArrayView, shape: tuple[int, int], device: int) -> tuple[Any, ArrayView]:

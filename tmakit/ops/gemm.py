@@ -136,9 +136,14 @@ def persistent_grid(m: int, n: int, cfg: GemmConfig, sms: int) -> tuple[int, int
     return (max(1, min(units, sms // cl)) * cl, 1, 1)
 
 
+def _turn_ctas(cluster: int, sms: int) -> int:
+    """CTAs of the persistent grid in one turn: whole clusters on ``sms`` SMs (at least one cluster)."""
+    return max(cluster, sms // cluster * cluster)
+
+
 def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
     """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
-    return -(-_tile_ctas(m, n, block_n, cluster) // max(cluster, sms // cluster * cluster))
+    return -(-_tile_ctas(m, n, block_n, cluster) // _turn_ctas(cluster, sms))
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
@@ -225,9 +230,9 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms:
         return 0
     turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms)
-    per_turn = max(cfg.cluster, sms // cfg.cluster * cfg.cluster)
     cols = -(-n // cfg.block_n)
-    rows = (turns - 1) * per_turn // cols // cfg.cluster * cfg.cluster  # tile rows the first plan keeps
+    # tile rows the first plan keeps: whole clusters of them in one turn fewer
+    rows = (turns - 1) * _turn_ctas(cfg.cluster, sms) // cols // cfg.cluster * cfg.cluster
     tail = m - rows * BLOCK_M
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
@@ -236,8 +241,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
-    tail_units = _tile_ctas(tail, n, t.block_n, t.cluster) * t.splits
-    tail_turns = -(-tail_units // max(t.cluster, sms // t.cluster * t.cluster))
+    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster) * t.splits // _turn_ctas(t.cluster, sms))
     tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
     reduce_us = 3.0 + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / 2.5e6
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
@@ -463,8 +467,8 @@ class GemmPlan:
             # no groups, no fp8 scales
             args = (*self.maps, c.ptr, M - cfg.tail_rows, N, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)
             if self._tail is not None:
-                first = M - cfg.tail_rows
-                self._tail._bind(_row_view(a, first), b, _row_view(c, first))
+                self._tail._bind(rows_of(a, M - cfg.tail_rows, cfg.tail_rows), b,
+                                 rows_of(c, M - cfg.tail_rows, cfg.tail_rows))
         else:
             lda = a.strides[0] // a.itemsize if M > 1 else K
             ldb = b.strides[0] // b.itemsize if b.shape[0] > 1 else b.shape[1]
@@ -496,19 +500,21 @@ class GemmPlan:
                                            'reduce="add" (the product is added into it)', "pass c")
             self.out = c if c is not None else _empty(a, (self.m, self.n), out_dtype or av.dtype_name)
             self._bind(av, bv, cv or _checks.view(self.out, "c"))
+        self._run()
+        return self.out
+
+    def _run(self) -> None:
+        """The plan's launches: the kernel, split-K's reduce, then the tail's (which has no output of its own)."""
         self._launch()
         if self._reduce is not None:
             self._reduce()
-        if self._tail is not None:  # its launches, not its call: the tail has no output of its own
-            self._tail._launch()
-            if self._tail._reduce is not None:
-                self._tail._reduce()
-        return self.out
+        if self._tail is not None:
+            self._tail._run()
 
 
-def _row_view(v: ArrayView, first: int) -> ArrayView:
-    """Rows ``first`` .. of a 2-D view (the same pitch and owner)."""
-    return v._replace(ptr=v.ptr + first * v.strides[0], shape=(v.shape[0] - first, v.shape[1]))
+def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
+    """Rows [row0, row0 + rows) of a 2-D view (same pitch, same owner)."""
+    return v._replace(ptr=v.ptr + row0 * v.strides[0], shape=(rows, v.shape[1]))
 
 
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -591,7 +597,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
-    splits = 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits  # whole tiles
+    splits = first_plan_splits(splits, tail_rows)
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
@@ -612,6 +618,12 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms, tail)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
     return plan
+
+
+def first_plan_splits(splits: int | None, tail_rows: Any) -> int | None:
+    """``splits`` for the first plan: 1 where a tail is asked for and splits are not (its tiles whole), else as
+    given."""
+    return 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits
 
 
 def resolve_tail(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float, limit: int, tail_rows: Any,
@@ -682,5 +694,5 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile",
-           "default_config", "descriptor_defines", "gemm", "gemm_tensor_maps", "persistent_grid", "plan_gemm",
-           "resolve_tail", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]
+           "default_config", "descriptor_defines", "first_plan_splits", "gemm", "gemm_tensor_maps", "persistent_grid",
+           "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]

@@ -19,8 +19,8 @@ from .. import _driver
 from ..errors import InvalidArgumentError
 from ..streams import Event, Stream, as_stream
 from . import _checks
-from .all_gather_gemm import own_index, ring_order, rows_of
-from .gemm import _check_inputs, _parse_b_major, _rows, plan_gemm
+from .all_gather_gemm import own_index, ring_order
+from .gemm import _check_inputs, _parse_b_major, _rows, plan_gemm, rows_of
 
 
 class GemmReduceScatterPlan:

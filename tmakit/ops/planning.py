@@ -124,7 +124,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     choice = choose_backend(backend, arch=arch)
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg_sms = _positive("sms", sms) if sms is not None else _sm_count(choice.arch)
-    splits = 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits  # whole tiles
+    splits = _gemm.first_plan_splits(splits, tail_rows)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
                                m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms)

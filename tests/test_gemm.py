@@ -446,6 +446,39 @@ def test_tail_rows_errors(fake_launch, tail_rows, options, match) -> None:
     gemm_mod._check_tail_rows(0, default_config(Backend.TMA, cluster=2), 1000)  # 0: none, whatever M
 
 
+def test_tail_launches_after_the_first_plan_on_its_rows(fake_launch, monkeypatch) -> None:
+    """A plan with a tail launches its kernel over the first M - tail_rows rows, then the tail's split-K kernel on
+    A's and C's last rows and its reduce into them; re-pointing moves the tail with the buffers."""
+    import types
+
+    import tmakit.device_array as device_array
+    from _fake_driver import FakeBoundLaunch
+
+    monkeypatch.setattr(gemm_mod, "gemm_tensor_maps", lambda a, b, c, cfg: (("A", a.ptr, a.shape), ("B", b.ptr),
+                                                                          ("C", c.ptr, c.shape)))
+    monkeypatch.setattr(device_array.DeviceArray, "empty",  # the split-K workspace, an address only
+                        classmethod(lambda cls, shape, dtype, device=0: types.SimpleNamespace(ptr=0x70000000)))
+    order: list = []
+    monkeypatch.setattr(FakeBoundLaunch, "__call__", lambda launch: order.append(launch))
+    m, n, k = 4912, 4216, 9720
+    for base in (0x1000000, 0x90000000):
+        a = device_view(base, (m, k), "float16")
+        b, c = device_view(base + 0x20000000, (k, n), "float16"), device_view(base + 0x40000000, (m, n), "float16")
+        if base == 0x1000000:
+            plan = plan_gemm(a, b, c, b_major="n", backend="tma")
+            plan()
+        else:
+            plan(a, b, c)
+        first = m - plan.config.tail_rows
+        assert plan.config.tail_rows == 48 and plan.tail.config.splits > 1
+        main, tail, reduce = order[-3:]
+        assert [x.kernel.entry for x in (main, tail, reduce)] == ["tmakit_gemm_tma", "tmakit_gemm_tma",
+                                                                  "tmakit_gemm_splitk_reduce"]
+        assert main.args[0] == ("A", a.ptr, (m, k)) and main.args[4] == first  # the kernel's M: whole tile rows
+        assert tail.args[0] == ("A", a.ptr + first * k * 2, (48, k)) and tail.args[1] == ("B", b.ptr)
+        assert reduce.args[3] == c.ptr + first * n * 2 and reduce.args[4] == 48  # the sum into C's last rows
+
+
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(8))
 def test_tail_rows_on_the_gpu(i) -> None:

@@ -39,7 +39,7 @@
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 192 (tma) | 256), TMAKIT_GEMM_STAGES,
 // TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32,
-// TMAKIT_GEMM_STORE_ADD (tma), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines,
+// TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N) workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines,
 // from tmakit.wgmma_descriptors):
 // TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the consumer rows 0-63 and then 64-127, and
 // TMAKIT_GEMM_DESC_B, B's four, each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
@@ -77,6 +77,9 @@
 #endif
 #ifndef TMAKIT_GEMM_STORE_ADD
 #define TMAKIT_GEMM_STORE_ADD 0  // 1: C tiles stored by cp.reduce.async.bulk.tensor .add (beta 0, no split-K)
+#endif
+#ifndef TMAKIT_GEMM_SPLIT_K
+#define TMAKIT_GEMM_SPLIT_K 0  // 1: C's map is the splits' fp32 workspace, rank 3 (tma; ops/gemm.py, splits > 1)
 #endif
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
@@ -230,11 +233,19 @@ __device__ __forceinline__ bool slab_direct(int slab_n0, int N) {
   return slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
 }
 
+// C's map: the output (N, M), or split-K's workspace (N, M, splits), so that TMA clips each split's tile rows
+// at M (a workspace of splits x M rows; rows past M would land in the next split's slice of a rank-2 one).
+constexpr bool kSplitK = TMAKIT_GEMM_SPLIT_K != 0;
+constexpr int kCRank = kSplitK ? 3 : 2;
+static_assert(!kSplitK || (kOutF32 && !kGrouped && !kFp8 && TMAKIT_GEMM_STORE_ADD == 0),
+              "split-K: fp32 partials of a plain GEMM, stored (not reduce-added)");
+__device__ __forceinline__ Coords c_coords(int n0, int row0, int split) { return Coords{{n0, row0, split, 0, 0}}; }
+
 // beta != 0: C's slab at (n0, row0) into a store buffer by TMA, completing on `bar` (the issuer alone).
 __device__ __forceinline__ void load_c_slab(Mbarrier& bar, uint8_t* buf, const TensorMapDesc* c_map, int n0,
                                             int row0) {
   bar.arrive_expect_tx(kSlabBytes);
-  cp_async_bulk_tensor_g2s<2>(buf, c_map, Coords{{n0, row0, 0, 0, 0}}, bar);
+  cp_async_bulk_tensor_g2s<kCRank>(buf, c_map, c_coords(n0, row0, 0), bar);  // split-K runs with beta 0
 }
 }  // namespace gemm
 #endif  // TMAKIT_USE_TMA
@@ -282,8 +293,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   }
   griddepcontrol_wait();
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
-  // into rows s * split_rows + ... of C, an fp32 workspace tmakit_gemm_splitk_reduce adds up (every split has
-  // at least one k-block: the host keeps splits <= k-blocks).
+  // into slice s of C, an fp32 workspace of split_rows (= M) rows a slice that tmakit_gemm_splitk_reduce adds up
+  // (every split has at least one k-block: the host keeps splits <= k-blocks).
   int units = unit_rows * tiles_n * splits;
   if constexpr (kGrouped) {  // the units of every group, from the row ends on the device (no host synchronisation)
     for (int g = threadIdx.x; g < groups; g += blockDim.x) row_end[g] = group_ends[g];
@@ -404,7 +415,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues). Its row is computed
       // here and again after the mainloop: live across it, the beta-0 fp32 build measured 2-5% slower.
       if (beta != 0.f && t == 0 && !slab_direct(n0, N)) {
-        const int first_row = split * split_rows + m0 + consumer * 64;
+        const int first_row = m0 + consumer * 64;
         uint8_t* first = store.reserve<0>();
         if (consumer == 0) load_c_slab(c_full[0], first, c_map, n0, first_row);
         else load_c_slab(c_full[2], first, c_map, n0, first_row);
@@ -493,7 +504,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       const int row0 = m0 + consumer * 64;
-      const int c_row0 = split * split_rows + row0;  // split > 0 only into the workspace (split_rows: its slice)
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       {
@@ -546,8 +556,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int b = s & 1;  // a constant once the loop is unrolled
               if (t == 0 && s + 1 < kSlabs && !slab_direct(slab_n0 + kSlabCols, N)) {  // the store issuer
                 uint8_t* next = store.reserve<1>();
-                if (consumer == 0) load_c_slab(c_full[b ^ 1], next, c_map, slab_n0 + kSlabCols, c_row0);
-                else load_c_slab(c_full[2 + (b ^ 1)], next, c_map, slab_n0 + kSlabCols, c_row0);
+                if (consumer == 0) load_c_slab(c_full[b ^ 1], next, c_map, slab_n0 + kSlabCols, row0);
+                else load_c_slab(c_full[2 + (b ^ 1)], next, c_map, slab_n0 + kSlabCols, row0);
               }
               if (consumer == 0) c_full[b].wait_parity((c_phase >> b) & 1u);  // each warpgroup its own barriers,
               else c_full[2 + b].wait_parity((c_phase >> b) & 1u);            // named (not indexed)
@@ -582,9 +592,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           store.publish();
           if (store.issuer() && !direct && slab_n0 < N) {
             if constexpr (TMAKIT_GEMM_STORE_ADD != 0)  // ops/gemm.py refuses the direct (ragged-N) path here
-              cp_reduce_async_bulk_tensor_add<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+              cp_reduce_async_bulk_tensor_add<2>(c_map, c_coords(slab_n0, row0, 0), buf);
             else
-              cp_async_bulk_tensor_s2g<2>(c_map, Coords{{slab_n0, c_row0, 0, 0, 0}}, buf);
+              cp_async_bulk_tensor_s2g<kCRank>(c_map, c_coords(slab_n0, row0, split), buf);
           }
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }

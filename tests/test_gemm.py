@@ -364,15 +364,18 @@ def test_every_tma_configuration_on_the_gpu(cfg) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", range(16))
 def test_split_k_on_the_gpu(i) -> None:
     """Split-K (chosen or forced): small outputs with long K, every dtype, major, output type, tile and cluster,
-    N off 4 (the workspace's last slab stored from registers) and off 8 (padded C), alpha/beta; 3 runs on
-    poisoned outputs each."""
+    N off 4 (the workspace's last slab stored from registers) and off 8 (padded C), alpha/beta; from case 12 on,
+    decode-like M of 1-128 rows (each split's slice of the workspace is M rows: TMA clips its tiles there); 3 runs
+    on poisoned outputs each."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(1000 + i)
     m, n, k = rng.randint(1, 700), rng.choice((rng.randint(1, 700), 8 * rng.randint(1, 80))), rng.randint(600, 9000)
+    if i >= 12:
+        m, n = rng.choice((1, 2, 7, 8, 33, 64, rng.randint(1, 128))), 8 * rng.randint(8, 600) + rng.choice((0, 3))
     case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i % 2 == 0, m=m, n=n, k=k,
                 out_f32=i % 3 == 0, alpha=rng.choice((1.0, -2.0, 0.0)), beta=rng.choice((0.0, 0.5)),
                 pad=rng.choice((0, 8)), special=None)

@@ -57,12 +57,20 @@ def test_shipped_ptx_lints_clean(name):
     _assert_clean((ROOT / "ptx" / name).read_text(), name)
 
 
-@pytest.mark.parametrize("store_add", [False, True], ids=["store", "reduce-add"])
-def test_gemm_lints_clean_with_its_plans_maps_and_cluster(store_add):
+@pytest.mark.parametrize("variant", ["store", "reduce-add", "split-k"])
+def test_gemm_lints_clean_with_its_plans_maps_and_cluster(variant):
     gemm = importlib.import_module("tmakit.ops.gemm")
-    cfg = dataclasses.replace(gemm.default_config(Backend.TMA), store_add=store_add)
     view = lambda shape: as_array_view(FakeTorchTensor(shape, dtype="bfloat16", itemsize=2), "x")  # noqa: E731
-    ta, tb, tc = gemm.gemm_tensor_maps(view((4096, 4096)), view((4096, 4096)), view((4096, 4096)), cfg, encode=False)
+    if variant == "split-k":  # C's map is the splits' rank-3 fp32 workspace
+        cfg = gemm.default_config(Backend.TMA, m=64, n=4096, k=4096, sms=132)
+        assert cfg.splits > 1
+        c = gemm.split_workspace_view(0, cfg.splits, 64, 4096, 4096, 0)
+        ta, tb, tc = gemm.gemm_tensor_maps(view((64, 4096)), view((4096, 4096)), c, cfg, encode=False)
+        assert len(tc.shape) == 3
+    else:
+        cfg = dataclasses.replace(gemm.default_config(Backend.TMA), store_add=variant == "reduce-add")
+        ta, tb, tc = gemm.gemm_tensor_maps(view((4096, 4096)), view((4096, 4096)), view((4096, 4096)), cfg,
+                                           encode=False)
     defines = {**Backend.TMA.defines, **cfg.defines}
     report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": tb, "map_c": tc},
                   cluster=(cfg.cluster, 1, 1), defines=defines)

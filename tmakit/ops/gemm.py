@@ -90,7 +90,8 @@ class GemmConfig:
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
-            "TMAKIT_GEMM_STORE_ADD": int(self.store_add)}
+            "TMAKIT_GEMM_STORE_ADD": int(self.store_add),
+            "TMAKIT_GEMM_SPLIT_K": int(self.splits > 1)}  # C's map: the (splits, M, N) workspace
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -412,11 +413,11 @@ class GemmPlan:
 
             self._reduce_kernel = kernel("gemm.cu", "tmakit_gemm_splitk_reduce", choice, device,
                                          **{**cfg.defines, "TMAKIT_GEMM_OUT_F32": int(cfg.out_f32)})
-            # each split's slice holds whole cluster rows of tiles (the kernel stores every tile row it computes,
-            # past M too, and TMA clips only at the workspace's end); fp32 rows of 16-byte multiples
-            rows, pitch = -(-self.m // (BLOCK_M * cfg.cluster)) * BLOCK_M * cfg.cluster, -(-self.n // 4) * 4
-            self._workspace = DeviceArray.empty((cfg.splits * rows, pitch), "float32", device=device)
-            self._split_rows, self._w_pitch = rows, pitch
+            # a slice of M rows a split (its map is rank 3: TMA clips each split's tiles at M), fp32 rows of 16-byte
+            # multiples
+            pitch = -(-self.n // 4) * 4
+            self._workspace = DeviceArray.empty((cfg.splits * self.m, pitch), "float32", device=device)
+            self._split_rows, self._w_pitch = self.m, pitch
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK
         # C's last cfg.tail_rows rows: a plan of their own (split-K), launched after this one's kernel
         self._tail = None if not cfg.tail_rows else GemmPlan(tail, choice, (cfg.tail_rows, self.n, self.k), alpha,
@@ -451,8 +452,7 @@ class GemmPlan:
             # the main kernel writes each split's fp32 partial into its slice of the workspace (alpha 1, beta 0);
             # the reduce sums the slices into C with alpha and beta
             w = self._workspace
-            wv = ArrayView(w.ptr, (cfg.splits * self._split_rows, N), (self._w_pitch * 4, 4), "float32", 4,
-                           self.device, w)
+            wv = split_workspace_view(w.ptr, cfg.splits, M, N, self._w_pitch, self.device, w)
             self.maps = gemm_tensor_maps(a, b, wv, cfg)
             args = (*self.maps, w.ptr, M, N, K, self._w_pitch, 1.0, 0.0, cfg.group_m, cfg.splits, self._split_rows,
                     0, 0, 0, NO_MAP, 0, 0)
@@ -517,6 +517,12 @@ def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
     return v._replace(ptr=v.ptr + row0 * v.strides[0], shape=(rows, v.shape[1]))
 
 
+def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, device: int, owner: Any = None) -> ArrayView:
+    """Split-K's fp32 workspace as the tma kernel's C: (splits, m, n), rows ``pitch`` floats apart, slices m rows
+    apart, so that its map clips each split's tiles at row m."""
+    return ArrayView(ptr, (splits, m, n), (m * pitch * 4, pitch * 4, 4), "float32", 4, device, owner)
+
+
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """The boxes of A's and B's maps: A (128, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
     share and multicasts it) or (64, 64) N-major slabs."""
@@ -526,7 +532,7 @@ def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
                      arch: Any = None) -> tuple:
     """The three TMA maps of the tma kernel: A and B boxes by ``_operand_boxes``, C boxes (64, 128 bytes of
-    columns); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
+    columns; one slice of split-K's workspace, ``split_workspace_view``); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
     GPU (for showing them), checked for ``arch`` (default: the arrays' device's)."""
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     box_a, box_b = _operand_boxes(cfg)
@@ -534,7 +540,7 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
     tb = describe_tensor(b, box=box_b, l2_promotion="256B", **kw)
     # a peer output's map is encoded for a's GPU, whose kernel stores through it
     peer = {"device": a.device} if encode and c.device != a.device else {}
-    tc = describe_tensor(c, box=(64, 128 // c.itemsize), **kw, **peer)
+    tc = describe_tensor(c, box=(1,) * (len(c.shape) - 2) + (64, 128 // c.itemsize), **kw, **peer)
     return ta, tb, tc
 
 

@@ -137,7 +137,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
         b = _view((n, k) if b_kmajor else (k, n), 2, name, 16)
         c = _view((m, n), 4 if odt == "float32" else 2, odt, 16)
         if cfg.splits > 1:  # the kernel stores into the splits' fp32 workspace; a second kernel sums it into C
-            c = _view((cfg.splits * -(-m // _gemm.BLOCK_M) * _gemm.BLOCK_M, n), 4, "float32", 16)
+            c = _gemm.split_workspace_view(0, cfg.splits, m, n, -(-n // 4) * 4, 0)
         maps = _gemm.gemm_tensor_maps(a, b, c, cfg, encode=False, arch=choice.arch)
     return GemmDescription(choice, device_limits(arch=choice.arch), cfg, maps, "gemm.cu",
                            {**choice.defines, **cfg.defines})

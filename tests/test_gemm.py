@@ -73,6 +73,20 @@ def test_gemm_variants_compile(backend: Backend, arch: str, bf16: bool, kmajor: 
         assert "wgmma" not in ptx
 
 
+@pytest.mark.parametrize("out_f32", [False, True], ids=["16-bit-out", "f32-out"])
+def test_split_k_builds_compile(out_f32: bool) -> None:
+    """A split-K plan's two builds: the GEMM into the rank-3 fp32 workspace (its stores 3-D), and its reduce's,
+    which is the plan's build without split-K for C's output type."""
+    cfg = default_config(Backend.TMA, m=64, n=4096, k=4096, sms=132, out_f32=out_f32)
+    assert cfg.splits > 1
+    main = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **cfg.defines})
+    assert "cp.async.bulk.tensor.3d.global.shared::cta" in _entries(main.ptx)["tmakit_gemm_tma"]
+    reduce = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **cfg.reduce_defines})
+    single = default_config(Backend.TMA, m=64, n=4096, k=4096, sms=132, out_f32=out_f32, splits=1)
+    assert cfg.reduce_defines == {**single.defines, "TMAKIT_GEMM_BN": cfg.block_n}
+    assert "tmakit_gemm_splitk_reduce" in reduce.entry_names()
+
+
 def _configs():
     """Every configuration plan_gemm can compile for the tma kernel."""
     for bf16, kmajor, out_f32, block_n, cluster in itertools.product((True, False), (True, False), (False, True),

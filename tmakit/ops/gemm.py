@@ -97,6 +97,12 @@ class GemmConfig:
         return d
 
     @property
+    def reduce_defines(self) -> dict[str, int | str]:
+        """The build split-K's reduce (``tmakit_gemm_splitk_reduce``) comes from: C's output type, no split-K
+        (the same build as the plan's without split-K, so one compile serves both)."""
+        return {**self.defines, "TMAKIT_GEMM_OUT_F32": int(self.out_f32), "TMAKIT_GEMM_SPLIT_K": 0}
+
+    @property
     def entry(self) -> str:
         return "tmakit_gemm_tma" if self.backend is Backend.TMA else "tmakit_gemm_cp_async"
 
@@ -412,7 +418,7 @@ class GemmPlan:
             from ..device_array import DeviceArray
 
             self._reduce_kernel = kernel("gemm.cu", "tmakit_gemm_splitk_reduce", choice, device,
-                                         **{**cfg.defines, "TMAKIT_GEMM_OUT_F32": int(cfg.out_f32)})
+                                         **cfg.reduce_defines)
             # a slice of M rows a split (its map is rank 3: TMA clips each split's tiles at M), fp32 rows of 16-byte
             # multiples
             pitch = -(-self.n // 4) * 4

@@ -22,7 +22,7 @@ import pytest
 from tmakit.backend import Backend
 from tmakit.build import compile_cuda
 from tmakit.errors import InvalidArgumentError
-from tmakit.ops import plan_gemm
+from tmakit.ops import describe_gemm, plan_gemm
 
 gemm_mod = importlib.import_module("tmakit.ops.gemm")
 check_config, default_config = gemm_mod.check_config, gemm_mod.default_config
@@ -399,9 +399,22 @@ def test_split_k_on_the_gpu(i) -> None:
     _check_gemm(torch, case, runs=3, seed=_seed(), **options)
 
 
+def test_few_rows_take_more_ring_stages() -> None:
+    """Up to 64 rows, 128-wide tiles take 6 stages (B's bytes in flight bound them); else 4; given ones are kept."""
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).stages == 6
+    assert default_config(Backend.TMA, m=64, n=1024, k=16384, sms=132, out_f32=True).stages == 6
+    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132).stages == 4
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, block_n=256).stages == 4
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, stages=3).stages == 3
+    assert describe_gemm(8, 4096, 4096).config.stages == 6
+
+
 def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     choose = gemm_mod.choose_splits
-    assert choose(384, 344, 8800, 128, 2, 132) == 11  # 12 CTAs: 11 ranges of >= 8 k-blocks fill the SMs
+    assert choose(384, 344, 8800, 128, 2, 132) == 11  # 12 CTAs: 11 ranges fill the SMs
+    assert choose(560, 376, 1208, 128, 1, 132) == 4  # 19 k-blocks split: ranges of >= 4 k-blocks
+    assert choose(552, 1024, 928, 128, 1, 132) == 1  # 15 k-blocks: too few to split (a second launch)
+    assert choose(8, 4096, 4096, 128, 1, 132) == 4  # 32 tiles: 4 ranges fill the SMs
     assert choose(8192, 8192, 8192, 256, 2, 132) == 1  # the tiles fill the SMs
     assert choose(384, 344, 300, 128, 2, 132) == 1  # 5 k-blocks: nothing to split
     assert choose(128, 128, 100000, 128, 1, 132) == 16  # at most 16 slices
@@ -412,7 +425,6 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     for bad in (0, 65, 2.0, True):
         with pytest.raises(InvalidArgumentError, match=r"splits=.*must be an int in \[1, 64\]"):
             check_config(gemm_mod.GemmConfig(Backend.TMA, True, True, False, 128, 4, 2, 8, bad), 232448)
-    from tmakit.ops.planning import describe_gemm
 
     with pytest.raises(InvalidArgumentError, match=r"splits=4: must be at most the 1 k-blocks of K=64"):
         describe_gemm(128, 128, 64, splits=4)  # what plan_gemm refuses, describe refuses

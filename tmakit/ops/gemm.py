@@ -128,6 +128,7 @@ _CLUSTER_COST = {2: 0.95, 1: 1.0}
 _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _NMAJOR_NARROW = 640  # choose_tile: below this N with N-major B the cluster discount is judged per option
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
+_FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int) -> int:
@@ -199,15 +200,22 @@ def turn_cost(m: int, n: int, k: int, sms: int) -> float:
 
 
 def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int:
-    """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs, cut each tile's
-    k-blocks into as many ranges as fill the SMs, each at least 8 k-blocks (512 of K) long, at most 16 (the
-    partials are read back once: 16 fp32 slices of the output). 1 otherwise."""
+    """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs and K has at least
+    16 k-blocks (1024), cut each tile's k-blocks into as many ranges as fill the SMs, each at least 4 k-blocks
+    long, at most 16 (the partials are read back once: 16 fp32 slices of the output). 1 otherwise. A shorter K
+    is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
     ctas = _tile_ctas(m, n, block_n, cluster)
     k_blocks = -(-k // BLOCK_K)
-    if 2 * ctas > sms:
+    if 2 * ctas > sms or k_blocks < 2 * _SPLIT_MIN_KB:
         return 1
-    return max(1, min(sms // ctas, k_blocks // 8, 16))
+    return max(1, min(sms // ctas, k_blocks // _SPLIT_RANGE_KB, 16))
 
+
+# choose_splits: a problem splits where each of two ranges would have _SPLIT_MIN_KB k-blocks; it then takes ranges
+# of at least _SPLIT_RANGE_KB (H100, 44 sweep problems of seeds 1-59: ranges of >= 4 against >= 8 k-blocks 1.06x
+# where both split, splitting K of 512-1000 0.6-0.9x).
+_SPLIT_MIN_KB = 8
+_SPLIT_RANGE_KB = 4
 
 # choose_tail_rows' model: a tile's fill and epilogue cost about 8 k-blocks of its mainloop (the per-turn fit in
 # docs/PERFORMANCE.md: 3.5-5.4 us a tile beside 0.76 us per 64 of K); the tail's reduce about 3 us and its
@@ -259,8 +267,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
                    groups: int = 0, fp8: bool = False, beta: float = 0.0) -> GemmConfig:
-    """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit (4 with a 16-bit output and BN 256 on the
-    H100). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
+    """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, and for
+    128-wide tiles of an ``m`` of at most 64 rows). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
     ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a 16-bit output with ``beta``
     0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256
@@ -276,7 +284,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         splits = choose_splits(m, n, k, bn, cl, sms) if backend is Backend.TMA and m and n and k and sms else 1
     if stages is None:
         stages = 2
-        for s in ((6, 5, 4, 3) if fp8 else (4, 3)):  # the fp8 stage (33 KiB) leaves room for more
+        # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
+        # most 64 rows, bound by B's bytes in flight (docs/PERFORMANCE.md, GEMM: 8x4096x4096 1.11x with 6).
+        more = fp8 or (m is not None and m <= _FEW_ROWS and bn == 128 and backend is Backend.TMA)
+        for s in ((6, 5, 4, 3) if more else (4, 3)):
             if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8).shared_mem \
                     <= shared_mem_limit:
                 stages = s

@@ -227,3 +227,32 @@ def test_repointing_checks_the_device_the_output_dtype_and_lse(fake_launch):
     ops.attention(q, k, v, out, lse=lse, backend="cp.async")
     with pytest.raises(InvalidArgumentError, match=r"lse=.*must be a contiguous float32 array of shape \(1, 2, 64\)"):
         ops.attention(q, k, v, out, lse=device_view(0x3500000, (4,), "float16"), backend="cp.async")
+
+
+def test_a_hit_reads_each_array_once(fake_launch, monkeypatch):
+    """A hit re-points its plan with the views the cache's key read: each array (torch-like here) is read once a
+    call (gemm's a, b, c; attention's q, k, v, out, lse), where re-pointing from the arrays read them twice."""
+    from _fake_driver import FakeTorchTensor
+
+    from tmakit.arrays import ArrayView
+    from tmakit.ops import _checks
+
+    reads: list[str] = []
+    for module in (_plan_cache, _checks):
+        real = module.device_array_view
+        monkeypatch.setattr(module, "device_array_view", lambda obj, name="array", real=real: (
+            reads.append(name) if type(obj) is not ArrayView else None) or real(obj, name))
+
+    def t(ptr, shape, dtype="float16"):
+        return FakeTorchTensor(shape, ptr=ptr, dtype=dtype, itemsize=4 if dtype == "float32" else 2)
+    for base in (0x1000000, 0x2000000):
+        reads.clear()
+        ops.gemm(t(base, (256, 64)), t(base + 0x100000, (128, 64)), t(base + 0x200000, (256, 128)),
+                 backend="cp.async")
+    assert sorted(reads) == ["a", "b", "c"] and _info()["hits"] == 1
+    for base in (0x3000000, 0x4000000):
+        reads.clear()
+        ops.attention(*(t(base + 0x100000 * i, (1, 2, 64, 64)) for i in range(4)),
+                      lse=t(base + 0x500000, (1, 2, 64), "float32"), backend="cp.async")
+    assert sorted(reads) == ["k", "lse", "out", "q", "v"], reads
+    assert len(reads) == 5 and _info()["hits"] == 2

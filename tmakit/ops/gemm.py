@@ -495,12 +495,17 @@ class GemmPlan:
                                          cluster=(cfg.cluster, 1, 1) if cfg.cluster > 1 else None)
 
     def __call__(self, a: Any = None, b: Any = None, c: Any = None) -> Any:
+        return self._rerun(a, b, c, None)
+
+    def _rerun(self, a: Any, b: Any, c: Any, views: list | None) -> Any:
+        """``plan(a, b, c)``; ``views``: the three arguments' ArrayViews where the caller has them already (the
+        one-shot op's plan cache), so that they are not read twice."""
         if a is not None or b is not None or c is not None:
             if a is None or b is None:
                 raise InvalidArgumentError("a, b", "partly given", "re-pointing a plan needs a and b (and c)",
                                            "call plan() for the same buffers or plan(a, b[, c])")
             out_dtype = "float32" if self.config.out_f32 else None
-            av, bv, cv, dims = _check_inputs(a, b, c, self.config.b_kmajor, out_dtype)
+            av, bv, cv, dims = _check_inputs(*(views if views else (a, b, c)), self.config.b_kmajor, out_dtype)
             if dims != (self.m, self.n, self.k) or (av.dtype_name == "bfloat16") != self.config.bf16 or \
                     av.device != self.device:
                 raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}) on device {av.device}, "
@@ -713,7 +718,7 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
     re-points the plan made then (``tmakit.ops._plan_cache``)."""
     rest = {k: v for k, v in options.items() if k != "stream"}
     return cached("gemm", ("a", "b", "c"), (a, b, out), options.get("stream"), rest,
-                  lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan(a, b, out))
+                  lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile",

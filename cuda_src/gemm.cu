@@ -37,7 +37,8 @@
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
-// Compile-time parameters (defines): TMAKIT_GEMM_BN (128 | 192 (tma) | 256), TMAKIT_GEMM_STAGES,
+// Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256),
+// TMAKIT_GEMM_STAGES,
 // TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32,
 // TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N) workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines,
 // from tmakit.wgmma_descriptors):
@@ -57,6 +58,9 @@
 #include "tmakit/warp.cuh"
 #include "tmakit/wgmma.cuh"
 
+#ifndef TMAKIT_GEMM_BM
+#define TMAKIT_GEMM_BM 128  // 64 (tma): one 64-row A slab the two consumer warpgroups share, each its half of BN
+#endif
 #ifndef TMAKIT_GEMM_BN
 #define TMAKIT_GEMM_BN 256
 #endif
@@ -99,8 +103,13 @@
 namespace gemm {
 using namespace tmakit;
 
-constexpr int kBM = 128;
+constexpr int kBM = TMAKIT_GEMM_BM;
 constexpr int kBN = TMAKIT_GEMM_BN;
+// BM 128: each consumer warpgroup computes 64 rows of the whole BN. BM 64 (few-tile problems: twice the tiles): both
+// take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
+constexpr bool kSplitN = kBM == 64;
+constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
+static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
 constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
 constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
 constexpr int kStages = TMAKIT_GEMM_STAGES;
@@ -110,7 +119,7 @@ constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
 constexpr uint32_t kRowBytes = 128;
 constexpr uint32_t kABytes = kBM * kRowBytes;  // one A stage
 constexpr uint32_t kBBytes = kBN * kRowBytes;  // one B stage
-constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's 128 row scales of the k-block (fp32)
+constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's row scales of the k-block (fp32)
 constexpr uint32_t kLoadBytes = kABytes + kBBytes + kSABytes;  // a stage's TMA bytes (its expect_tx)
 constexpr uint32_t kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // stages stay 1024-byte aligned (128B swizzle)
 static_assert(kBN == 128 || kBN == 192 || kBN == 256, "BN is 128, 192 (TMA only) or 256");
@@ -163,14 +172,17 @@ constexpr int kOutBytes = kOutF32 ? 4 : 2;
 // The descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors): A's k16 slice kk of consumer 0, B's.
 TMAKIT_HD constexpr uint64_t desc_a(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_A); }
 TMAKIT_HD constexpr uint64_t desc_b(int kk) { return list_item(kk, TMAKIT_GEMM_DESC_B); }
-// Consumer 1's slices (items 4..7) are consumer 0's moved by a fixed number of bytes (its 64 rows further on).
+// Consumer 1's slices (items 4..7) are consumer 0's moved by a fixed number of bytes (its 64 rows further on; none
+// at BM 64, where both read the same rows).
 constexpr uint32_t kAConsumerBytes = static_cast<uint32_t>(desc_a(4) - desc_a(0)) * 16u;
+// BM 64: consumer 1's half of B, kWgN rows further on (K-major) or kWgN / 64 slabs (N-major).
+constexpr uint32_t kBConsumerBytes = !kSplitN ? 0u : kBKMajor ? kWgN * kRowBytes : (kWgN / 64) * kBK * kRowBytes;
 // The defines must describe this kernel's stages (a compile with other tile defines and the built-in descriptor
 // defaults stops here): 128B-swizzled rows of 128 bytes, a k16 slice 32 bytes along a K-major row or 16 rows of an
-// N-major slab, N-major slabs BK rows apart, the second consumer 64 rows on.
+// N-major slab, N-major slabs BK rows apart, the second consumer 64 rows on (BM 128) or on the same rows (BM 64).
 TMAKIT_HD constexpr bool descriptors_match_stages() {
   if (list_size(TMAKIT_GEMM_DESC_A) != 2 * kSlices || list_size(TMAKIT_GEMM_DESC_B) != kSlices) return false;
-  if (kAConsumerBytes != 64 * kRowBytes) return false;
+  if (kAConsumerBytes != (kSplitN ? 0u : 64 * kRowBytes)) return false;
   for (int kk = 0; kk < kSlices; ++kk) {
     const uint64_t a0 = desc_a(kk), a1 = desc_a(kSlices + kk), b = desc_b(kk);
     if (wgmma_desc_start(a0) != 32u * kk || a1 - a0 != desc_a(kSlices) - desc_a(0)) return false;
@@ -187,18 +199,21 @@ static_assert(descriptors_match_stages(), "TMAKIT_GEMM_DESC_A/B do not describe 
 constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
 static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
 constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
-constexpr int kSlabs = kBN / kSlabCols;
+constexpr int kSlabs = kWgN / kSlabCols;  // a consumer warpgroup's slabs of a tile
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
 constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
 // The C read-ahead (beta != 0) pairs slab s of every tile with buffer s % 2: an even number of slabs a tile. A 16-bit
-// output at BN 192 has 3, so that build runs with beta = 0 only (the host refuses other betas; the kernel traps).
+// output at BN 192 has 3, and one at BM 64 and BN 128 has 1, so those builds run with beta = 0 only (the host refuses
+// other betas; the kernel traps).
 constexpr bool kOddSlabs = kSlabs % 2 != 0;
-static_assert(!kOddSlabs || (kBN == 192 && !kOutF32), "an even number of slabs a tile, but at BN 192 with 16 bits");
+static_assert(!kOddSlabs || (kWgN % 128 != 0 && !kOutF32), "an even number of slabs a tile, but with 16 bits at BN 192 "
+              "or a consumer's 64 columns");
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
+static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
 static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
@@ -379,8 +394,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       else ring.consumer_release(s);
     };
     Ring::State c = make_consumer_start_state<kStages>();
-    float acc[kBN / 2];
+    float acc[kWgN / 2];
     const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
+    const uint32_t b_base = shared_addr(smem) + kABytes + consumer * kBConsumerBytes;
     const TensorMapDesc* c_map = &map_c;
     int c_map_group = -1;
     for (int u = first_unit; u < units; u += unit_stride) {
@@ -410,15 +426,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
       }
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
+      // this warpgroup's rows and columns of the tile
+      const int row0 = m0 + (kSplitN ? 0 : consumer * 64), cn0 = n0 + (kSplitN ? consumer * kWgN : 0);
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       // beta != 0: C's first slab goes into its store buffer now, under the mainloop; in the epilogue each next
       // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues). Its row is computed
       // here and again after the mainloop: live across it, the beta-0 fp32 build measured 2-5% slower.
-      if (beta != 0.f && t == 0 && !slab_direct(n0, N)) {
-        const int first_row = m0 + consumer * 64;
+      if (beta != 0.f && t == 0 && !slab_direct(cn0, N)) {
         uint8_t* first = store.reserve<0>();
-        if (consumer == 0) load_c_slab(c_full[0], first, c_map, n0, first_row);
-        else load_c_slab(c_full[2], first, c_map, n0, first_row);
+        if (consumer == 0) load_c_slab(c_full[0], first, c_map, cn0, row0);
+        else load_c_slab(c_full[2], first, c_map, cn0, row0);
       }
       if constexpr (kFp8) {
         // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
@@ -482,11 +499,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         Ring::State done = c;  // the oldest stage not yet released
         for (int kb = kb_begin; kb < kb_end; ++kb) {
           ring.consumer_wait(c);
-          const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = shared_addr(smem) + c.index * kStageBytes + kABytes;
+          const uint32_t a_st = smem_base + c.index * kStageBytes, b_st = b_base + c.index * kStageBytes;
           wgmma_fence();
   #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
-            wgmma_mma_async_ss<kBN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
+            wgmma_mma_async_ss<kWgN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
                                                                      wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
           }
           wgmma_commit_group();
@@ -503,13 +520,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
 
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
-      const int row0 = m0 + consumer * 64;
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       {
 #pragma unroll
         for (int s = 0; s < kSlabs; ++s) {
-          const int slab_n0 = n0 + s * kSlabCols;
+          const int slab_n0 = cn0 + s * kSlabCols;
           const bool direct = slab_direct(slab_n0, N);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
           if (!kOutF32 && beta == 0.f && !direct) {
@@ -613,6 +629,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
+constexpr int kTwinBM = 128;  // the twin's tiles: 128 rows (TMAKIT_GEMM_BM is a tma parameter)
 // (BN 192 compiles here too, one source for every build, but the host plans it on tma only.)
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
@@ -624,7 +641,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
   uint8_t* a_st = st;
   uint8_t* b_st = st + kABytes;
 #pragma unroll
-  for (int it = 0; it < kBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
+  for (int it = 0; it < kTwinBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
     const int i = threadIdx.x + it * kWarps * 32;
     const int r = i >> 3, c = i & 7;
     const int gm = m0 + r, gk = k0 + c * 8;
@@ -669,10 +686,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   uint8_t* smem = align_shared(smem_raw, 1024);
   const half_bits* A = static_cast<const half_bits*>(a_ptr);
   const half_bits* B = static_cast<const half_bits*>(b_ptr);
-  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
+  const int tiles_m = (M + kTwinBM - 1) / kTwinBM, tiles_n = (N + kBN - 1) / kBN;
   int row, col;
   unit_coords(blockIdx.x, tiles_m, tiles_n, group_m, row, col);
-  const int m0 = row * kBM, n0 = col * kBN;
+  const int m0 = row * kTwinBM, n0 = col * kBN;
   const int k_blocks = (K + kBK - 1) / kBK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / 4, wn = warp % 4;  // this warp's 64-row, BN/4-column block

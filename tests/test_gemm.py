@@ -89,11 +89,12 @@ def test_split_k_builds_compile(out_f32: bool) -> None:
 
 def _configs():
     """Every configuration plan_gemm can compile for the tma kernel."""
-    for bf16, kmajor, out_f32, block_n, cluster in itertools.product((True, False), (True, False), (False, True),
-                                                                      (128, 192, 256), (1, 2)):
-        if block_n == 192 and cluster == 2 and not kmajor:
-            continue  # refused: the cluster's two CTAs would split B's three 64-column slabs
-        yield default_config(Backend.TMA, bf16=bf16, b_kmajor=kmajor, out_f32=out_f32, block_n=block_n, cluster=cluster)
+    for bf16, kmajor, out_f32, block_n, cluster, block_m in itertools.product(
+            (True, False), (True, False), (False, True), (128, 192, 256), (1, 2), (128, 64)):
+        if block_n == 192 and ((cluster == 2 and not kmajor) or block_m == 64):
+            continue  # refused: the cluster's two CTAs would split B's three 64-column slabs; BM 64 halves BN
+        yield default_config(Backend.TMA, bf16=bf16, b_kmajor=kmajor, out_f32=out_f32, block_n=block_n, cluster=cluster,
+                             block_m=block_m)
 
 
 def test_kernel_descriptors_are_the_ones_derived_from_its_maps() -> None:
@@ -108,8 +109,10 @@ def test_kernel_descriptors_are_the_ones_derived_from_its_maps() -> None:
         got = cfg.defines
         assert got["TMAKIT_GEMM_DESC_A"] == ", ".join(f"0x{d.value:016x}ull" for d in want_a), cfg
         assert got["TMAKIT_GEMM_DESC_B"] == ", ".join(f"0x{d.value:016x}ull" for d in want_b), cfg
-        # the same derivation says the consumer rows 64-127 start 64 rows (8 core matrices) further on
-        assert [d.start_address - w.start_address for d, w in zip(want_a[4:], want_a[:4])] == [8 * 1024] * 4
+        # the same derivation says the consumer rows 64-127 start 64 rows (8 core matrices) further on; at BM 64
+        # both warpgroups read rows 0-63
+        apart = 8 * 1024 if cfg.block_m == 128 else 0
+        assert [d.start_address - w.start_address for d, w in zip(want_a[4:], want_a[:4])] == [apart] * 4
     source = (Path(__file__).resolve().parents[1] / "cuda_src" / "gemm.cu").read_text()
     defaults = default_config(Backend.TMA).defines
     for name in ("TMAKIT_GEMM_DESC_A", "TMAKIT_GEMM_DESC_B"):
@@ -251,6 +254,32 @@ def test_block_n_192_with_a_16_bit_c_read_is_refused(fake_launch) -> None:
         plan_gemm(a, b, c, beta=0.5, block_n=192, backend="tma")
 
 
+def test_block_m_64_arguments(fake_launch) -> None:
+    """BM 64: tma only, BN 128 or 256, no groups; a 16-bit C read at BN 128 is refused (one slab a warpgroup, which
+    the C read-ahead does not pair); the plan's maps load 64-row A boxes and both warpgroups read the same rows."""
+    cfg = default_config(Backend.TMA, block_m=64, block_n=128)
+    assert (cfg.block_m, cfg.stages, cfg.odd_slabs, cfg.defines["TMAKIT_GEMM_BM"]) == (64, 6, True, 64)
+    assert not default_config(Backend.TMA, block_m=64, block_n=128, out_f32=True).odd_slabs
+    assert not default_config(Backend.TMA, block_m=64, block_n=256).odd_slabs
+    defs = gemm_mod.descriptor_defines(cfg)["TMAKIT_GEMM_DESC_A"].split(", ")
+    assert defs[:4] == defs[4:]  # both warpgroups: the same 64 rows
+    for bad, match in (({"block_m": 32}, r"block_m=32: must be 128, or 64 on tma"),
+                       ({"block_m": 64.0}, r"block_m=64.0: must be 128"),
+                       ({"block_m": 64, "block_n": 192}, r"block_m=64: must be 128, or 64 on tma with block_n 128"),
+                       ({"block_m": 64, "groups": 4, "cluster": 1}, r"block_m=64: .*no groups")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            check_config(default_config(Backend.TMA, **bad), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"block_m=64: must be 128, or 64 on tma"):
+        check_config(default_config(Backend.CP_ASYNC, block_m=64, block_n=128), 166912)
+    a, b = device_view(0x100000, (300, 64), "float16"), device_view(0x200000, (256, 64), "float16")
+    c = device_view(0x300000, (300, 256), "float16")
+    with pytest.raises(InvalidArgumentError, match=r"block_m=64: with block_n=128, beta=0.5 and a float16 output"):
+        plan_gemm(a, b, c, beta=0.5, block_m=64, block_n=128, backend="tma")
+    d = describe_gemm(300, 256, 64, dtype="fp16", block_m=64, block_n=128, cluster=1)
+    assert d.tile == (64, 128, 64) and d.maps[0].box == (64, 64) and d.expect_tx == 24 * 1024
+    assert gemm_mod.persistent_grid(300, 256, d.config, 132) == (10, 1, 1)  # 5 x 2 tiles of 64 x 128
+
+
 @pytest.mark.parametrize("c_at, which", [(0x100000, "a"), (0x100000 + 64 * 64 * 2 - 16, "a"), (0x200800, "b")])
 def test_output_overlapping_an_input_is_refused(fake_launch, c_at, which) -> None:
     """C sharing bytes with A or B would be written while TMA loads of them are in flight."""
@@ -362,19 +391,19 @@ def test_fp32_out_epilogue_race_is_gone(shape) -> None:
 
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("cfg", list(_configs()), ids=lambda c: f"{'bf16' if c.bf16 else 'f16'}-{'k' if c.b_kmajor else 'n'}-"
-                         f"{'f32' if c.out_f32 else '16'}-bn{c.block_n}-c{c.cluster}")
+                         f"{'f32' if c.out_f32 else '16'}-bm{c.block_m}-bn{c.block_n}-c{c.cluster}")
 def test_every_tma_configuration_on_the_gpu(cfg) -> None:
     """Every configuration the tma kernel compiles for (its descriptors, slabs and cluster) on one random shape
     with partial tiles, 3 runs on poisoned outputs."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
-    rng = random.Random(hash((cfg.bf16, cfg.b_kmajor, cfg.out_f32, cfg.block_n, cfg.cluster)) % 1000)
+    rng = random.Random(hash((cfg.bf16, cfg.b_kmajor, cfg.out_f32, cfg.block_n, cfg.cluster, cfg.block_m)) % 1000)
     m, n, k = rng.randint(300, 1100), rng.randint(300, 1100), rng.randint(100, 700)
     case = dict(backend="tma", dtype="bfloat16" if cfg.bf16 else "float16", kmajor=cfg.b_kmajor, m=m, n=n, k=k,
                 out_f32=cfg.out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
-    if cfg.block_n == 192 and not cfg.out_f32:
-        case["beta"] = 0.0  # three 16-bit slabs a tile: beta 0 only (refused otherwise)
-    _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster)
+    if cfg.odd_slabs:
+        case["beta"] = 0.0  # an odd number of 16-bit slabs a warpgroup: beta 0 only (refused otherwise)
+    _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster, block_m=cfg.block_m)
 
 
 @pytest.mark.requires_sm90
@@ -407,6 +436,29 @@ def test_few_rows_take_more_ring_stages() -> None:
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, block_n=256).stages == 4
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, stages=3).stages == 3
     assert describe_gemm(8, 4096, 4096).config.stages == 6
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(10))
+def test_block_m_64_on_the_gpu(i) -> None:
+    """64-row tiles at seeded random shapes: both dtypes and B majors, BN 128 and 256 (the two warpgroups' halves),
+    clusters of 1 and 2, 16-bit and fp32 outputs with beta 0, 0.5 or 1 (beta 0 for a 16-bit BN 128), split-K
+    forced on some, M of 1-2000 (tiles past M, odd tile rows in a cluster), N off 8; 3 runs on poisoned outputs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(2000 + i)
+    bn, out_f32 = (128, 256)[i % 2], i % 3 == 0
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 2) % 2 == 0,
+                m=rng.choice((1, 63, 65, rng.randint(1, 2000))), n=rng.randint(1, 1500), k=rng.randint(16, 3000),
+                out_f32=out_f32, alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.0, 0.5, 1.0)),
+                pad=rng.choice((0, 8)), special=None)
+    if bn == 128 and not out_f32:
+        case["beta"] = 0.0
+    options = dict(block_m=64, block_n=bn, cluster=(1, 2)[(i // 4) % 2])
+    if i % 5 == 4:
+        options["splits"] = min(-(-case["k"] // 64), 3)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
+    assert plan.config.block_m == 64
 
 
 def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:

@@ -97,6 +97,21 @@ def test_every_build_of_a_kernel_compiles_under_nvcc(kernel, defines, arch, tmp_
     assert "warning" not in log, log
 
 
+@requires_nvcc
+@pytest.mark.parametrize("arch", sorted(GENCODE))
+def test_gemm_with_64_row_tiles_compiles_under_nvcc(arch, tmp_path):
+    """BM 64 needs its own stage descriptors (both warpgroups on the same rows), whose lists nvcc's -D would split
+    at the commas: a translation unit defines them and includes the kernel."""
+    from tmakit.backend import Backend
+    from tmakit.ops.gemm import default_config
+
+    cfg = default_config(Backend.TMA, block_m=64, block_n=256)
+    source = tmp_path / "gemm_bm64.cu"
+    source.write_text("".join(f"#define {k} {v}\n" for k, v in cfg.defines.items()) + '#include "gemm.cu"\n')
+    log = _nvcc(source, arch, tmp_path)
+    assert "warning" not in log, log
+
+
 def _file_scope_using(path: Path) -> list[str]:
     """`using namespace` directives at file scope (the library's own `namespace tmakit { }` counts as file scope,
     any other namespace, function or class as inside)."""

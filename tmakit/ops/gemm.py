@@ -48,7 +48,7 @@ class GemmConfig:
     bf16: bool
     b_kmajor: bool
     out_f32: bool
-    block_n: int  # BN: 256, 192 (tma) or 128 (BM = 128, BK = 64)
+    block_n: int  # BN: 256, 192 (tma) or 128 (BK = 64)
     stages: int
     cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
@@ -57,6 +57,7 @@ class GemmConfig:
     fp8: bool = False  # tma: e4m3 operands with per-128 block scales (ops/fp8_gemm.py)
     store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
     tail_rows: int = 0  # tma: C's last rows, computed by a second plan (choose_tail_rows); not compiled in
+    block_m: int = BLOCK_M  # BM: 128, or 64 on tma (the two consumer warpgroups each take half of BN)
 
     @property
     def threads(self) -> int:
@@ -64,7 +65,8 @@ class GemmConfig:
 
     @property
     def stage_bytes(self) -> int:
-        load = (BLOCK_M + self.block_n) * 128 + (BLOCK_M * 4 if self.fp8 else 0)  # 128-byte rows (+ fp8 row scales)
+        load = (self.block_m + self.block_n) * 128 + (self.block_m * 4 if self.fp8 else 0)  # 128-byte rows (+ fp8
+        # row scales)
         return -(-load // 1024) * 1024
 
     @property
@@ -79,14 +81,16 @@ class GemmConfig:
 
     @property
     def odd_slabs(self) -> bool:
-        """Three 16-bit slabs a tile (BN 192, no fp32 output or partials): gemm.cu's kOddSlabs, which the C
-        read-ahead cannot pair, so such a build runs with beta 0 only."""
-        return self.block_n == 192 and not (self.out_f32 or self.splits > 1)
+        """An odd number of 16-bit slabs a consumer warpgroup's tile (BN 192: three; BM 64 and BN 128: one; no
+        fp32 output or partials): gemm.cu's kOddSlabs, which the C read-ahead cannot pair, so such a build runs
+        with beta 0 only."""
+        wg_n = self.block_n // 2 if self.block_m == 64 else self.block_n
+        return wg_n % 128 != 0 and not (self.out_f32 or self.splits > 1)
 
     @property
     def defines(self) -> dict[str, int | str]:
         d: dict[str, int | str] = {
-            "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
+            "TMAKIT_GEMM_BM": self.block_m, "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
@@ -131,16 +135,16 @@ _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 12
 _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
 
 
-def _tile_ctas(m: int, n: int, block_n: int, cluster: int) -> int:
+def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
     """CTA tiles of an m x n output: the tile rows rounded up to whole clusters, times the tile columns."""
-    return -(-(-(-m // BLOCK_M)) // cluster) * cluster * -(-n // block_n)
+    return -(-(-(-m // block_m)) // cluster) * cluster * -(-n // block_n)
 
 
 def persistent_grid(m: int, n: int, cfg: GemmConfig, sms: int) -> tuple[int, int, int]:
     """The tma kernel's persistent grid: one CTA per SM of ``sms`` (whole clusters), at most one per work unit
     (a cluster's tiles times the split-K ranges)."""
     cl = cfg.cluster
-    units = -(-(-(-m // BLOCK_M)) // cl) * -(-n // cfg.block_n) * cfg.splits
+    units = -(-(-(-m // cfg.block_m)) // cl) * -(-n // cfg.block_n) * cfg.splits
     return (max(1, min(units, sms // cl)) * cl, 1, 1)
 
 
@@ -149,9 +153,9 @@ def _turn_ctas(cluster: int, sms: int) -> int:
     return max(cluster, sms // cluster * cluster)
 
 
-def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
+def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M) -> int:
     """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
-    return -(-_tile_ctas(m, n, block_n, cluster) // _turn_ctas(cluster, sms))
+    return -(-_tile_ctas(m, n, block_n, cluster, block_m) // _turn_ctas(cluster, sms))
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
@@ -199,12 +203,12 @@ def turn_cost(m: int, n: int, k: int, sms: int) -> float:
     return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0)
 
 
-def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int:
+def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M) -> int:
     """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs and K has at least
     16 k-blocks (1024), cut each tile's k-blocks into as many ranges as fill the SMs, each at least 4 k-blocks
     long, at most 16 (the partials are read back once: 16 fp32 slices of the output). 1 otherwise. A shorter K
     is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
-    ctas = _tile_ctas(m, n, block_n, cluster)
+    ctas = _tile_ctas(m, n, block_n, cluster, block_m)
     k_blocks = -(-k // BLOCK_K)
     if 2 * ctas > sms or k_blocks < 2 * _SPLIT_MIN_KB:
         return 1
@@ -244,11 +248,11 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     5 turns, and the last 48 rows, 33 lone 128-wide tiles, have their K cut 4 ways)."""
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms:
         return 0
-    turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms)
+    turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms, cfg.block_m)
     cols = -(-n // cfg.block_n)
     # tile rows the first plan keeps: whole clusters of them in one turn fewer
     rows = (turns - 1) * _turn_ctas(cfg.cluster, sms) // cols // cfg.cluster * cfg.cluster
-    tail = m - rows * BLOCK_M
+    tail = m - rows * cfg.block_m
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
     t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit)
@@ -256,7 +260,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
-    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster) * t.splits // _turn_ctas(t.cluster, sms))
+    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster, t.block_m) * t.splits // _turn_ctas(t.cluster, sms))
     tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
     reduce_us = 3.0 + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / 2.5e6
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
@@ -266,9 +270,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0, fp8: bool = False, beta: float = 0.0) -> GemmConfig:
-    """The tile plan: 128 x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, and for
-    128-wide tiles of an ``m`` of at most 64 rows). On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
+                   groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None) -> GemmConfig:
+    """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
+    tiles of an ``m`` of at most 64 rows and for 64-row tiles). BM is 128 unless ``block_m`` says 64. On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
     ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a 16-bit output with ``beta``
     0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256
@@ -280,25 +284,31 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+    bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
-        splits = choose_splits(m, n, k, bn, cl, sms) if backend is Backend.TMA and m and n and k and sms else 1
+        splits = choose_splits(m, n, k, bn, cl, sms, bm) if backend is Backend.TMA and m and n and k and sms else 1
     if stages is None:
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
-        # most 64 rows, bound by B's bytes in flight (docs/PERFORMANCE.md, GEMM: 8x4096x4096 1.11x with 6).
-        more = fp8 or (m is not None and m <= _FEW_ROWS and bn == 128 and backend is Backend.TMA)
+        # most 64 rows, bound by B's bytes in flight (docs/PERFORMANCE.md, GEMM: 8x4096x4096 1.11x with 6), and a
+        # 64-row one.
+        more = fp8 or bm == 64 or (m is not None and m <= _FEW_ROWS and bn == 128 and backend is Backend.TMA)
         for s in ((6, 5, 4, 3) if more else (4, 3)):
-            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8).shared_mem \
-                    <= shared_mem_limit:
+            if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8,
+                          block_m=bm).shared_mem <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8, block_m=bm)
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
     """Refuse tile plans the kernel cannot hold, saying what they need and what there is (with ``k``, split-K ranges
     beyond the k-blocks: an empty range would release a stage it never waited for)."""
     tma = cfg.backend is Backend.TMA and not cfg.fp8
+    if type(cfg.block_m) is not int or cfg.block_m not in (64, 128) or (cfg.block_m == 64 and (not tma or cfg.groups or cfg.block_n == 192)):
+        raise InvalidArgumentError("block_m", cfg.block_m, "must be 128, or 64 on tma with block_n 128 or 256 and no "
+                                   "groups (both consumer warpgroups take the tile's 64 rows, each half of BN)",
+                                   "use 128 (or leave it out)")
     if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)):
         raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma (the N of the m64nNk16 "
                                    "wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's one B scale a tile)",
@@ -323,7 +333,7 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
         raise InvalidArgumentError("group_m", cfg.group_m, "must be a positive int (tile rows per raster group)",
                                    "use 8")
     if cfg.shared_mem > limit:
-        raise InvalidArgumentError("stages", cfg.stages, f"a {BLOCK_M} x {cfg.block_n} x {BLOCK_K} stage is "
+        raise InvalidArgumentError("stages", cfg.stages, f"a {cfg.block_m} x {cfg.block_n} x {BLOCK_K} stage is "
                                    f"{cfg.stage_bytes / 1024:g} KiB; {cfg.stages} stages need "
                                    f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block",
                                    "use fewer stages or block_n=128")
@@ -447,7 +457,7 @@ class GemmPlan:
 
     @property
     def tiles(self) -> tuple[int, int]:
-        return (-(-self.m // BLOCK_M), -(-self.n // self.config.block_n))
+        return (-(-self.m // self.config.block_m), -(-self.n // self.config.block_n))
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -548,7 +558,7 @@ def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, devi
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """The boxes of A's and B's maps: A (128, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
     share and multicasts it) or (64, 64) N-major slabs."""
-    return (BLOCK_M, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
+    return (cfg.block_m, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
 
 
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
@@ -568,8 +578,11 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
 
 def stage_descriptors(a_map: Any, b_map: Any, cfg: GemmConfig) -> tuple[list, list]:
     """The wgmma descriptors the tma kernel reads its stages with, derived from the maps that fill them (stages at
-    shared address 0): A's four k16 slices for the consumer rows 0-63, then for 64-127; B's four, N = BN."""
-    a = wgmma_descriptors(a_map, "A", "K", k=BLOCK_K) + wgmma_descriptors(a_map, "A", "K", k=BLOCK_K, mn_offset=64)
+    shared address 0): A's four k16 slices for the first consumer warpgroup's rows 0-63, then the second's (rows
+    64-127 at BM 128, the same rows at BM 64); B's four, N = BN (at BM 64 each warpgroup moves its own start to its
+    half)."""
+    second = 64 if cfg.block_m == 128 else 0
+    a = wgmma_descriptors(a_map, "A", "K", k=BLOCK_K) + wgmma_descriptors(a_map, "A", "K", k=BLOCK_K, mn_offset=second)
     b = wgmma_descriptors(b_map, "B", "K" if cfg.b_kmajor else "MN", k=BLOCK_K, mn=cfg.block_n)
     return a, b
 
@@ -579,7 +592,7 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
     descriptors depend on the box, element size and swizzle, not on the tensor)."""
     dtype = "bf16" if cfg.bf16 else "f16"
     box_a, box_b = _operand_boxes(cfg)
-    a_map = describe_tensor(shape=(2 * BLOCK_M, 2 * BLOCK_K), dtype=dtype, box=box_a, swizzle="128B", encode=False)
+    a_map = describe_tensor(shape=(2 * cfg.block_m, 2 * BLOCK_K), dtype=dtype, box=box_a, swizzle="128B", encode=False)
     b_map = describe_tensor(shape=(2 * max(box_b), 2 * max(box_b)), dtype=dtype, box=box_b, swizzle="128B", encode=False)
     a, b = stage_descriptors(a_map, b_map, cfg)
     return {"TMAKIT_GEMM_DESC_A": descriptor_define(a), "TMAKIT_GEMM_DESC_B": descriptor_define(b)}
@@ -589,7 +602,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
               reduce: str | None = None, sms: int | None = None, tail_rows: int | None = None, stream: Any = None,
-              checked: bool | str | None = None) -> GemmPlan:
+              checked: bool | str | None = None, block_m: int | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
@@ -605,7 +618,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     the all-gather GEMM's copies. ``tail_rows`` (tma): C's last rows computed by a second plan of their own
     (``plan.tail``: its tiles and split-K chosen for those rows), where the first plan's last turn would be nearly
     empty; left out, ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too
-    (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused)."""
+    (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused).
+    ``block_m`` (tma): 64 for tiles of 64 rows, twice as many as of 128 (both consumer warpgroups take the 64 rows,
+    each half of ``block_n``, 128 or 256; beta 0 with a 16-bit output at ``block_n=128``); default 128."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -629,11 +644,15 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, beta=beta)
+                         splits=splits, beta=beta, block_m=block_m)
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
     if cfg.odd_slabs and beta != 0:
+        if cfg.block_m == 64:
+            raise InvalidArgumentError("block_m", 64, f"with block_n=128, beta={beta} and a {odt} output must be 128 "
+                                       "(the C read-ahead pairs a warpgroup's 64-column slabs two by two: it has one)",
+                                       "use block_m=128, block_n=256, or an fp32 output")
         raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
                                    "read-ahead pairs a tile's 64-column slabs two by two)",
                                    "use block_n=256, or an fp32 output")
@@ -682,12 +701,12 @@ def _check_tail_rows(tail_rows: Any, cfg: GemmConfig, m: int) -> None:
         if refused:
             raise InvalidArgumentError("tail_rows", tail_rows, f"must be 0 {why}: a tail is for plans of whole "
                                        "tiles on tma", fix)
-    whole = BLOCK_M * cfg.cluster
+    whole = cfg.block_m * cfg.cluster
     if (m - tail_rows) % whole:
         raise InvalidArgumentError("tail_rows", tail_rows, f"must leave the first plan whole cluster rows of tiles: "
-                                   f"M - tail_rows a multiple of {whole} (M = {m}, 128-row tiles in clusters of "
-                                   f"{cfg.cluster}, chosen or given)",
-                                   f"pass M minus a multiple of {whole}, or cluster=1 for multiples of 128")
+                                   f"M - tail_rows a multiple of {whole} (M = {m}, {cfg.block_m}-row tiles in clusters "
+                                   f"of {cfg.cluster}, chosen or given)",
+                                   f"pass M minus a multiple of {whole}, or cluster=1 for multiples of {cfg.block_m}")
 
 
 def _check_reduce(reduce: Any, cv: ArrayView | None, beta: float, splits: int | None, choice: BackendChoice,

@@ -81,12 +81,12 @@ class GemmDescription(OpDescription):
     @property
     def tile(self) -> tuple[int, int, int]:
         """(BM, BN, BK) of one output tile and one k-step."""
-        return _gemm.BLOCK_M, self.config.block_n, _gemm.BLOCK_K
+        return self.config.block_m, self.config.block_n, _gemm.BLOCK_K
 
     @property
     def a_stage_bytes(self) -> int:
         """Bytes of A in one ring stage (B's tile follows it)."""
-        return _gemm.BLOCK_M * _gemm.BLOCK_K * 2
+        return self.config.block_m * _gemm.BLOCK_K * 2
 
     @property
     def expect_tx(self) -> int:
@@ -107,7 +107,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                   arch: Any = _DEFAULT_ARCH, backend: Any = "auto", block_n: int | None = None,
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
                   splits: int | None = None, sms: int | None = None, beta: float = 0.0,
-                  tail_rows: int | None = None) -> GemmDescription:
+                  tail_rows: int | None = None, block_m: int | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the
     three TMA maps (C's: the fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms``
@@ -127,7 +127,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     splits = _gemm.first_plan_splits(splits, tail_rows)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms)
+                               m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms, block_m=block_m)
     _gemm.check_config(cfg, limit, k)
     cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, beta, limit, tail_rows,
                                 block_n is None and cluster is None and splits is None)

@@ -176,6 +176,7 @@ TMAKIT_HD constexpr uint64_t desc_b(int kk) { return list_item(kk, TMAKIT_GEMM_D
 // at BM 64, where both read the same rows).
 constexpr uint32_t kAConsumerBytes = static_cast<uint32_t>(desc_a(4) - desc_a(0)) * 16u;
 // BM 64: consumer 1's half of B, kWgN rows further on (K-major) or kWgN / 64 slabs (N-major).
+constexpr int kCols1 = kSplitN ? kWgN : 0;  // consumer warpgroup 1's first column in the tile
 constexpr uint32_t kBConsumerBytes = !kSplitN ? 0u : kBKMajor ? kWgN * kRowBytes : (kWgN / 64) * kBK * kRowBytes;
 // The defines must describe this kernel's stages (a compile with other tile defines and the built-in descriptor
 // defaults stops here): 128B-swizzled rows of 128 bytes, a k16 slice 32 bytes along a K-major row or 16 rows of an
@@ -427,15 +428,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       }
       const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
       // this warpgroup's rows and columns of the tile
-      const int row0 = m0 + (kSplitN ? 0 : consumer * 64), cn0 = n0 + (kSplitN ? consumer * kWgN : 0);
+      const int row0 = m0 + (kSplitN ? 0 : consumer * 64), cn0 = n0 + consumer * kCols1;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       // beta != 0: C's first slab goes into its store buffer now, under the mainloop; in the epilogue each next
       // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues). Its row is computed
       // here and again after the mainloop: live across it, the beta-0 fp32 build measured 2-5% slower.
-      if (beta != 0.f && t == 0 && !slab_direct(cn0, N)) {
-        uint8_t* first = store.reserve<0>();
-        if (consumer == 0) load_c_slab(c_full[0], first, c_map, cn0, row0);
-        else load_c_slab(c_full[2], first, c_map, cn0, row0);
+      // (Each warpgroup's own barriers, named: the hang doctor's lint then counts each one's bytes.)
+      if (beta != 0.f && t == 0) {
+        if (consumer == 0) {
+          if (!slab_direct(n0, N)) load_c_slab(c_full[0], store.reserve<0>(), c_map, n0, row0);
+        } else if (!slab_direct(n0 + kCols1, N)) {
+          load_c_slab(c_full[2], store.reserve<0>(), c_map, n0 + kCols1, row0);
+        }
       }
       if constexpr (kFp8) {
         // Per k-block: the block's product into a fresh partial accumulator, then acc += part * scale_a[row] *
@@ -570,10 +574,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               // Slab s's C is in flight to buf (issued a slab ahead, or under the mainloop for slab 0); the issuer
               // first sends slab s + 1's into the other buffer, once the store that last read it is done.
               const int b = s & 1;  // a constant once the loop is unrolled
-              if (t == 0 && s + 1 < kSlabs && !slab_direct(slab_n0 + kSlabCols, N)) {  // the store issuer
-                uint8_t* next = store.reserve<1>();
-                if (consumer == 0) load_c_slab(c_full[b ^ 1], next, c_map, slab_n0 + kSlabCols, row0);
-                else load_c_slab(c_full[2 + (b ^ 1)], next, c_map, slab_n0 + kSlabCols, row0);
+              if (t == 0 && s + 1 < kSlabs) {  // the store issuer
+                const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
+                if (consumer == 0) {
+                  if (!slab_direct(next0, N)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
+                } else if (!slab_direct(next0 + kCols1, N)) {
+                  load_c_slab(c_full[2 + (b ^ 1)], store.reserve<1>(), c_map, next0 + kCols1, row0);
+                }
               }
               if (consumer == 0) c_full[b].wait_parity((c_phase >> b) & 1u);  // each warpgroup its own barriers,
               else c_full[2 + b].wait_parity((c_phase >> b) & 1u);            // named (not indexed)

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
     except (tmakit.UnsupportedDeviceError, ImportError) as why:
         paper = tmakit.ops.describe_gemm(args.tokens, args.n, args.k, dtype=dtype, arch="sm_90", backend="tma",
-                                         cluster=1)
+                                         cluster=1, block_m=128)  # the grouped kernel's tiles are 128 rows
         code = tmakit.compile_cuda(paper.source, arch=paper.compile_arch,
                                    defines={**paper.defines, "TMAKIT_GEMM_GROUPED": 1})
         print(f"compiled the grouped {paper.config.entry} for {paper.compile_arch}: {len(code.code)} bytes of cubin")

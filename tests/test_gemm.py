@@ -428,11 +428,29 @@ def test_split_k_on_the_gpu(i) -> None:
     _check_gemm(torch, case, runs=3, seed=_seed(), **options)
 
 
+def test_few_tile_problems_take_64_row_tiles() -> None:
+    """choose_block_m: 64 where 128 x 128 lone tiles fill at most half the SMs in one turn; not where the chosen
+    tile is wider or clustered, nor with a 16-bit C read; given ones are kept."""
+    choose = gemm_mod.choose_block_m
+    assert choose(344, 344, 128, 1, 132) == 64  # 9 tiles of 128 x 128
+    assert choose(1288, 1432, 128, 1, 132) == 128  # 132 tiles: 64-row ones would take two turns
+    assert choose(488, 264, 128, 2, 132) == 128 and choose(344, 344, 256, 1, 132) == 128
+    assert choose(344, 344, 128, 1, 132, beta=0.5) == 128 and choose(344, 344, 128, 1, 132, True, 0.5) == 64
+    cfg = default_config(Backend.TMA, m=344, n=344, k=896, sms=132)
+    assert (cfg.block_m, cfg.block_n, cfg.cluster, cfg.splits) == (64, 128, 1, 1)
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).block_m == 64
+    assert default_config(Backend.TMA, m=344, n=344, k=896, sms=132, block_m=128).block_m == 128
+    assert default_config(Backend.TMA, m=8192, n=8192, k=8192, sms=132).block_m == 128
+    assert default_config(Backend.CP_ASYNC, m=344, n=344, k=896, sms=132).block_m == 128
+    assert describe_gemm(344, 344, 896).tile == (64, 128, 64)
+
+
 def test_few_rows_take_more_ring_stages() -> None:
     """Up to 64 rows, 128-wide tiles take 6 stages (B's bytes in flight bound them); else 4; given ones are kept."""
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).stages == 6
     assert default_config(Backend.TMA, m=64, n=1024, k=16384, sms=132, out_f32=True).stages == 6
-    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132).stages == 4
+    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132, block_m=128).stages == 4
+    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132).stages == 6  # 64-row tiles (24 KiB stages)
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, block_n=256).stages == 4
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, stages=3).stages == 3
     assert describe_gemm(8, 4096, 4096).config.stages == 6

@@ -195,6 +195,18 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     return best
 
 
+def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
+                   beta: float = 0.0) -> int:
+    """64 where the chosen tile is 128 x 128 in lone CTAs and the problem's 128-row tiles fill at most half the SMs
+    in one turn (its 64-row tiles then fill one turn too, twice as many SMs); else 128. A problem of so few tiles
+    is bound by each CTA's own tensor work: half the rows a tile, half the time (H100, 70 such problems of the
+    sweeps of seeds 1-59: geomean 1.14x, 0.96x-1.64x; docs/PERFORMANCE.md, GEMM). Not with a 16-bit C read
+    (beta != 0): a warpgroup's one 16-bit slab is refused there."""
+    if (block_n, cluster) != (128, 1) or (beta != 0 and not out_f32):
+        return BLOCK_M
+    return 64 if 2 * _tile_ctas(m, n, 128, 1) <= sms else BLOCK_M
+
+
 def turn_cost(m: int, n: int, k: int, sms: int) -> float:
     """The tile model's time of an m x n x k GEMM (K-major B, beta 0) on ``sms`` SMs with the tile ``choose_tile``
     picks for it in ``plan_gemm``, in turns of 128 x 256 tiles (one turn: every resident CTA computes one such tile
@@ -272,7 +284,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
                    groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
-    tiles of an ``m`` of at most 64 rows and for 64-row tiles). BM is 128 unless ``block_m`` says 64. On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
+    tiles of an ``m`` of at most 64 rows and for 64-row tiles). BM: ``block_m``, or on tma with the problem's
+    ``m``, ``n`` and ``sms`` ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128. On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
     1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
     ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a 16-bit output with ``beta``
     0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256
@@ -284,6 +297,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+    if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
+        block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)
     bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
         splits = choose_splits(m, n, k, bn, cl, sms, bm) if backend is Backend.TMA and m and n and k and sms else 1
@@ -620,7 +635,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     empty; left out, ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too
     (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused).
     ``block_m`` (tma): 64 for tiles of 64 rows, twice as many as of 128 (both consumer warpgroups take the 64 rows,
-    each half of ``block_n``, 128 or 256; beta 0 with a 16-bit output at ``block_n=128``); default 128."""
+    each half of ``block_n``, 128 or 256; beta 0 with a 16-bit output at ``block_n=128``), or 128; left out,
+    ``choose_block_m`` decides (64 for problems of few 128 x 128 lone tiles)."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -740,6 +756,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_splits", "choose_tail_rows", "choose_tile",
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_splits", "choose_tail_rows", "choose_tile",
            "default_config", "descriptor_defines", "first_plan_splits", "gemm", "gemm_tensor_maps", "persistent_grid",
            "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]

@@ -123,6 +123,15 @@ def test_block_n_and_warps_rules() -> None:
     warps = {s: default_config(Backend.TMA, 64, sq=s, causal=True).warps for s in (755, 1024, 1300, 2048, 4096)}
     assert warps == {755: 16, 1024: 12, 1300: 16, 2048: 16, 4096: 16}
     assert default_config(Backend.TMA, 64, sq=1024).warps == 16 and default_config(Backend.TMA, 128, sq=1024).warps == 12
+    # a dense causal D=64 plan (batch x heads and SMs given): 64 keys a stage up to S 512; two consumers from S 1024
+    # where the 192-row tiles are at most one per SM
+    dense = lambda s, bh, **kw: default_config(Backend.TMA, 64, sq=s, causal=True, bh=bh, sms=132, **kw)  # noqa: E731
+    assert [dense(s, 64).block_n for s in (143, 512, 513, 4096)] == [64, 64, 128, 128]
+    assert dense(300, 64, block_n=128).block_n == 128 and default_config(Backend.TMA, 64, sq=300, causal=True).block_n == 128
+    assert default_config(Backend.TMA, 64, sq=300, bh=64, sms=132).block_n == 128  # not causal
+    assert (dense(2190, 1).warps, dense(1508, 3).warps, dense(1342, 15).warps) == (12, 12, 12)  # 12, 24, 105 tiles
+    assert (dense(2300, 20).warps, dense(734, 32).warps, dense(1300, 11, warps=16).warps) == (16, 16, 16)
+    assert default_config(Backend.TMA, 64, sq=2190, bh=1, sms=132).warps == 16  # not causal
     with pytest.raises(InvalidArgumentError, match="warps.*must be 1, 2, 4 or 8"):
         check_config(default_config(Backend.CP_ASYNC, 64, warps=3), 232448)
 

@@ -69,6 +69,8 @@ _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
 _THREE_CONSUMERS_ABOVE = 640  # tma, D=64: query rows above which 192-row tiles pay (default_config's docstring)
 _EMPTIER_TILES = 0.05  # tma, D=64, causal: 128-row tiles where 192-row ones leave this share of S more rows empty
+_SHORT_CAUSAL = 512  # tma, D=64, causal, a dense plan: up to this S, 64 keys a stage (default_config's docstring)
+_FEW_TILES_FROM = 1024  # tma, D=64, causal, a dense plan: from this S, two consumers where 192-row tiles are few
 
 
 @dataclass(frozen=True)
@@ -179,7 +181,7 @@ def three_consumers(head_dim: int, sq: int | None, causal: bool) -> bool:
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
                    stages: int | None = None, warps: int | None = None,
                    shared_mem_limit: int | None = None, sq: int | None = None,
-                   causal: bool = False) -> AttentionConfig:
+                   causal: bool = False, bh: int | None = None, sms: int | None = None) -> AttentionConfig:
     """The default tile plan of a backend for a head dim (tuning arguments override each field). With
     ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it.
 
@@ -194,15 +196,23 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       and two under a causal mask where the 192-row tiling leaves over 5% of the rows more empty than the 128-row
       one (S 1024: 0.88x SDPA with two against 0.78x with three, B4 and B16 H16; S 2048 and 4096, 3% emptier,
       keep three: 0.91x / 0.96x against 0.90x / 0.94x).
+    - tma, D=64, causal, a dense plan (``bh``, its batch x heads, and the GPU's ``sms`` given): 64 keys a stage up to
+      S 512 (8 sweep cases of seeds 1-59, S 143-474: 1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x); two
+      consumers from S 1024 where the 192-row tiles are at most one per SM (their critical path 1.5 times the
+      128-row tiles': B1 H1 S2190 0.77x -> 0.99x SDPA, B3 H1 S1508 0.78x -> 1.01x, B1 H8 S2328 0.89x -> 1.08x, B3
+      H5 S1342 1.00x -> 1.08x), H100, 5bacd2d.
     """
     if backend is Backend.TMA:
         if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):
             raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
                                        "of 64 query rows) or, at D=64, 16 (three consumers: 160 registers each "
                                        "hold D=64's accumulators, not wider ones)", "leave warps out")
-        warps = warps or (16 if three_consumers(head_dim, sq, causal) else 12)
+        dense_causal = head_dim == 64 and causal and sq is not None and bh is not None and sms is not None
+        few_tiles = dense_causal and sq >= _FEW_TILES_FROM and bh * -(-sq // 192) <= sms
+        warps = warps or (16 if three_consumers(head_dim, sq, causal) and not few_tiles else 12)
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
-        return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or (64 if head_dim == 256 else 128),
+        keys = 64 if head_dim == 256 or (dense_causal and sq <= _SHORT_CAUSAL) else 128
+        return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or keys,
                                stages or (4 if head_dim == 64 else 2), warps)
     w = warps or 8
     fits = lambda w_, n_: shared_mem_limit is None or AttentionConfig(  # noqa: E731
@@ -661,7 +671,8 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     choice = choose_backend(backend, device=qv.device)
     limit = shared_mem_limit(choice.arch, qv.device)
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
-                         warps=warps, shared_mem_limit=limit, sq=Sq)
+                         warps=warps, shared_mem_limit=limit, sq=Sq, bh=B * H if Sq == Sk else None,
+                         sms=sm_count(qv.device) if choice.backend is Backend.TMA else None)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:
         for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):

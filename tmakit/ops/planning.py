@@ -173,8 +173,10 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     layout = _attention._parse_layout(layout)
     choice = choose_backend(backend, arch=arch)
     limit = _attention.shared_mem_limit(choice.arch, None)
+    plan_sms = sms or (_sm_count(choice.arch) if choice.backend is Backend.TMA else None)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
-                                    stages=stages, warps=warps, shared_mem_limit=limit, sq=sq)
+                                    stages=stages, warps=warps, shared_mem_limit=limit, sq=sq,
+                                    bh=b * h if sk == sq else None, sms=plan_sms)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)
     work = _attention.TileGeometry(cfg, b, h, hkv, sq, causal)  # the plans' own tile decisions

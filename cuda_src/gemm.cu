@@ -38,12 +38,12 @@
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256),
-// TMAKIT_GEMM_STAGES,
-// TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32,
-// TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N) workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines,
-// from tmakit.wgmma_descriptors):
-// TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the consumer rows 0-63 and then 64-127, and
-// TMAKIT_GEMM_DESC_B, B's four, each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
+// TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
+// TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N)
+// workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
+// tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the first consumer
+// warpgroup's rows 0-63 and then the second's (64-127, or 0-63 again at BM 64), and TMAKIT_GEMM_DESC_B, B's four,
+// each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
 #include "tmakit/cluster.cuh"
 #include "tmakit/config.cuh"
 #include "tmakit/cp_async.cuh"
@@ -105,11 +105,6 @@ using namespace tmakit;
 
 constexpr int kBM = TMAKIT_GEMM_BM;
 constexpr int kBN = TMAKIT_GEMM_BN;
-// BM 128: each consumer warpgroup computes 64 rows of the whole BN. BM 64 (few-tile problems: twice the tiles): both
-// take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
-constexpr bool kSplitN = kBM == 64;
-constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
-static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
 constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
 constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
 constexpr int kStages = TMAKIT_GEMM_STAGES;
@@ -166,6 +161,11 @@ __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group
 
 #if TMAKIT_USE_TMA
 namespace gemm {
+// BM 128: each consumer warpgroup computes 64 rows of the whole BN. BM 64 (few-tile problems: twice the tiles): both
+// take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
+constexpr bool kSplitN = kBM == 64;
+constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
+static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
 constexpr WgmmaType kType = kFp8 ? WgmmaType::kE4m3 : kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
 constexpr int kSlices = 4;  // wgmma k-slices of a 128-byte row: k16 of 16-bit, k32 of 8-bit operands (32 bytes)
 constexpr int kOutBytes = kOutF32 ? 4 : 2;

@@ -434,6 +434,7 @@ def test_few_tile_problems_take_64_row_tiles() -> None:
     choose = gemm_mod.choose_block_m
     assert choose(344, 344, 128, 1, 132) == 64  # 9 tiles of 128 x 128
     assert choose(1288, 1432, 128, 1, 132) == 128  # 132 tiles: 64-row ones would take two turns
+    assert choose(16, 14336, 128, 1, 132) == 64 and choose(65, 14336, 128, 1, 132) == 128  # one row of 64 either way
     assert choose(488, 264, 128, 2, 132) == 128 and choose(344, 344, 256, 1, 132) == 128
     assert choose(344, 344, 128, 1, 132, beta=0.5) == 128 and choose(344, 344, 128, 1, 132, True, 0.5) == 64
     cfg = default_config(Backend.TMA, m=344, n=344, k=896, sms=132)

@@ -198,13 +198,14 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
                    beta: float = 0.0) -> int:
     """64 where the chosen tile is 128 x 128 in lone CTAs and the problem's 128-row tiles fill at most half the SMs
-    in one turn (its 64-row tiles then fill one turn too, twice as many SMs); else 128. A problem of so few tiles
-    is bound by each CTA's own tensor work: half the rows a tile, half the time (H100, 70 such problems of the
-    sweeps of seeds 1-59: geomean 1.14x, 0.96x-1.64x; docs/PERFORMANCE.md, GEMM). Not with a 16-bit C read
-    (beta != 0): a warpgroup's one 16-bit slab is refused there."""
+    in one turn (its 64-row tiles then fill one turn too, twice as many SMs), or where M is at most 64 (one tile
+    row either way: the second warpgroup of a 128-row tile multiplies rows of zeros); else 128. A problem of so few
+    tiles is bound by each CTA's own tensor work: half the rows a tile, half the time (H100, 70 such problems of
+    the sweeps of seeds 1-59: geomean 1.14x, 0.96x-1.64x; decodes up to 1.47x on the H200; docs/PERFORMANCE.md,
+    GEMM). Not with a 16-bit C read (beta != 0): a warpgroup's one 16-bit slab is refused there."""
     if (block_n, cluster) != (128, 1) or (beta != 0 and not out_f32):
         return BLOCK_M
-    return 64 if 2 * _tile_ctas(m, n, 128, 1) <= sms else BLOCK_M
+    return 64 if m <= 64 or 2 * _tile_ctas(m, n, 128, 1) <= sms else BLOCK_M
 
 
 def turn_cost(m: int, n: int, k: int, sms: int) -> float:

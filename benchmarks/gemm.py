@@ -39,7 +39,7 @@ SHAPES = [
     ("8192^3 fp16", "tma", 8192, 8192, 8192, "float16", "k", {}),
     ("8192^3", "cp.async", 8192, 8192, 8192, "bfloat16", "k", {}),
     ("8192^3", "cp.async", 8192, 8192, 8192, "bfloat16", "n", {}),
-    # decode-like: one tile row of M <= 128, B (the bytes that bound it) larger than the L2
+    # decode-like: M <= 128, B (the bytes that bound it) larger than the L2
     ("decode 1x8192x8192", "tma", 1, 8192, 8192, "bfloat16", "k", {}),
     ("decode 8x4096x14336", "tma", 8, 4096, 14336, "bfloat16", "k", {}),
     ("decode 16x14336x4096", "tma", 16, 14336, 4096, "bfloat16", "n", {}),
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     notes = ["FLOPs = 2 M N K; medians of interleaved rounds of back-to-back launches after warm-up",
              "cuBLAS = torch.matmul(a, b, out=) on the same values (b_major n: b; k: b.T, cuBLAS's TN case)",
              "cp.async rows: the sm_80 path (cp.async ring + ldmatrix + mma.sync) forced on this GPU",
-             "decode rows: M <= 128 (one tile row), B larger than the L2",
+             "decode rows: M <= 128, B larger than the L2",
              "1000x4097x2048: tmakit's operands are row-padded views (4097 is not a multiple of 8 elements); cuBLAS "
              "runs on aligned operands (N and K rounded up to 8, B zero-padded, a 1000 x 4104 output)",
              f"sweep: {swept['count']} shapes from seed {args.seed} (M, N, K log-uniform in [256, 16384], multiples of 8, "

@@ -11,8 +11,9 @@
 //                  (BN x BK; with a 2-CTA cluster each CTA loads half and multicasts it to both, as the two CTAs of
 //                  a cluster work on vertically adjacent tiles of the same N).
 //     warpgroups 1, 2  consumers (setmaxnreg up to 232): each owns 64 rows x BN columns (BN/2 fp32 accumulators
-//                  per thread). Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from shared memory through
-//                  the descriptors tmakit.wgmma_descriptors derives from the tensor maps), commit, wait for the
+//                  per thread); with 64-row tiles (BM 64) both own the same 64 rows, each BN/2 of the columns.
+//                  Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from shared memory through the
+//                  descriptors tmakit.wgmma_descriptors derives from the tensor maps), commit, wait for the
 //                  previous k-block's batch (so one batch is always in flight) and release that stage to the
 //                  producers of every CTA of the cluster. Epilogue: 128-byte-wide swizzled slabs through the
 //                  warpgroup's StorePipeline (two slab buffers), each slab a TMA store (clipped at the edges of C):
@@ -103,7 +104,8 @@
 namespace gemm {
 using namespace tmakit;
 
-constexpr int kBM = TMAKIT_GEMM_BM;
+// BM: TMAKIT_GEMM_BM on tma; the cp.async twin's tiles are always 128 rows (its stages and loads assume them).
+constexpr int kBM = TMAKIT_USE_TMA ? TMAKIT_GEMM_BM : 128;
 constexpr int kBN = TMAKIT_GEMM_BN;
 constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
 constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
@@ -636,7 +638,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
-constexpr int kTwinBM = 128;  // the twin's tiles: 128 rows (TMAKIT_GEMM_BM is a tma parameter)
 // (BN 192 compiles here too, one source for every build, but the host plans it on tma only.)
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
@@ -648,7 +649,7 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
   uint8_t* a_st = st;
   uint8_t* b_st = st + kABytes;
 #pragma unroll
-  for (int it = 0; it < kTwinBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
+  for (int it = 0; it < kBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
     const int i = threadIdx.x + it * kWarps * 32;
     const int r = i >> 3, c = i & 7;
     const int gm = m0 + r, gk = k0 + c * 8;
@@ -693,10 +694,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   uint8_t* smem = align_shared(smem_raw, 1024);
   const half_bits* A = static_cast<const half_bits*>(a_ptr);
   const half_bits* B = static_cast<const half_bits*>(b_ptr);
-  const int tiles_m = (M + kTwinBM - 1) / kTwinBM, tiles_n = (N + kBN - 1) / kBN;
+  const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
   int row, col;
   unit_coords(blockIdx.x, tiles_m, tiles_n, group_m, row, col);
-  const int m0 = row * kTwinBM, n0 = col * kBN;
+  const int m0 = row * kBM, n0 = col * kBN;
   const int k_blocks = (K + kBK - 1) / kBK;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / 4, wn = warp % 4;  // this warp's 64-row, BN/4-column block

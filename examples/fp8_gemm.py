@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
     except (tmakit.UnsupportedDeviceError, ImportError) as why:
         paper = tmakit.ops.describe_gemm(m, n, k, arch="sm_90", backend="tma", block_n=128, cluster=2 if m > 128 else 1,
-                                         splits=1)
+                                         splits=1, block_m=128)  # the fp8 kernel's tiles are 128 rows
         code = tmakit.compile_cuda(paper.source, arch=paper.compile_arch, defines={**paper.defines, "TMAKIT_GEMM_FP8": 1})
         print(f"compiled the fp8 {paper.config.entry} for {paper.compile_arch}: {len(code.code)} bytes of cubin")
         missing = "no CUDA GPU here" if isinstance(why, tmakit.UnsupportedDeviceError) else "no torch here"

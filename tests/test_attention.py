@@ -127,7 +127,8 @@ def test_block_n_and_warps_rules() -> None:
     # where the 192-row tiles are at most one per SM
     dense = lambda s, bh, **kw: default_config(Backend.TMA, 64, sq=s, causal=True, bh=bh, sms=132, **kw)  # noqa: E731
     assert [dense(s, 64).block_n for s in (143, 512, 513, 4096)] == [64, 64, 128, 128]
-    assert dense(300, 64, block_n=128).block_n == 128 and default_config(Backend.TMA, 64, sq=300, causal=True).block_n == 128
+    assert dense(300, 64, block_n=128).block_n == 128
+    assert default_config(Backend.TMA, 64, sq=300, causal=True).block_n == 128  # no bh: not a dense plan
     assert default_config(Backend.TMA, 64, sq=300, bh=64, sms=132).block_n == 128  # not causal
     assert (dense(2190, 1).warps, dense(1508, 3).warps, dense(1342, 15).warps) == (12, 12, 12)  # 12, 24, 105 tiles
     assert (dense(2300, 20).warps, dense(734, 32).warps, dense(1300, 11, warps=16).warps) == (16, 16, 16)

@@ -82,8 +82,9 @@ def test_split_k_builds_compile(out_f32: bool) -> None:
     main = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **cfg.defines})
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in _entries(main.ptx)["tmakit_gemm_tma"]
     reduce = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **cfg.reduce_defines})
-    single = default_config(Backend.TMA, m=64, n=4096, k=4096, sms=132, out_f32=out_f32, splits=1)
-    assert cfg.reduce_defines == {**single.defines, "TMAKIT_GEMM_BN": cfg.block_n}
+    single = default_config(Backend.TMA, m=64, n=4096, k=4096, sms=132, out_f32=out_f32, splits=1,
+                            block_n=cfg.block_n, cluster=cfg.cluster, block_m=cfg.block_m, stages=cfg.stages)
+    assert cfg.reduce_defines == single.defines
     assert "tmakit_gemm_splitk_reduce" in reduce.entry_names()
 
 
@@ -265,6 +266,7 @@ def test_block_m_64_arguments(fake_launch) -> None:
     assert defs[:4] == defs[4:]  # both warpgroups: the same 64 rows
     for bad, match in (({"block_m": 32}, r"block_m=32: must be 128, or 64 on tma"),
                        ({"block_m": 64.0}, r"block_m=64.0: must be 128"),
+                       ({"block_m": 0}, r"block_m=0: must be 128"), ({"block_m": "64"}, r"block_m='64': must be 128"),
                        ({"block_m": 64, "block_n": 192}, r"block_m=64: must be 128, or 64 on tma with block_n 128"),
                        ({"block_m": 64, "groups": 4, "cluster": 1}, r"block_m=64: .*no groups")):
         with pytest.raises(InvalidArgumentError, match=match):
@@ -275,6 +277,10 @@ def test_block_m_64_arguments(fake_launch) -> None:
     c = device_view(0x300000, (300, 256), "float16")
     with pytest.raises(InvalidArgumentError, match=r"block_m=64: with block_n=128, beta=0.5 and a float16 output"):
         plan_gemm(a, b, c, beta=0.5, block_m=64, block_n=128, backend="tma")
+    with pytest.raises(InvalidArgumentError, match=r"block_m=64: with block_n=128, beta=1.0"):
+        describe_gemm(48, 512, 4096, block_m=64, block_n=128, beta=1.0, splits=1)  # what plan_gemm refuses
+    with pytest.raises(InvalidArgumentError, match=r"block_m=0: must be 128"):
+        describe_gemm(48, 512, 4096, block_m=0)
     d = describe_gemm(300, 256, 64, dtype="fp16", block_m=64, block_n=128, cluster=1)
     assert d.tile == (64, 128, 64) and d.maps[0].box == (64, 64) and d.expect_tx == 24 * 1024
     assert gemm_mod.persistent_grid(300, 256, d.config, 132) == (10, 1, 1)  # 5 x 2 tiles of 64 x 128

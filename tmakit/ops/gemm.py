@@ -90,7 +90,8 @@ class GemmConfig:
     @property
     def defines(self) -> dict[str, int | str]:
         d: dict[str, int | str] = {
-            "TMAKIT_GEMM_BM": self.block_m, "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages, "TMAKIT_GEMM_CLUSTER": self.cluster,
+            "TMAKIT_GEMM_BM": self.block_m, "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages,
+            "TMAKIT_GEMM_CLUSTER": self.cluster,
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
@@ -285,12 +286,15 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
                    groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
-    tiles of an ``m`` of at most 64 rows and for 64-row tiles). BM: ``block_m``, or on tma with the problem's
-    ``m``, ``n`` and ``sms`` ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128. On tma with the problem's ``m``, ``n`` and the device's ``sms``, BN (256 or 128) and the cluster (2 or
-    1) not given are chosen by ``choose_tile``; without them, 256 and 2; with ``k`` too, split-K by
-    ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a 16-bit output with ``beta``
-    0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256
-    where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
+    device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
+    them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
+    with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a
+    16-bit output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
+    pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
+        raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
+                                   "use 128 (or leave it out)")
     wide = shared_mem_limit >= 150 * 1024
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
         widths = ((256, 192, 128) if not fp8 and (out_f32 or beta == 0) else (256, 128)) if wide else (128,)
@@ -321,10 +325,11 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
     """Refuse tile plans the kernel cannot hold, saying what they need and what there is (with ``k``, split-K ranges
     beyond the k-blocks: an empty range would release a stage it never waited for)."""
     tma = cfg.backend is Backend.TMA and not cfg.fp8
-    if type(cfg.block_m) is not int or cfg.block_m not in (64, 128) or (cfg.block_m == 64 and (not tma or cfg.groups or cfg.block_n == 192)):
-        raise InvalidArgumentError("block_m", cfg.block_m, "must be 128, or 64 on tma with block_n 128 or 256 and no "
-                                   "groups (both consumer warpgroups take the tile's 64 rows, each half of BN)",
-                                   "use 128 (or leave it out)")
+    if type(cfg.block_m) is not int or cfg.block_m not in (64, 128) or (
+            cfg.block_m == 64 and (not tma or cfg.groups or cfg.block_n == 192)):
+        raise InvalidArgumentError("block_m", cfg.block_m, "must be 128, or 64 on tma with block_n 128 or 256, no "
+                                   "groups and no fp8 (both consumer warpgroups take the tile's 64 rows, each half "
+                                   "of BN)", "use 128 (or leave it out)")
     if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)):
         raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma (the N of the m64nNk16 "
                                    "wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's one B scale a tile)",
@@ -353,6 +358,19 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    f"{cfg.stage_bytes / 1024:g} KiB; {cfg.stages} stages need "
                                    f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block",
                                    "use fewer stages or block_n=128")
+
+
+def check_c_read(cfg: GemmConfig, beta: float, odt: str) -> None:
+    """Refuse beta != 0 on a build with an odd number of 16-bit slabs a warpgroup (``GemmConfig.odd_slabs``)."""
+    if not cfg.odd_slabs or beta == 0:
+        return
+    if cfg.block_m == 64:
+        raise InvalidArgumentError("block_m", 64, f"with block_n=128, beta={beta} and a {odt} output must be 128 "
+                                   "(the C read-ahead pairs a warpgroup's 64-column slabs two by two: it has one)",
+                                   "use block_m=128, block_n=256, or an fp32 output")
+    raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
+                               "read-ahead pairs a tile's 64-column slabs two by two)",
+                               "use block_n=256, or an fp32 output")
 
 
 def _rows(v: ArrayView, name: str) -> tuple[int, int, int]:
@@ -565,14 +583,15 @@ def rows_of(v: ArrayView, row0: int, rows: int) -> ArrayView:
     return v._replace(ptr=v.ptr + row0 * v.strides[0], shape=(rows, v.shape[1]))
 
 
-def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, device: int, owner: Any = None) -> ArrayView:
+def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, device: int,
+                         owner: Any = None) -> ArrayView:
     """Split-K's fp32 workspace as the tma kernel's C: (splits, m, n), rows ``pitch`` floats apart, slices m rows
     apart, so that its map clips each split's tiles at row m."""
     return ArrayView(ptr, (splits, m, n), (m * pitch * 4, pitch * 4, 4), "float32", 4, device, owner)
 
 
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
-    """The boxes of A's and B's maps: A (128, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
+    """The boxes of A's and B's maps: A (BM, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
     share and multicasts it) or (64, 64) N-major slabs."""
     return (cfg.block_m, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
 
@@ -580,8 +599,9 @@ def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
                      arch: Any = None) -> tuple:
     """The three TMA maps of the tma kernel: A and B boxes by ``_operand_boxes``, C boxes (64, 128 bytes of
-    columns; one slice of split-K's workspace, ``split_workspace_view``); 128B swizzle, zero fill, operands with 256-byte L2 promotion. ``encode=False`` plans them without a
-    GPU (for showing them), checked for ``arch`` (default: the arrays' device's)."""
+    columns; one slice of split-K's workspace, ``split_workspace_view``); 128B swizzle, zero fill, operands with
+    256-byte L2 promotion. ``encode=False`` plans them without a GPU (for showing them), checked for ``arch``
+    (default: the arrays' device's)."""
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     box_a, box_b = _operand_boxes(cfg)
     ta = describe_tensor(a, box=box_a, l2_promotion="256B", **kw)
@@ -665,14 +685,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
-    if cfg.odd_slabs and beta != 0:
-        if cfg.block_m == 64:
-            raise InvalidArgumentError("block_m", 64, f"with block_n=128, beta={beta} and a {odt} output must be 128 "
-                                       "(the C read-ahead pairs a warpgroup's 64-column slabs two by two: it has one)",
-                                       "use block_m=128, block_n=256, or an fp32 output")
-        raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
-                                   "read-ahead pairs a tile's 64-column slabs two by two)",
-                                   "use block_n=256, or an fp32 output")
+    check_c_read(cfg, beta, odt)
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass cluster=1, or more SMs")
@@ -757,6 +770,7 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_splits", "choose_tail_rows", "choose_tile",
+__all__ = ["GemmConfig", "GemmPlan", "check_c_read", "check_config", "choose_block_m", "choose_splits",
+           "choose_tail_rows", "choose_tile",
            "default_config", "descriptor_defines", "first_plan_splits", "gemm", "gemm_tensor_maps", "persistent_grid",
            "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]

@@ -129,6 +129,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
                                m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms, block_m=block_m)
     _gemm.check_config(cfg, limit, k)
+    _gemm.check_c_read(cfg, beta, odt)
     cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, beta, limit, tail_rows,
                                 block_n is None and cluster is None and splits is None)
     maps: tuple = ()

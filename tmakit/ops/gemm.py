@@ -65,8 +65,8 @@ class GemmConfig:
 
     @property
     def stage_bytes(self) -> int:
-        load = (self.block_m + self.block_n) * 128 + (self.block_m * 4 if self.fp8 else 0)  # 128-byte rows (+ fp8
-        # row scales)
+        # 128-byte rows of A and B (+ fp8's row scales)
+        load = (self.block_m + self.block_n) * 128 + (self.block_m * 4 if self.fp8 else 0)
         return -(-load // 1024) * 1024
 
     @property

@@ -200,7 +200,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       S 512 (8 sweep cases of seeds 1-59, S 143-474: 1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x); two
       consumers from S 1024 where the 192-row tiles are at most one per SM (their critical path 1.5 times the
       128-row tiles': B1 H1 S2190 0.77x -> 0.99x SDPA, B3 H1 S1508 0.78x -> 1.01x, B1 H8 S2328 0.89x -> 1.08x, B3
-      H5 S1342 1.00x -> 1.08x), H100, 5bacd2d.
+      H5 S1342 1.00x -> 1.08x), H100, 6d41cc7.
     """
     if backend is Backend.TMA:
         if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):

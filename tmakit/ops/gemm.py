@@ -771,6 +771,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_c_read", "check_config", "choose_block_m", "choose_splits",
-           "choose_tail_rows", "choose_tile",
-           "default_config", "descriptor_defines", "first_plan_splits", "gemm", "gemm_tensor_maps", "persistent_grid",
-           "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit", "stage_descriptors", "tile_turns", "turn_cost"]
+           "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
+           "gemm_tensor_maps", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
+           "stage_descriptors", "tile_turns", "turn_cost"]

@@ -174,10 +174,11 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     layout = _attention._parse_layout(layout)
     choice = choose_backend(backend, arch=arch)
     limit = _attention.shared_mem_limit(choice.arch, None)
-    plan_sms = sms or (_sm_count(choice.arch) if choice.backend is Backend.TMA else None)
+    if choice.backend is Backend.TMA:
+        sms = sms or _sm_count(choice.arch)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
                                     stages=stages, warps=warps, shared_mem_limit=limit, sq=sq,
-                                    bh=b * h if sk == sq else None, sms=plan_sms)
+                                    bh=b * h if sk == sq else None, sms=sms)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)
     work = _attention.TileGeometry(cfg, b, h, hkv, sq, causal)  # the plans' own tile decisions
@@ -185,7 +186,6 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     splits: int | None = 1
     maps: tuple = ()
     if choice.backend is Backend.TMA:
-        sms = sms or _sm_count(choice.arch)
         splits = work.splits_for(sk, sms) if sms else None
 
         def tensor(s: int, heads: int) -> ArrayView:

@@ -204,10 +204,7 @@ static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
 constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
 constexpr int kSlabs = kWgN / kSlabCols;  // a consumer warpgroup's slabs of a tile
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
-// fp8: one slab buffer a warpgroup (its beta is 0: nothing is read ahead), which frees the room for a sixth ring
-// stage (docs/PERFORMANCE.md, FP8 GEMM).
-constexpr int kStoreBuffers = kFp8 ? 1 : 2;
-constexpr uint32_t kEpilogueBytes = 2 * kStoreBuffers * kSlabBytes;  // 2 warpgroups x their slab buffers
+constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
 // The C read-ahead (beta != 0) pairs slab s of every tile with buffer s % 2: an even number of slabs a tile. A 16-bit
 // output at BN 192 has 3, and one at BM 64 and BN 128 has 1, so those builds run with beta = 0 only (the host refuses
 // other betas; the kernel traps).
@@ -309,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream; nothing
   // in global memory (operands, group ends, C, the workspaces) is touched before it has completed.
-  if constexpr (kOddSlabs || kFp8) {
+  if constexpr (kOddSlabs) {
     if (beta != 0.f) TMAKIT_NOT_THIS_BUILD();  // the host never launches it so
   }
   griddepcontrol_wait();
@@ -392,8 +389,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     // ---------------- consumers ----------------
     setmaxnreg_inc<kConsumerRegs>();
     const int consumer = wg - 1;
-    StorePipeline<kStoreBuffers> store(epi + consumer * kStoreBuffers * kSlabBytes, kSlabBytes,
-                                       NamedBarrier(1 + consumer, 128));
+    StorePipeline<2> store(epi + consumer * 2 * kSlabBytes, kSlabBytes, NamedBarrier(1 + consumer, 128));
     uint32_t c_phase = 0;  // bit b: the phase of this warpgroup's barrier of buffer b that its next C slab completes
     // Every CTA of the cluster filled the stage (its share of B by multicast): release it to each of them.
     auto release = [&](const Ring::State& s) {
@@ -471,52 +467,40 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           wgmma_commit_group();
           c.advance();
         };
-        // The row scales of the block being promoted (stage `done`) times its B scale, read before the wait for
-        // its wgmma (the stage is full until promote releases it): the shared loads' latency stays off the path.
-        auto row_scales = [&](float sb, float& s0, float& s1) {
-          const float* sa = reinterpret_cast<const float*>(smem + done.index * kStageBytes + kABytes + kBBytes);
-          s0 = sa[r] * sb;
-          s1 = sa[r + 8] * sb;
-        };
-        // acc += d * the block's scales, then its stage is released.
-        auto promote = [&](float (&d)[kBN / 2], float s0, float s1) {
+        // acc += d * the scales of block kb (stage `done`), then that stage is released.
+        auto promote = [&](float (&d)[kBN / 2], float sb) {
           wgmma_fence_operands(d);
+          const float* sa = reinterpret_cast<const float*>(smem + done.index * kStageBytes + kABytes + kBBytes);
+          const float s0 = sa[r] * sb, s1 = sa[r + 8] * sb;
           release(done);
           done.advance();
 #pragma unroll
           for (int i = 0; i < kBN / 2; ++i) acc[i] += d[i] * ((i & 2) ? s1 : s0);
         };
-        // B's block scales come from global memory a trip (two blocks) before their use, clamped to the range.
-        auto sb_at = [&](int k) { return sb_row[min(k, kb_end - 1)]; };
-        float sb_prev = sb_at(kb_begin), sb_cur = sb_at(kb_begin + 1);  // blocks kb - 1 and kb of the next trip
-        float s0, s1;
+        float sb_prev = sb_row[kb_begin];
         issue(part[0]);
         int kb = kb_begin + 1;
         for (; kb + 1 < kb_end; kb += 2) {  // two blocks a trip, so that each partial is one register array
-          const float sb_next0 = sb_at(kb + 1), sb_next1 = sb_at(kb + 2);
+          const float sb1 = sb_row[kb];  // loaded before the waits: off the promotion's path
           issue(part[1]);
-          row_scales(sb_prev, s0, s1);
           wgmma_wait_group<1>();
-          promote(part[0], s0, s1);
+          promote(part[0], sb_prev);
+          const float sb0 = sb_row[kb + 1];
           issue(part[0]);
-          row_scales(sb_cur, s0, s1);
           wgmma_wait_group<1>();
-          promote(part[1], s0, s1);
-          sb_prev = sb_next0;
-          sb_cur = sb_next1;
+          promote(part[1], sb1);
+          sb_prev = sb0;
         }
         if (kb < kb_end) {  // one block left: into part[1]
+          const float sb1 = sb_row[kb];
           issue(part[1]);
-          row_scales(sb_prev, s0, s1);
           wgmma_wait_group<1>();
-          promote(part[0], s0, s1);
-          row_scales(sb_cur, s0, s1);
+          promote(part[0], sb_prev);
           wgmma_wait_group<0>();
-          promote(part[1], s0, s1);
+          promote(part[1], sb1);
         } else {
-          row_scales(sb_prev, s0, s1);
           wgmma_wait_group<0>();
-          promote(part[0], s0, s1);
+          promote(part[0], sb_prev);
         }
       } else {
         Ring::State done = c;  // the oldest stage not yet released
@@ -593,14 +577,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               // Slab s's C is in flight to buf (issued a slab ahead, or under the mainloop for slab 0); the issuer
               // first sends slab s + 1's into the other buffer, once the store that last read it is done.
               const int b = s & 1;  // a constant once the loop is unrolled
-              if constexpr (kStoreBuffers > 1) {  // (fp8 builds have one buffer and no beta)
-                if (t == 0 && s + 1 < kSlabs) {  // the store issuer
-                  const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
-                  if (consumer == 0) {
-                    if (!slab_direct(next0, N)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
-                  } else if (!slab_direct(next0 + kCols1, N)) {
-                    load_c_slab(c_full[2 + (b ^ 1)], store.reserve<1>(), c_map, next0 + kCols1, row0);
-                  }
+              if (t == 0 && s + 1 < kSlabs) {  // the store issuer
+                const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
+                if (consumer == 0) {
+                  if (!slab_direct(next0, N)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
+                } else if (!slab_direct(next0 + kCols1, N)) {
+                  load_c_slab(c_full[2 + (b ^ 1)], store.reserve<1>(), c_map, next0 + kCols1, row0);
                 }
               }
               if (consumer == 0) c_full[b].wait_parity((c_phase >> b) & 1u);  // each warpgroup its own barriers,

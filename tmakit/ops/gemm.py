@@ -71,8 +71,7 @@ class GemmConfig:
 
     @property
     def epilogue_bytes(self) -> int:
-        # 2 warpgroups x 2 slab buffers of 64 x 128 bytes (fp8: one each, gemm.cu's kStoreBuffers)
-        return (2 if self.fp8 else 4) * 64 * 128 if self.backend is Backend.TMA else 0
+        return 4 * 64 * 128 if self.backend is Backend.TMA else 0  # 2 warpgroups x 2 slabs of 64 x 128 bytes
 
     @property
     def shared_mem(self) -> int:

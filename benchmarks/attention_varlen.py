@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._common import torch_with_gpu, write_results  # noqa: E402
 from benchmarks._sweep import (checked_arguments, interleaved_medians, log_uniform, loop_and_dense,  # noqa: E402
-                              measure_all, sweep_arguments)
+                              measure_all, summary, sweep_arguments)
 
 TOLERANCE = 2e-2
 D = 128
@@ -39,6 +39,18 @@ SHAPES = [
 
 def lengths(rng: random.Random, b: int, mean: int) -> list[int]:
     return [max(16, int(mean * math.exp(rng.gauss(0.0, 0.6)))) for _ in range(b)]
+
+
+def tile_fill(lens: list[int], causal: bool, block_m: int, block_n: int) -> float:
+    """The share of the (query, key) pairs a kernel of block_m x block_n tiles computes that are in use: each
+    sequence its own query tiles, each tile its keys in blocks of block_n (causal: up to its last row's)."""
+    used = computed = 0
+    for n in lens:
+        used += n * (n + 1) // 2 if causal else n * n
+        for i in range(-(-n // block_m)):
+            keys = min(n, (i + 1) * block_m) if causal else n
+            computed += block_m * block_n * -(-keys // block_n)
+    return used / computed
 
 
 def sweep_shapes(seed: int, count: int) -> list[tuple]:
@@ -100,11 +112,15 @@ def measure(shape: tuple, rounds: int, rng: random.Random) -> dict:
     flops = 4.0 * h * D * pairs
     dense_flops = 4.0 * h * D * b * (sd * (sd + 1) // 2 if causal else sd * sd)
     t, tl, td = interleaved_medians((plan, loop, dense), torch, max(1, min(20, int(1e12 / flops))), rounds)
+    # the tiles' fill against the dense problem's: "x dense" at equal speed per computed tile
+    fill = (tile_fill(lens, causal, plan.config.block_m, plan.config.block_n)
+            / tile_fill([sd] * b, causal, dense.config.block_m, dense.config.block_n))
+    x_dense = (flops / t) / (dense_flops / td)
     return {"shape": label, "B": b, "H": h, "H_kv": hkv, "D": D, "causal": causal, "tokens": total,
             "shortest": min(lens), "longest": max(lens), "ms": round(t, 4), "TFLOP/s": round(flops / t / 1e9, 1),
             "loop TFLOP/s": round(flops / tl / 1e9, 1), "dense TFLOP/s": round(dense_flops / td / 1e9, 1),
-            "x loop": round(tl / t, 3), "x dense": round((flops / t) / (dense_flops / td), 3),
-            "rel err vs SDPA": float(f"{err:.3g}")}
+            "x loop": round(tl / t, 3), "x dense": round(x_dense, 3), "fill vs dense": round(fill, 3),
+            "x dense per tile": round(x_dense / fill, 3), "rel err vs SDPA": float(f"{err:.3g}")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,18 +133,23 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(args.seed)
     rows = measure_all([(s, "named") for s in SHAPES] + [(s, "sweep") for s in sweep],
                        lambda shape: measure(shape, args.rounds, rng), "rel err vs SDPA", TOLERANCE,
-                       ("shape", "tokens", "TFLOP/s", "loop TFLOP/s", "dense TFLOP/s", "x loop", "x dense", "rel err vs SDPA"),
+                       ("shape", "tokens", "TFLOP/s", "loop TFLOP/s", "dense TFLOP/s", "x loop", "x dense",
+                        "fill vs dense", "rel err vs SDPA"),
                        "varlen attention problems")
     swept, dense = loop_and_dense(args.seed, rows)
+    per_tile = summary(args.seed, [(r["shape"], r["x dense per tile"]) for r in rows if r["set"] == "sweep"])
     notes = ["FLOPs = 4 H D sum over sequences of Lq Lk (causal: of each row's visible keys); medians of "
              "interleaved rounds queued behind a GPU spin",
              "loop: torch SDPA per sequence (enable_gqa where K/V have fewer heads); dense: tmakit's plan_attention "
              "on B sequences of the mean length",
              f"sweep: {swept['count']} problems from seed {args.seed}: x loop min {swept['min']}, geomean "
              f"{swept['geomean']}; x dense min {dense['min']}, geomean {dense['geomean']}",
+             "fill vs dense: the share of the (query, key) pairs computed by the kernel's tiles that are in use "
+             "(each sequence its own tiles), over the dense problem's; x dense per tile = x dense / fill vs dense: "
+             f"{per_tile['count']} sweep problems, min {per_tile['min']}, geomean {per_tile['geomean']}",
              f"ok: relative error <= {TOLERANCE} against SDPA per sequence"]
     write_results(args.name, "Variable-length attention: tmakit vs a loop of SDPA and vs the dense kernel", rows,
-                  notes, args.out, extra={"sweep": swept, "sweep_vs_dense": dense})
+                  notes, args.out, extra={"sweep": swept, "sweep_vs_dense": dense, "sweep_vs_dense_per_tile": per_tile})
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -271,15 +271,26 @@ def _versus_dense(dense: dict) -> str:
             + ".")
 
 
+def _per_tile(per_tile: dict) -> str:
+    """The sweep against the dense kernel per computed tile (x dense over the tiles' fill), when the results hold it."""
+    if not per_tile.get("count"):
+        return ""
+    return (f" Per computed tile (vs dense over the fill): min {ratio(per_tile.get('min'))}, geomean "
+            f"{ratio(per_tile.get('geomean'))}; lowest: "
+            + ", ".join(f"{label} {ratio(r)}" for label, r in per_tile["worst"][:3]) + ".")
+
+
 def attention_varlen(d: dict) -> dict:
     out = [[r["shape"], str(r["tokens"]), f"{r['shortest']}-{r['longest']}", f"{r['TFLOP/s']:.0f}",
             f"{r['loop TFLOP/s']:.0f}", f"{r['dense TFLOP/s']:.0f}", ratio(r["x loop"]), ratio(r["x dense"]),
-            sci(r["rel err vs SDPA"])] for r in d["rows"] if r.get("set") != "sweep"]
+            ratio(r["fill vs dense"]) if "fill vs dense" in r else "", sci(r["rel err vs SDPA"])]
+           for r in d["rows"] if r.get("set") != "sweep"]
     dense = d.get("sweep_vs_dense") or {}
     return {"run": run_line(d),
             "table": table(["problem", "tokens", "lengths", "TFLOP/s", "SDPA loop TFLOP/s", "dense TFLOP/s", "vs loop",
-                            "vs dense", "rel err vs SDPA"], out, {1, 3, 4, 5, 6, 7, 8}),
-            "sweep": sweep(d, "the SDPA loop") + _versus_dense(dense)}
+                            "vs dense", "fill vs dense", "rel err vs SDPA"], out, {1, 3, 4, 5, 6, 7, 8, 9}),
+            "sweep": sweep(d, "the SDPA loop") + _versus_dense(dense)
+                     + _per_tile(d.get("sweep_vs_dense_per_tile") or {})}
 
 
 def attention_paged(d: dict) -> dict:

@@ -434,8 +434,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;
       // beta != 0: C's first slab goes into its store buffer now, under the mainloop; in the epilogue each next
       // slab's load is issued one slab ahead of its use (docs/PERFORMANCE.md, GEMM epilogues). row0 and cn0 stay
-      // live across the mainloop (an earlier layout recomputed the row after it, which measured the beta-0 fp32
-      // build 2-5% faster; not re-measured with this one).
+      // live across the mainloop (recomputing them after it measured the same: docs/PERFORMANCE.md).
       // (Each warpgroup's own barriers, named: the hang doctor's lint then counts each one's bytes.)
       if (beta != 0.f && t == 0) {
         if (consumer == 0) {

@@ -1,7 +1,8 @@
-// The hardware check of tmakit/layout/wgmma.py: one warpgroup fills an A stage (64 rows of M) and a B stage (128
-// columns of N) in shared memory, runs `slices` wgmma m64n128kK with the host's descriptors and writes D = A B
-// (64 x 128, 32-bit words, row-major) to `out`. tests/test_wgmma_descriptor.py compares D with the product of the
-// matrices the stages hold, for every operand type, both majors, every swizzle and stage placement.
+// The hardware check of tmakit/layout/wgmma.py and of wgmma.cuh's instruction widths: one warpgroup fills an A
+// stage (64 rows of M) and a B stage (N columns, TMAKIT_WGMMA_PROBE_N: 128 by default, any multiple of 16 from 16
+// to 256) in shared memory, runs `slices` wgmma m64nNkK with the host's descriptors and writes D = A B (64 x N,
+// 32-bit words, row-major) to `out`. tests/test_wgmma_descriptor.py compares D with the product of the matrices
+// the stages hold, for every operand type, both majors, every swizzle and stage placement, and every N.
 //
 // A stage is filled either by TMA (boxes_x > 0: boxes_x boxes of map_x placed bytes_x / boxes_x apart, box j at
 // coordinate j * chunk_x of the map's inner dimension, as the host model's stages are) or, with boxes_x == 0, by
@@ -20,7 +21,10 @@
 #if TMAKIT_HAS_SM90
 namespace wgmma_probe {
 using namespace tmakit;
-constexpr int kN = 128;
+#ifndef TMAKIT_WGMMA_PROBE_N
+#define TMAKIT_WGMMA_PROBE_N 128
+#endif
+constexpr int kN = TMAKIT_WGMMA_PROBE_N;
 
 template <WgmmaType A, WgmmaType B, bool TA, bool TB, class Acc>
 __device__ __forceinline__ void run(Acc (&acc)[kN / 2], const uint64_t* descs, int slices, uint32_t base) {

@@ -297,6 +297,68 @@ def test_builds_emit_the_documented_instructions(case, tmp_path):
         assert [x for x in sass if x not in dump] == [], f"{case}: missing from the SASS"
 
 
+_WIDTHS = list(range(16, 257, 16))
+_WIDTH_SOURCE = """#include "tmakit/wgmma.cuh"
+template <int N>
+__device__ void one(float* out, tmakit::uint64_t da, tmakit::uint64_t db, const tmakit::uint32_t (&a)[4]) {
+  using tmakit::WgmmaType;
+  float acc[N / 2] = {}, e[N / 2] = {}, f[N / 2] = {}, h[N / 2] = {};
+  tmakit::int32_t g[N / 2] = {};
+  tmakit::wgmma_fence();
+  tmakit::wgmma_mma_async_ss<N, WgmmaType::kBf16, WgmmaType::kBf16, false, true>(acc, da, db, out[0] != 0.f);
+  tmakit::wgmma_mma_async_ss<N, WgmmaType::kE4m3, WgmmaType::kE5m2>(e, da, db, true);
+  tmakit::wgmma_mma_async_ss<N, WgmmaType::kTf32, WgmmaType::kTf32>(f, da, db, true);
+  tmakit::wgmma_mma_async_ss<N, WgmmaType::kU8, WgmmaType::kS8>(g, da, db, true);
+  tmakit::wgmma_mma_async_rs<N, WgmmaType::kF16, true>(h, a, db);
+  tmakit::wgmma_commit_group();
+  tmakit::wgmma_wait_group<0>();
+  tmakit::wgmma_fence_operands(acc), tmakit::wgmma_fence_operands(e), tmakit::wgmma_fence_operands(f);
+  tmakit::wgmma_fence_operands(g), tmakit::wgmma_fence_operands(h);
+  for (int i = 0; i < N / 2; ++i) out[threadIdx.x * 128 + i] += acc[i] + e[i] + f[i] + h[i] + g[i];
+}
+extern "C" __global__ void widths(float* out, tmakit::uint64_t da, tmakit::uint64_t db) {
+#if TMAKIT_HAS_SM90
+  const tmakit::uint32_t a[4] = {1u, 2u, 3u, 4u};
+  WIDTH_CALLS
+#endif
+}
+"""
+
+
+@requires_nvrtc
+def test_every_wgmma_width_assembles_with_its_operands_in_place():
+    """wgmma.cuh offers m64nN for every multiple of 16 from 16 to 256, each with its own operand list and operand
+    numbers (macros per register count). Built for sm_90a (NVRTC, then ptxas: a descriptor or predicate numbered
+    onto an accumulator would not assemble), each of the five forms appears once per N with N / 2 distinct
+    accumulators and its immediates where the ISA puts them: bf16 with B MN-major ends "p, 1, 1, 0, 1", the register-A f16 form
+    "p, 1, 1, 1", tf32 and fp8 "p, 1, 1", s8/u8 "p"."""
+    from tmakit.build import compile_cuda
+
+    calls = " ".join(f"one<{n}>(out, da, db, a);" for n in _WIDTHS)
+    code = compile_cuda(_WIDTH_SOURCE.replace("WIDTH_CALLS", calls), arch="sm_90a", name="wgmma_widths.cu")
+    found = {}
+    pattern = (r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.(\w+)\.(\w+)\.(\w+)\s+\{([^}]*)\},"
+               r"\s*([^;]*);")
+    for m in re.finditer(pattern, code.ptx):
+        n, types = int(m.group(1)), (m.group(3), m.group(4), m.group(5))
+        accumulators = [r.strip() for r in m.group(6).split(",")]
+        assert len(accumulators) == n // 2 and len(set(accumulators)) == n // 2, (n, types, accumulators)
+        rest = m.group(7)
+        form = "rs" if rest.lstrip().startswith("{") else "ss"
+        found[(n, types, form)] = [t.strip() for t in rest.split("}")[-1].split(",") if t.strip()]
+    want = {("f32", "bf16", "bf16"): ("ss", ["p", "1", "1", "0", "1"]),
+            ("f32", "e4m3", "e5m2"): ("ss", ["p", "1", "1"]), ("f32", "tf32", "tf32"): ("ss", ["p", "1", "1"]),
+            ("s32", "u8", "s8"): ("ss", ["p"]), ("f32", "f16", "f16"): ("rs", ["p", "1", "1", "1"])}
+    for n in _WIDTHS:
+        for types, (form, ending) in want.items():
+            tail = found.get((n, types, form))
+            assert tail is not None, f"m64n{n} {types} ({form}) missing from the PTX"
+            assert tail[-len(ending):] == ending, (n, types, tail)
+            # the descriptors (B's, and A's for shared A) are 64-bit registers just before the scale-d predicate
+            descs = tail[:-len(ending)]
+            assert len(descs) == (1 if form == "rs" else 2) and all(d.startswith("%rd") for d in descs), (n, tail)
+
+
 @pytest.mark.parametrize("name", PTX)
 def test_ptx_version_loadable_by_cuda13_driver(name):
     text = (ROOT / "ptx" / name).read_text()

@@ -4,8 +4,9 @@ CPU: for every swizzle mode and both majors, TMA's CPU model (tma_load_image) wr
 matrix, the descriptors of wgmma_descriptors read it back through the canonical-layout model (read_operand), and
 the result is the source matrix; the descriptor encoding matches the device header's; every planted mismatch
 (swizzle mode, alignment, k-slice advance, LBO/SBO, major vs box) is explained by check_wgmma_descriptor.
-GPU (sm_90): cuda_src/wgmma_probe.cu loads A and B with TMA and runs wgmma m64n64k16 with the host's descriptors;
-the product equals the float32 product of the source tiles for every swizzle mode and both majors of A and B.
+GPU (sm_90): cuda_src/wgmma_probe.cu loads A and B with TMA (or copies the model's stage images) and runs wgmma
+m64nNkK with the host's descriptors, N = 128 and every other multiple of 16 from 16 to 256; the product equals the
+exact product of the source tiles for every operand type, swizzle mode and both majors of A and B.
 """
 from __future__ import annotations
 
@@ -215,11 +216,11 @@ def _values(rng, shape, kind: str) -> np.ndarray:
     return rng.integers(-4, 5, size=shape)
 
 
-def _operand(rng, kind: str, role: str, mn_major: bool, swizzle: str, kbytes: int, at: int) -> dict:
-    """One operand's stage: its matrix ((MN, K) values), the map of the array it is stored in, the stage image
-    (the map's boxes, tma_load_image), where it sits and its descriptors."""
+def _operand(rng, kind: str, role: str, mn_major: bool, swizzle: str, kbytes: int, at: int, n: int = 128) -> dict:
+    """One operand's stage: its matrix ((MN, K) values; B has n columns), the map of the array it is stored in, the
+    stage image (the map's boxes, tma_load_image), where it sits and its descriptors."""
     elem = ELEM[kind]
-    mn, k = (64 if role == "A" else 128), kbytes // elem
+    mn, k = (64 if role == "A" else n), kbytes // elem
     span = SPAN[swizzle]
     chunk = span // elem
     matrix = _values(rng, (mn, k), kind)
@@ -235,12 +236,14 @@ def _operand(rng, kind: str, role: str, mn_major: bool, swizzle: str, kbytes: in
                 major=major, descs=descs, mn=mn, elem=elem)
 
 
-def _case(rng) -> dict:
-    """A random probe case: a combo, per operand a swizzle and a stage address (on the swizzle's repeat, or, one
-    stage in three, on another 128-byte boundary: a non-zero base offset), a K of 32..256 bytes."""
+def _case(rng, n: int = 128) -> dict:
+    """A random probe case of an m64nN wgmma: a combo, per operand a swizzle and a stage address (on the swizzle's
+    repeat, or, one stage in three, on another 128-byte boundary: a non-zero base offset), a K of 32..256 bytes. An
+    MN-major B takes the swizzles whose span of elements divides n (its boxes tile the n columns)."""
     combo = int(rng.integers(0, len(COMBOS)))
     ka, kb, ta, tb = COMBOS[combo]
-    swizzles = [str(rng.choice(SWIZZLES)), str(rng.choice(SWIZZLES))]
+    b_swizzles = [sw for sw in SWIZZLES if not tb or n % (SPAN[sw] // ELEM[kb]) == 0]
+    swizzles = [str(rng.choice(SWIZZLES)), str(rng.choice(b_swizzles))]
     kbytes = int(rng.choice([x for x in (32, 64, 128, 256) if all(x >= SPAN[sw] or mn for sw, mn in zip(swizzles, (ta, tb)))]))
     ops = []
     for kind, role, mn_major, sw, region in ((ka, "A", ta, swizzles[0], 0), (kb, "B", tb, swizzles[1], 20480)):
@@ -250,30 +253,31 @@ def _case(rng) -> dict:
             at = region + 128 * int(rng.integers(1, 32))
             if at % align == 0:
                 at += 128
-        ops.append(_operand(rng, kind, role, mn_major, sw, kbytes, at))
+        ops.append(_operand(rng, kind, role, mn_major, sw, kbytes, at, n))
     return dict(combo=combo, a=ops[0], b=ops[1], slices=len(ops[0]["descs"]))
 
 
 def _expected(case: dict) -> np.ndarray:
-    """D = A B^T of the matrices (64 x 128), exact in float64 (small integers), as the kernel's 32-bit words."""
+    """D = A B^T of the matrices (64 x N), exact in float64 (small integers), as the kernel's 32-bit words."""
     d = case["a"]["matrix"].astype(np.float64) @ case["b"]["matrix"].astype(np.float64).T
     return d.astype(np.int32) if COMBOS[case["combo"]][0] in ("s8", "u8") else d.astype(np.float32)
 
 
-def test_model_reads_back_every_probe_stage() -> None:
-    """On the CPU, for 400 random probe cases: the descriptors read back, through the canonical layouts and the
-    swizzle with its base offset, exactly the matrix the stage image holds."""
-    rng = np.random.default_rng(11)
+@pytest.mark.parametrize("n", [128, 16, 80, 144, 240])
+def test_model_reads_back_every_probe_stage(n: int) -> None:
+    """On the CPU, for 400 random probe cases (100 at widths other than 128): the descriptors read back, through
+    the canonical layouts and the swizzle with its base offset, exactly the matrix the stage image holds."""
+    rng = np.random.default_rng(11 + n)
     based = 0
-    for _ in range(400):
-        case = _case(rng)
+    for _ in range(400 if n == 128 else 100):
+        case = _case(rng, n)
         for op in (case["a"], case["b"]):
             dt = {1: np.uint8, 2: np.uint16, 4: np.uint32}[op["elem"]]
             got = read_operand(op["image"], op["at"], op["descs"], op["major"], op["mn"], dtype=dt)
             want = op["bits"].T if op["major"] == "MN" else op["bits"]
             np.testing.assert_array_equal(got, want)
             based += op["descs"][0].base_offset != 0
-    assert based > 50  # stages off their swizzle's repeat boundary were among them
+    assert based > (50 if n == 128 else 10)  # stages off their swizzle's repeat boundary were among them
 
 
 def test_desc_rebase_on_the_host_twin_matches_the_derivation(tmp_path) -> None:
@@ -311,19 +315,18 @@ def test_desc_rebase_on_the_host_twin_matches_the_derivation(tmp_path) -> None:
 # GPU: the hardware reads what the model says
 # ----------------------------------------------------------------------------------------------------------
 
-@pytest.mark.requires_sm90
-def test_wgmma_reads_what_the_model_says_on_1000_random_stages() -> None:
-    """cuda_src/wgmma_probe.cu multiplies the stages of 1,000 random cases (every type wgmma takes, both majors for
-    16-bit types, every swizzle, TMA-filled stages and thread-copied ones, base offsets) with the host's descriptors;
-    D equals the exact product of the matrices the stages hold, bit for bit."""
+def _run_probe_cases(n: int, cases: int, seed: int) -> tuple[int, set]:
+    """Run `cases` random probe cases through cuda_src/wgmma_probe.cu built for m64nN; every D must equal the
+    exact product. Returns (stages TMA filled, (combo, swizzles, base offset) seen)."""
     torch = pytest.importorskip("torch")
     import tmakit
 
-    probe = tmakit.load_module("wgmma_probe.cu", arch="sm_90a").kernel("tmakit_wgmma_probe")
-    rng = np.random.default_rng(int(__import__("os").environ.get("TMAKIT_TEST_SEED", "20261126")))
+    probe = tmakit.load_module("wgmma_probe.cu", arch="sm_90a",
+                               defines={"TMAKIT_WGMMA_PROBE_N": n}).kernel("tmakit_wgmma_probe")
+    rng = np.random.default_rng(seed)
     seen, tma_filled = set(), 0
-    for n in range(1000):
-        case = _case(rng)
+    for c in range(cases):
+        case = _case(rng, n)
         a, b = case["a"], case["b"]
         args = []
         for op in (a, b):
@@ -337,19 +340,37 @@ def test_wgmma_reads_what_the_model_says_on_1000_random_stages() -> None:
             tma_filled += use_tma
         descs = torch.tensor(np.array([d.value for d in a["descs"] + b["descs"]], dtype=np.uint64).view(np.int64),
                              device="cuda")
-        out = torch.full((64, 128), -1, dtype=torch.int32, device="cuda")
+        out = torch.full((64, n), -1, dtype=torch.int32, device="cuda")
         (tm_a, img_a, _, boxes_a), (tm_b, img_b, _, boxes_b) = args
         probe(tm_a, tm_b, img_a, img_b, np.uint32(a["at"]), np.uint32(b["at"]), np.uint32(a["image"].size),
               np.uint32(b["image"].size), np.int32(boxes_a), np.int32(boxes_b), np.int32(a["chunk"]), np.int32(b["chunk"]),
               descs, np.int32(case["slices"]), np.int32(case["combo"]), out,
-              grid=(1, 1, 1), block=(128, 1, 1), shared_mem=20480 + 4096 + 32768 + 2048)
+              grid=(1, 1, 1), block=(128, 1, 1), shared_mem=20480 + 4096 + 256 * n + 2048)
         torch.cuda.synchronize()
         want = _expected(case)
         got = out.cpu().numpy().view(want.dtype)
         bad = np.flatnonzero(got != want)
-        what = (f"case {n}: combo {COMBOS[case['combo']]}, A {a['major']}-major {a['map'].swizzle.name} at {a['at']:#x} "
-                f"(base offset {a['descs'][0].base_offset}), B {b['major']}-major {b['map'].swizzle.name} at {b['at']:#x} "
-                f"(base offset {b['descs'][0].base_offset}), {case['slices']} slices")
-        assert bad.size == 0, f"{what}: {bad.size} of 8192 wrong, first {got.flat[bad[0]]} != {want.flat[bad[0]]}"
+        what = (f"m64n{n} case {c}: combo {COMBOS[case['combo']]}, A {a['major']}-major {a['map'].swizzle.name} at "
+                f"{a['at']:#x} (base offset {a['descs'][0].base_offset}), B {b['major']}-major {b['map'].swizzle.name} "
+                f"at {b['at']:#x} (base offset {b['descs'][0].base_offset}), {case['slices']} slices")
+        assert bad.size == 0, f"{what}: {bad.size} of {64 * n} wrong, first {got.flat[bad[0]]} != {want.flat[bad[0]]}"
         seen.add((case["combo"], a["map"].swizzle.name, b["map"].swizzle.name, a["descs"][0].base_offset > 0))
+    return tma_filled, seen
+
+
+@pytest.mark.requires_sm90
+def test_wgmma_reads_what_the_model_says_on_1000_random_stages() -> None:
+    """cuda_src/wgmma_probe.cu multiplies the stages of 1,000 random cases (every type wgmma takes, both majors for
+    16-bit types, every swizzle, TMA-filled stages and thread-copied ones, base offsets) with the host's descriptors;
+    D equals the exact product of the matrices the stages hold, bit for bit."""
+    tma_filled, seen = _run_probe_cases(128, 1000, int(__import__("os").environ.get("TMAKIT_TEST_SEED", "20261126")))
     assert tma_filled > 500 and len(seen) > 150
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("n", [w for w in range(16, 257, 16) if w != 128])
+def test_every_wgmma_width_reads_what_the_model_says(n: int) -> None:
+    """wgmma.cuh's m64nN for every N it offers besides 128 (its operand lists and operand numbers are per N): 60
+    random probe cases each, every type and both majors among them, D exact."""
+    tma_filled, seen = _run_probe_cases(n, 60, int(__import__("os").environ.get("TMAKIT_TEST_SEED", "20261126")) + n)
+    assert tma_filled > 20 and len({combo for combo, *_ in seen}) > 10

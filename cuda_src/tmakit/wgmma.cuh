@@ -17,70 +17,180 @@
 // (warp w = t/32, lane l) holds rows 16w + l/4 (+8) and columns 8j + 2(l%4) (+1): d[4j + 0/1] = (row, col 0/1),
 // d[4j + 2/3] = (row + 8, col 0/1), j = 0 .. N/8 - 1 (wgmma_d_row / wgmma_d_col below).
 //
+// N: every multiple of 16 from 16 to 256 (the ISA allows multiples of 8 for most types; 16 keeps one list for all).
 // The operand lists (N/2 "+f" or "+r" registers, up to 128) are written by the TMAKIT_WG_* macros below, one macro
 // per register count, and each instruction string by one macro over (N, K, types, form): no hand-copied lists.
 #pragma once
 #include "tmakit/config.cuh"
 #include "tmakit/types.cuh"
 
-// "%0" ", %1" ... placeholder lists, by decades (t##0 .. t##9 with t empty for 0-9).
+// "%0" ", %1" ... placeholder lists: TMAKIT_WG_REGS_R is "{%0, .., %R-1}" for the R = N/2 accumulators of each N
+// (a multiple of 16 from 16 to 256, so R a multiple of 8), by decades: TMAKIT_WG_DEC(t) is %t0 .. %t9 (t empty for
+// 0-9), TMAKIT_WG_ONES<k>(t) its first k.
 #define TMAKIT_WG_P(n) ", %" #n
-#define TMAKIT_WG_DEC(t)                                                                                         \
-  TMAKIT_WG_P(t##0) TMAKIT_WG_P(t##1) TMAKIT_WG_P(t##2) TMAKIT_WG_P(t##3) TMAKIT_WG_P(t##4) TMAKIT_WG_P(t##5)  \
-  TMAKIT_WG_P(t##6) TMAKIT_WG_P(t##7) TMAKIT_WG_P(t##8) TMAKIT_WG_P(t##9)
-#define TMAKIT_WG_FIRST10 "%0" TMAKIT_WG_P(1) TMAKIT_WG_P(2) TMAKIT_WG_P(3) TMAKIT_WG_P(4) TMAKIT_WG_P(5) \
-  TMAKIT_WG_P(6) TMAKIT_WG_P(7) TMAKIT_WG_P(8) TMAKIT_WG_P(9)
-#define TMAKIT_WG_REGS_32 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_P(30) TMAKIT_WG_P(31) "}"
-#define TMAKIT_WG_REGS_64                                                                                  \
-  "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5) \
-  TMAKIT_WG_P(60) TMAKIT_WG_P(61) TMAKIT_WG_P(62) TMAKIT_WG_P(63) "}"
-#define TMAKIT_WG_REGS_96                                                                                    \
-  "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5)   \
-  TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_P(90) TMAKIT_WG_P(91) TMAKIT_WG_P(92)          \
-  TMAKIT_WG_P(93) TMAKIT_WG_P(94) TMAKIT_WG_P(95) "}"
-#define TMAKIT_WG_REGS_128                                                                                   \
-  "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5)   \
-  TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_DEC(9) TMAKIT_WG_DEC(10) TMAKIT_WG_DEC(11)    \
-  TMAKIT_WG_P(120) TMAKIT_WG_P(121) TMAKIT_WG_P(122) TMAKIT_WG_P(123) TMAKIT_WG_P(124) TMAKIT_WG_P(125)      \
-  TMAKIT_WG_P(126) TMAKIT_WG_P(127) "}"
+#define TMAKIT_WG_ONES2(t) TMAKIT_WG_P(t##0) TMAKIT_WG_P(t##1)
+#define TMAKIT_WG_ONES4(t) TMAKIT_WG_ONES2(t) TMAKIT_WG_P(t##2) TMAKIT_WG_P(t##3)
+#define TMAKIT_WG_ONES6(t) TMAKIT_WG_ONES4(t) TMAKIT_WG_P(t##4) TMAKIT_WG_P(t##5)
+#define TMAKIT_WG_ONES8(t) TMAKIT_WG_ONES6(t) TMAKIT_WG_P(t##6) TMAKIT_WG_P(t##7)
+#define TMAKIT_WG_DEC(t) TMAKIT_WG_ONES8(t) TMAKIT_WG_P(t##8) TMAKIT_WG_P(t##9)
+#define TMAKIT_WG_FIRST8 "%0" TMAKIT_WG_P(1) TMAKIT_WG_P(2) TMAKIT_WG_P(3) TMAKIT_WG_P(4) TMAKIT_WG_P(5) TMAKIT_WG_P(6) TMAKIT_WG_P(7)
+#define TMAKIT_WG_FIRST10 TMAKIT_WG_FIRST8 TMAKIT_WG_P(8) TMAKIT_WG_P(9)
+#define TMAKIT_WG_REGS_8 "{" TMAKIT_WG_FIRST8 "}"
+#define TMAKIT_WG_REGS_16 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_ONES6(1) "}"
+#define TMAKIT_WG_REGS_24 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_ONES4(2) "}"
+#define TMAKIT_WG_REGS_32 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_ONES2(3) "}"
+#define TMAKIT_WG_REGS_40 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) "}"
+#define TMAKIT_WG_REGS_48 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) \
+  TMAKIT_WG_ONES8(4) "}"
+#define TMAKIT_WG_REGS_56 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_ONES6(5) "}"
+#define TMAKIT_WG_REGS_64 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_DEC(5) TMAKIT_WG_ONES4(6) "}"
+#define TMAKIT_WG_REGS_72 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_ONES2(7) "}"
+#define TMAKIT_WG_REGS_80 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) "}"
+#define TMAKIT_WG_REGS_88 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_ONES8(8) "}"
+#define TMAKIT_WG_REGS_96 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) TMAKIT_WG_DEC(4) \
+  TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_ONES6(9) "}"
+#define TMAKIT_WG_REGS_104 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) \
+  TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_DEC(9) \
+  TMAKIT_WG_ONES4(10) "}"
+#define TMAKIT_WG_REGS_112 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) \
+  TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_DEC(9) \
+  TMAKIT_WG_DEC(10) TMAKIT_WG_ONES2(11) "}"
+#define TMAKIT_WG_REGS_120 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) \
+  TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_DEC(9) \
+  TMAKIT_WG_DEC(10) TMAKIT_WG_DEC(11) "}"
+#define TMAKIT_WG_REGS_128 "{" TMAKIT_WG_FIRST10 TMAKIT_WG_DEC(1) TMAKIT_WG_DEC(2) TMAKIT_WG_DEC(3) \
+  TMAKIT_WG_DEC(4) TMAKIT_WG_DEC(5) TMAKIT_WG_DEC(6) TMAKIT_WG_DEC(7) TMAKIT_WG_DEC(8) TMAKIT_WG_DEC(9) \
+  TMAKIT_WG_DEC(10) TMAKIT_WG_DEC(11) TMAKIT_WG_ONES8(12) "}"
 
-// "+f"(d[i]) / "+r"(d[i]) ... operand lists (C is the constraint letter's string).
+// "+f"(d[i]) / "+r"(d[i]) ... operand lists (C is the constraint letter's string), in blocks of 8 to 32.
 #define TMAKIT_WG_C4(C, i) C(d[(i)]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3])
-#define TMAKIT_WG_C16(C, i) TMAKIT_WG_C4(C, i), TMAKIT_WG_C4(C, (i) + 4), TMAKIT_WG_C4(C, (i) + 8), TMAKIT_WG_C4(C, (i) + 12)
+#define TMAKIT_WG_C8(C, i) TMAKIT_WG_C4(C, i), TMAKIT_WG_C4(C, (i) + 4)
+#define TMAKIT_WG_C16(C, i) TMAKIT_WG_C8(C, i), TMAKIT_WG_C8(C, (i) + 8)
+#define TMAKIT_WG_C24(C, i) TMAKIT_WG_C16(C, i), TMAKIT_WG_C8(C, (i) + 16)
 #define TMAKIT_WG_C32(C, i) TMAKIT_WG_C16(C, i), TMAKIT_WG_C16(C, (i) + 16)
-#define TMAKIT_WG_C64(C, i) TMAKIT_WG_C32(C, i), TMAKIT_WG_C32(C, (i) + 32)
+#define TMAKIT_WG_ACC_8(C) TMAKIT_WG_C8(C, 0)
+#define TMAKIT_WG_ACC_16(C) TMAKIT_WG_C16(C, 0)
+#define TMAKIT_WG_ACC_24(C) TMAKIT_WG_C24(C, 0)
 #define TMAKIT_WG_ACC_32(C) TMAKIT_WG_C32(C, 0)
-#define TMAKIT_WG_ACC_64(C) TMAKIT_WG_C64(C, 0)
-#define TMAKIT_WG_ACC_96(C) TMAKIT_WG_C64(C, 0), TMAKIT_WG_C32(C, 64)
-#define TMAKIT_WG_ACC_128(C) TMAKIT_WG_C64(C, 0), TMAKIT_WG_C64(C, 64)
+#define TMAKIT_WG_ACC_40(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C8(C, 32)
+#define TMAKIT_WG_ACC_48(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C16(C, 32)
+#define TMAKIT_WG_ACC_56(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C24(C, 32)
+#define TMAKIT_WG_ACC_64(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32)
+#define TMAKIT_WG_ACC_72(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C8(C, 64)
+#define TMAKIT_WG_ACC_80(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C16(C, 64)
+#define TMAKIT_WG_ACC_88(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C24(C, 64)
+#define TMAKIT_WG_ACC_96(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C32(C, 64)
+#define TMAKIT_WG_ACC_104(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C32(C, 64), TMAKIT_WG_C8(C, 96)
+#define TMAKIT_WG_ACC_112(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C32(C, 64), TMAKIT_WG_C16(C, 96)
+#define TMAKIT_WG_ACC_120(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C32(C, 64), TMAKIT_WG_C24(C, 96)
+#define TMAKIT_WG_ACC_128(C) TMAKIT_WG_C32(C, 0), TMAKIT_WG_C32(C, 32), TMAKIT_WG_C32(C, 64), TMAKIT_WG_C32(C, 96)
 #define TMAKIT_WG_F "+f"
 #define TMAKIT_WG_I "+r"
 
 // Operand numbers after the R = N/2 accumulators. SS: desc-a %R, desc-b %R+1, scale-d %R+2 (a predicate), then for
 // 16-bit types imm-trans-a %R+3, imm-trans-b %R+4. RS: a0..a3 %R..%R+3, desc-b %R+4, scale-d %R+5, imm-trans-b %R+6.
+// The SS tails: TRANS for 16-bit types (imm-scale-a/b 1, imm-trans-a/b), SCALE for tf32 / fp8 (imm-scale-a/b 1, no
+// transpose), INT for s8 / u8 (scale-d only).
+#define TMAKIT_WG_SS_PRED_8 "setp.ne.b32 p, %10, 0;\n"
+#define TMAKIT_WG_SS_TRANS_8 ", %8, %9, p, 1, 1, %11, %12;"
+#define TMAKIT_WG_SS_SCALE_8 ", %8, %9, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_8 ", %8, %9, p;"
+#define TMAKIT_WG_RS_TAIL_8 ", {%8, %9, %10, %11}, %12, p, 1, 1, %14;"
+#define TMAKIT_WG_RS_PRED_8 "setp.ne.b32 p, %13, 0;\n"
+#define TMAKIT_WG_SS_PRED_16 "setp.ne.b32 p, %18, 0;\n"
+#define TMAKIT_WG_SS_TRANS_16 ", %16, %17, p, 1, 1, %19, %20;"
+#define TMAKIT_WG_SS_SCALE_16 ", %16, %17, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_16 ", %16, %17, p;"
+#define TMAKIT_WG_RS_TAIL_16 ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;"
+#define TMAKIT_WG_RS_PRED_16 "setp.ne.b32 p, %21, 0;\n"
+#define TMAKIT_WG_SS_PRED_24 "setp.ne.b32 p, %26, 0;\n"
+#define TMAKIT_WG_SS_TRANS_24 ", %24, %25, p, 1, 1, %27, %28;"
+#define TMAKIT_WG_SS_SCALE_24 ", %24, %25, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_24 ", %24, %25, p;"
+#define TMAKIT_WG_RS_TAIL_24 ", {%24, %25, %26, %27}, %28, p, 1, 1, %30;"
+#define TMAKIT_WG_RS_PRED_24 "setp.ne.b32 p, %29, 0;\n"
 #define TMAKIT_WG_SS_PRED_32 "setp.ne.b32 p, %34, 0;\n"
-#define TMAKIT_WG_SS_PRED_64 "setp.ne.b32 p, %66, 0;\n"
-#define TMAKIT_WG_SS_PRED_96 "setp.ne.b32 p, %98, 0;\n"
-#define TMAKIT_WG_SS_PRED_128 "setp.ne.b32 p, %130, 0;\n"
-#define TMAKIT_WG_SS_TRANS_32 ", %32, %33, p, 1, 1, %35, %36;"  // 16-bit: imm-scale-a/b 1, imm-trans-a/b
-#define TMAKIT_WG_SS_TRANS_64 ", %64, %65, p, 1, 1, %67, %68;"
-#define TMAKIT_WG_SS_TRANS_96 ", %96, %97, p, 1, 1, %99, %100;"
-#define TMAKIT_WG_SS_TRANS_128 ", %128, %129, p, 1, 1, %131, %132;"
-#define TMAKIT_WG_SS_SCALE_32 ", %32, %33, p, 1, 1;"  // tf32 / fp8: imm-scale-a/b 1, no transpose
-#define TMAKIT_WG_SS_SCALE_64 ", %64, %65, p, 1, 1;"
-#define TMAKIT_WG_SS_SCALE_96 ", %96, %97, p, 1, 1;"
-#define TMAKIT_WG_SS_SCALE_128 ", %128, %129, p, 1, 1;"
-#define TMAKIT_WG_SS_INT_32 ", %32, %33, p;"  // s8 / u8: scale-d only
-#define TMAKIT_WG_SS_INT_64 ", %64, %65, p;"
-#define TMAKIT_WG_SS_INT_96 ", %96, %97, p;"
-#define TMAKIT_WG_SS_INT_128 ", %128, %129, p;"
+#define TMAKIT_WG_SS_TRANS_32 ", %32, %33, p, 1, 1, %35, %36;"
+#define TMAKIT_WG_SS_SCALE_32 ", %32, %33, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_32 ", %32, %33, p;"
 #define TMAKIT_WG_RS_TAIL_32 ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;"
-#define TMAKIT_WG_RS_TAIL_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;"
-#define TMAKIT_WG_RS_TAIL_96 ", {%96, %97, %98, %99}, %100, p, 1, 1, %102;"
-#define TMAKIT_WG_RS_TAIL_128 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;"
 #define TMAKIT_WG_RS_PRED_32 "setp.ne.b32 p, %37, 0;\n"
+#define TMAKIT_WG_SS_PRED_40 "setp.ne.b32 p, %42, 0;\n"
+#define TMAKIT_WG_SS_TRANS_40 ", %40, %41, p, 1, 1, %43, %44;"
+#define TMAKIT_WG_SS_SCALE_40 ", %40, %41, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_40 ", %40, %41, p;"
+#define TMAKIT_WG_RS_TAIL_40 ", {%40, %41, %42, %43}, %44, p, 1, 1, %46;"
+#define TMAKIT_WG_RS_PRED_40 "setp.ne.b32 p, %45, 0;\n"
+#define TMAKIT_WG_SS_PRED_48 "setp.ne.b32 p, %50, 0;\n"
+#define TMAKIT_WG_SS_TRANS_48 ", %48, %49, p, 1, 1, %51, %52;"
+#define TMAKIT_WG_SS_SCALE_48 ", %48, %49, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_48 ", %48, %49, p;"
+#define TMAKIT_WG_RS_TAIL_48 ", {%48, %49, %50, %51}, %52, p, 1, 1, %54;"
+#define TMAKIT_WG_RS_PRED_48 "setp.ne.b32 p, %53, 0;\n"
+#define TMAKIT_WG_SS_PRED_56 "setp.ne.b32 p, %58, 0;\n"
+#define TMAKIT_WG_SS_TRANS_56 ", %56, %57, p, 1, 1, %59, %60;"
+#define TMAKIT_WG_SS_SCALE_56 ", %56, %57, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_56 ", %56, %57, p;"
+#define TMAKIT_WG_RS_TAIL_56 ", {%56, %57, %58, %59}, %60, p, 1, 1, %62;"
+#define TMAKIT_WG_RS_PRED_56 "setp.ne.b32 p, %61, 0;\n"
+#define TMAKIT_WG_SS_PRED_64 "setp.ne.b32 p, %66, 0;\n"
+#define TMAKIT_WG_SS_TRANS_64 ", %64, %65, p, 1, 1, %67, %68;"
+#define TMAKIT_WG_SS_SCALE_64 ", %64, %65, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_64 ", %64, %65, p;"
+#define TMAKIT_WG_RS_TAIL_64 ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;"
 #define TMAKIT_WG_RS_PRED_64 "setp.ne.b32 p, %69, 0;\n"
+#define TMAKIT_WG_SS_PRED_72 "setp.ne.b32 p, %74, 0;\n"
+#define TMAKIT_WG_SS_TRANS_72 ", %72, %73, p, 1, 1, %75, %76;"
+#define TMAKIT_WG_SS_SCALE_72 ", %72, %73, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_72 ", %72, %73, p;"
+#define TMAKIT_WG_RS_TAIL_72 ", {%72, %73, %74, %75}, %76, p, 1, 1, %78;"
+#define TMAKIT_WG_RS_PRED_72 "setp.ne.b32 p, %77, 0;\n"
+#define TMAKIT_WG_SS_PRED_80 "setp.ne.b32 p, %82, 0;\n"
+#define TMAKIT_WG_SS_TRANS_80 ", %80, %81, p, 1, 1, %83, %84;"
+#define TMAKIT_WG_SS_SCALE_80 ", %80, %81, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_80 ", %80, %81, p;"
+#define TMAKIT_WG_RS_TAIL_80 ", {%80, %81, %82, %83}, %84, p, 1, 1, %86;"
+#define TMAKIT_WG_RS_PRED_80 "setp.ne.b32 p, %85, 0;\n"
+#define TMAKIT_WG_SS_PRED_88 "setp.ne.b32 p, %90, 0;\n"
+#define TMAKIT_WG_SS_TRANS_88 ", %88, %89, p, 1, 1, %91, %92;"
+#define TMAKIT_WG_SS_SCALE_88 ", %88, %89, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_88 ", %88, %89, p;"
+#define TMAKIT_WG_RS_TAIL_88 ", {%88, %89, %90, %91}, %92, p, 1, 1, %94;"
+#define TMAKIT_WG_RS_PRED_88 "setp.ne.b32 p, %93, 0;\n"
+#define TMAKIT_WG_SS_PRED_96 "setp.ne.b32 p, %98, 0;\n"
+#define TMAKIT_WG_SS_TRANS_96 ", %96, %97, p, 1, 1, %99, %100;"
+#define TMAKIT_WG_SS_SCALE_96 ", %96, %97, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_96 ", %96, %97, p;"
+#define TMAKIT_WG_RS_TAIL_96 ", {%96, %97, %98, %99}, %100, p, 1, 1, %102;"
 #define TMAKIT_WG_RS_PRED_96 "setp.ne.b32 p, %101, 0;\n"
+#define TMAKIT_WG_SS_PRED_104 "setp.ne.b32 p, %106, 0;\n"
+#define TMAKIT_WG_SS_TRANS_104 ", %104, %105, p, 1, 1, %107, %108;"
+#define TMAKIT_WG_SS_SCALE_104 ", %104, %105, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_104 ", %104, %105, p;"
+#define TMAKIT_WG_RS_TAIL_104 ", {%104, %105, %106, %107}, %108, p, 1, 1, %110;"
+#define TMAKIT_WG_RS_PRED_104 "setp.ne.b32 p, %109, 0;\n"
+#define TMAKIT_WG_SS_PRED_112 "setp.ne.b32 p, %114, 0;\n"
+#define TMAKIT_WG_SS_TRANS_112 ", %112, %113, p, 1, 1, %115, %116;"
+#define TMAKIT_WG_SS_SCALE_112 ", %112, %113, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_112 ", %112, %113, p;"
+#define TMAKIT_WG_RS_TAIL_112 ", {%112, %113, %114, %115}, %116, p, 1, 1, %118;"
+#define TMAKIT_WG_RS_PRED_112 "setp.ne.b32 p, %117, 0;\n"
+#define TMAKIT_WG_SS_PRED_120 "setp.ne.b32 p, %122, 0;\n"
+#define TMAKIT_WG_SS_TRANS_120 ", %120, %121, p, 1, 1, %123, %124;"
+#define TMAKIT_WG_SS_SCALE_120 ", %120, %121, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_120 ", %120, %121, p;"
+#define TMAKIT_WG_RS_TAIL_120 ", {%120, %121, %122, %123}, %124, p, 1, 1, %126;"
+#define TMAKIT_WG_RS_PRED_120 "setp.ne.b32 p, %125, 0;\n"
+#define TMAKIT_WG_SS_PRED_128 "setp.ne.b32 p, %130, 0;\n"
+#define TMAKIT_WG_SS_TRANS_128 ", %128, %129, p, 1, 1, %131, %132;"
+#define TMAKIT_WG_SS_SCALE_128 ", %128, %129, p, 1, 1;"
+#define TMAKIT_WG_SS_INT_128 ", %128, %129, p;"
+#define TMAKIT_WG_RS_TAIL_128 ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;"
 #define TMAKIT_WG_RS_PRED_128 "setp.ne.b32 p, %133, 0;\n"
 
 // wgmma.mma_async with A and B from shared memory. FORM: TRANS (16-bit, with imm-trans), SCALE (tf32/fp8), INT.
@@ -101,17 +211,41 @@
                  "n"(int(TransB))                                                                            \
                : "memory")
 
-// Expand BODY(N, R) for the compile-time N (64, 128, 192, 256).
-#define TMAKIT_WG_BY_N(N, BODY)                                                                        \
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "m64nNkK with N in {64, 128, 192, 256}"); \
-  if constexpr (N == 64) {                                                                             \
-    BODY(64, 32);                                                                                      \
-  } else if constexpr (N == 128) {                                                                     \
-    BODY(128, 64);                                                                                     \
-  } else if constexpr (N == 192) {                                                                     \
-    BODY(192, 96);                                                                                     \
-  } else {                                                                                             \
-    BODY(256, 128);                                                                                    \
+// Expand BODY(N, R) for the compile-time N (a multiple of 16 from 16 to 256; R = N / 2).
+#define TMAKIT_WG_BY_N(N, BODY)                                                                               \
+  static_assert(N % 16 == 0 && N >= 16 && N <= 256, "m64nNkK with N a multiple of 16, 16..256");              \
+  if constexpr (N == 16) {                                                                                    \
+    BODY(16, 8);                                                                                              \
+  } else if constexpr (N == 32) {                                                                             \
+    BODY(32, 16);                                                                                             \
+  } else if constexpr (N == 48) {                                                                             \
+    BODY(48, 24);                                                                                             \
+  } else if constexpr (N == 64) {                                                                             \
+    BODY(64, 32);                                                                                             \
+  } else if constexpr (N == 80) {                                                                             \
+    BODY(80, 40);                                                                                             \
+  } else if constexpr (N == 96) {                                                                             \
+    BODY(96, 48);                                                                                             \
+  } else if constexpr (N == 112) {                                                                            \
+    BODY(112, 56);                                                                                            \
+  } else if constexpr (N == 128) {                                                                            \
+    BODY(128, 64);                                                                                            \
+  } else if constexpr (N == 144) {                                                                            \
+    BODY(144, 72);                                                                                            \
+  } else if constexpr (N == 160) {                                                                            \
+    BODY(160, 80);                                                                                            \
+  } else if constexpr (N == 176) {                                                                            \
+    BODY(176, 88);                                                                                            \
+  } else if constexpr (N == 192) {                                                                            \
+    BODY(192, 96);                                                                                            \
+  } else if constexpr (N == 208) {                                                                            \
+    BODY(208, 104);                                                                                           \
+  } else if constexpr (N == 224) {                                                                            \
+    BODY(224, 112);                                                                                           \
+  } else if constexpr (N == 240) {                                                                            \
+    BODY(240, 120);                                                                                           \
+  } else {                                                                                                    \
+    BODY(256, 128);                                                                                           \
   }
 
 namespace tmakit {
@@ -223,7 +357,7 @@ __device__ __forceinline__ void wgmma_fence_operands(float (&d)[R][C]) {
 
 // wgmma.mma_async.sync.aligned.m64nNkK.f32.A.B, A and B from shared memory: d (64 x N fp32) = A (64 x K) * B (K x N)
 // + (scale_d ? d : 0), K = wgmma_k(A). TransA / TransB: 0 = K-major, 1 = MN-major (imm-trans; 16-bit types only).
-// N in {64, 128, 192, 256}. The warpgroup.
+// N a multiple of 16 from 16 to 256. The warpgroup.
 template <int N, WgmmaType A, WgmmaType B, bool TransA = false, bool TransB = false>
 __device__ __forceinline__ void wgmma_mma_async_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool scale_d) {
   static_assert(!wgmma_is_integer(A) && !wgmma_is_integer(B), "s8/u8 operands accumulate into int32_t registers");

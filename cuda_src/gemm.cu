@@ -38,7 +38,8 @@
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
-// Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256),
+// Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256; on tma
+// also a narrow width, any other multiple of 16 from 64 to 240: see kNarrow),
 // TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
 // TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N)
 // workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
@@ -119,7 +120,7 @@ constexpr uint32_t kBBytes = kBN * kRowBytes;  // one B stage
 constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's row scales of the k-block (fp32)
 constexpr uint32_t kLoadBytes = kABytes + kBBytes + kSABytes;  // a stage's TMA bytes (its expect_tx)
 constexpr uint32_t kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // stages stay 1024-byte aligned (128B swizzle)
-static_assert(kBN == 128 || kBN == 192 || kBN == 256, "BN is 128, 192 (TMA only) or 256");
+static_assert(kBN % 16 == 0 && kBN >= 64 && kBN <= 256, "BN is a multiple of 16 from 64 to 256");
 static_assert(kStages >= 2, "the ring has at least two stages");
 
 typedef uint16_t half_bits;
@@ -165,6 +166,11 @@ __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group
 namespace gemm {
 // BM 128: each consumer warpgroup computes 64 rows of the whole BN. BM 64 (few-tile problems: twice the tiles): both
 // take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
+// A narrow tile: BN other than 128, 192 or 256, for outputs whose N those widths cover poorly (BN a multiple of 16
+// that fits N; cuBLAS's kernels tile such N likewise). Its last 64-column slab of a 16-bit output is part of one, so
+// that slab is stored from registers (a TMA store of the whole slab would write the next tile's columns). K-major B,
+// 16-bit C, beta 0, BM 128, no split-K, fp8 or groups (ops/gemm.py plans it so).
+constexpr bool kNarrow = kBN != 128 && kBN != 192 && kBN != 256;
 constexpr bool kSplitN = kBM == 64;
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
 static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
@@ -202,7 +208,8 @@ static_assert(descriptors_match_stages(), "TMAKIT_GEMM_DESC_A/B do not describe 
 constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
 static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
 constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
-constexpr int kSlabs = kWgN / kSlabCols;  // a consumer warpgroup's slabs of a tile
+constexpr int kSlabs = (kWgN + kSlabCols - 1) / kSlabCols;  // a consumer warpgroup's slabs of a tile
+constexpr int kFullSlabs = kWgN / kSlabCols;  // all of them but a narrow tile's part slab
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
 constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
 // The C read-ahead (beta != 0) pairs slab s of every tile with buffer s % 2: an even number of slabs a tile. A 16-bit
@@ -210,11 +217,13 @@ constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 sla
 // other betas; the kernel traps).
 constexpr bool kOddSlabs = kSlabs % 2 != 0;
 static_assert(!kOddSlabs || (kWgN % 128 != 0 && !kOutF32), "an even number of slabs a tile, but with 16 bits at BN 192 "
-              "or a consumer's 64 columns");
+              "or a consumer's 64 columns, or a narrow BN");
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
+static_assert(!kNarrow || (kBKMajor && !kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0),
+              "a narrow BN: K-major B, 16-bit C, BM 128, no fp8, groups or split-K");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
 static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
@@ -306,7 +315,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream; nothing
   // in global memory (operands, group ends, C, the workspaces) is touched before it has completed.
-  if constexpr (kOddSlabs) {
+  if constexpr (kOddSlabs || kNarrow) {
     if (beta != 0.f) TMAKIT_NOT_THIS_BUILD();  // the host never launches it so
   }
   griddepcontrol_wait();
@@ -530,7 +539,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       {
 #pragma unroll
-        for (int s = 0; s < kSlabs; ++s) {
+        for (int s = 0; s < kFullSlabs; ++s) {
           const int slab_n0 = cn0 + s * kSlabCols;
           const bool direct = slab_direct(slab_n0, N);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
@@ -623,6 +632,25 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
+        if constexpr (kFullSlabs < kSlabs) {
+          // A narrow tile's part slab, from registers (a TMA store of the whole slab would write the next tile's
+          // columns; beta is 0 here, C is not read); no store buffer, so the rotation above is untouched.
+          const int slab_n0 = cn0 + kFullSlabs * kSlabCols;
+#pragma unroll
+          for (int jj = kFullSlabs * (kSlabCols / 8); jj < kWgN / 8; ++jj) {  // n8 blocks of the accumulator
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int i = 4 * jj + 2 * h;
+              const int gm = row0 + wgmma_d_row(t, i), gn = slab_n0 + wgmma_d_col(t, i) - kFullSlabs * kSlabCols;
+              if (gm < m_end && gn < N) {
+                const long long at = static_cast<long long>(gm) * ldc + gn;
+                const float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
+                if (gn + 1 < N) *reinterpret_cast<uint32_t*>(static_cast<half_bits*>(c_ptr) + at) = pack_out2(v0, v1);
+                else store_c(c_ptr, at, v0);
+              }
+            }
+          }
+        }
       }
     }
     store.drain();
@@ -638,8 +666,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
-// (BN 192 compiles here too, one source for every build, but the host plans it on tma only.)
+// (BN 192 and the narrow widths compile here in nvcc's host pass too, one source for every build; the host plans
+// them on tma only.)
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
+#ifdef __CUDA_ARCH__  // (nvcc's host pass reads this section whatever the build)
+static_assert(kBN == 128 || kBN == 256, "the cp.async twin's BN is 128 or 256");
+#endif
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
 
 // Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).

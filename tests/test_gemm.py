@@ -286,6 +286,38 @@ def test_block_m_64_arguments(fake_launch) -> None:
     assert gemm_mod.persistent_grid(300, 256, d.config, 132) == (10, 1, 1)  # 5 x 2 tiles of 64 x 128
 
 
+def test_narrow_width_arguments(fake_launch) -> None:
+    """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, K-major B, a 16-bit output, beta 0,
+    BM 128, no split-K or reduce-add; anything else is refused naming the rule. Its B box is a CTA's share of BN rows
+    and its stage holds BN rows of B."""
+    cfg = default_config(Backend.TMA, block_n=144, cluster=2)
+    assert cfg.narrow and cfg.splits == 1 and cfg.defines["TMAKIT_GEMM_BN"] == 144
+    assert cfg.stage_bytes == (128 + 144) * 128 and not default_config(Backend.TMA, block_n=192).narrow
+    d = describe_gemm(4000, 296, 2048, block_n=144, cluster=2)
+    assert d.tile == (128, 144, 64) and d.maps[1].box == (64, 72) and d.config.splits == 1  # (K, a CTA's rows)
+    assert describe_gemm(4000, 296, 2048, block_n=80, cluster=1).expect_tx == (128 + 80) * 128
+    for bad, match in ((dict(block_n=72), r"block_n=72: must be 128 or 256, or on tma 192 or a multiple of 16"),
+                       (dict(block_n=272), r"block_n=272: must be"), (dict(block_n=48), r"block_n=48: must be"),
+                       (dict(block_n=144, b_kmajor=False), r"block_n=144: a narrow width .* b_major='n'"),
+                       (dict(block_n=144, out_f32=True), r"block_n=144: a narrow width .* an fp32 output"),
+                       (dict(block_n=144, block_m=64), r"block_n=144: a narrow width .* block_m=64"),
+                       (dict(block_n=144, splits=2), r"block_n=144: a narrow width .* split-K \(splits=2\)")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            check_config(default_config(Backend.TMA, **bad), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"block_n=144: must be 128 or 256"):
+        check_config(default_config(Backend.CP_ASYNC, block_n=144), 166912)
+    a, b = device_view(0x100000, (300, 64), "float16"), device_view(0x200000, (296, 64), "float16")
+    c = device_view(0x300000, (300, 296), "float16")
+    with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* must have beta 0, not 0.5"):
+        plan_gemm(a, b, c, beta=0.5, block_n=144, backend="tma")
+    with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* must have beta 0"):
+        describe_gemm(300, 296, 64, block_n=144, beta=1.0)  # what plan_gemm refuses
+    with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* reduce=\"add\""):
+        plan_gemm(a, b, c, block_n=144, reduce="add", backend="tma")
+    d = describe_gemm(300, 296, 64, block_n=160, cluster=1)
+    assert gemm_mod.persistent_grid(300, 296, d.config, 132) == (6, 1, 1)  # 3 tile rows x 2 columns of 160
+
+
 @pytest.mark.parametrize("c_at, which", [(0x100000, "a"), (0x100000 + 64 * 64 * 2 - 16, "a"), (0x200800, "b")])
 def test_output_overlapping_an_input_is_refused(fake_launch, c_at, which) -> None:
     """C sharing bytes with A or B would be written while TMA loads of them are in flight."""
@@ -484,6 +516,24 @@ def test_block_m_64_on_the_gpu(i) -> None:
         options["splits"] = min(-(-case["k"] // 64), 3)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
     assert plan.config.block_m == 64
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(12))
+def test_narrow_widths_on_the_gpu(i) -> None:
+    """Narrow BN (64-240, multiples of 16 besides 128 and 192) at seeded random shapes: both dtypes, clusters of 1
+    and 2, M of 1-3000 (tiles past M), N below, at and past one or several tiles (the last tile's part slab clipped at
+    N, or past it), N off 8 with padded rows, alpha 1 or -2; 3 runs on poisoned outputs, nothing written past N."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(3000 + i)
+    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80)[i]
+    n = rng.choice((bn - 8, bn + 8, 2 * bn - 24, rng.randint(1, 4 * bn), rng.randint(1, 2000)))
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=True,
+                m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=max(1, n), k=rng.randint(16, 3000),
+                out_f32=False, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[i % 2])
+    assert plan.config.narrow == (bn not in (128, 192)) and plan.config.block_n == bn
 
 
 def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:

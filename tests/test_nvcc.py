@@ -112,6 +112,19 @@ def test_gemm_with_64_row_tiles_compiles_under_nvcc(arch, tmp_path):
     assert "warning" not in log, log
 
 
+@requires_nvcc
+def test_gemm_with_a_narrow_width_compiles_under_nvcc(tmp_path):
+    """A narrow BN (144 in a cluster: the part slab, B's shares of 72 rows) under nvcc for sm_90a, no warning."""
+    from tmakit.backend import Backend
+    from tmakit.ops.gemm import default_config
+
+    cfg = default_config(Backend.TMA, block_n=144, cluster=2)
+    source = tmp_path / "gemm_narrow.cu"
+    source.write_text("".join(f"#define {k} {v}\n" for k, v in cfg.defines.items()) + '#include "gemm.cu"\n')
+    log = _nvcc(source, "sm_90a", tmp_path)
+    assert "warning" not in log, log
+
+
 def _file_scope_using(path: Path) -> list[str]:
     """`using namespace` directives at file scope (the library's own `namespace tmakit { }` counts as file scope,
     any other namespace, function or class as inside)."""

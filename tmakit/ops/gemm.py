@@ -48,7 +48,7 @@ class GemmConfig:
     bf16: bool
     b_kmajor: bool
     out_f32: bool
-    block_n: int  # BN: 256, 192 (tma) or 128 (BK = 64)
+    block_n: int  # BN: 256, 192 (tma) or 128 (BK = 64); on tma also a narrow width (``narrow``)
     stages: int
     cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
@@ -78,6 +78,13 @@ class GemmConfig:
         grouped = 128 + 2 * 128 + 8 * (self.groups + 1) if self.groups else 0  # C map edits, group tables
         # the ring's FULL and EMPTY barriers, the consumers' C-load barriers (one a slab buffer), alignment
         return self.stages * self.stage_bytes + self.epilogue_bytes + 16 * self.stages + 32 + 1024 + grouped
+
+    @property
+    def narrow(self) -> bool:
+        """BN a multiple of 16 from 64 to 240 other than 128 and 192 (tma): a width that fits an N the usual
+        widths cover poorly; gemm.cu's kNarrow (K-major B, 16-bit C, beta 0, BM 128, no split-K, groups, fp8 or
+        reduce-add: check_config)."""
+        return self.block_n not in (128, 192, 256)
 
     @property
     def odd_slabs(self) -> bool:
@@ -306,7 +313,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)
     bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
-        splits = choose_splits(m, n, k, bn, cl, sms, bm) if backend is Backend.TMA and m and n and k and sms else 1
+        splits = (choose_splits(m, n, k, bn, cl, sms, bm)
+                  if backend is Backend.TMA and m and n and k and sms and bn in (128, 192, 256) else 1)
     if stages is None:
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
@@ -330,10 +338,20 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
         raise InvalidArgumentError("block_m", cfg.block_m, "must be 128, or 64 on tma with block_n 128 or 256, no "
                                    "groups and no fp8 (both consumer warpgroups take the tile's 64 rows, each half "
                                    "of BN)", "use 128 (or leave it out)")
-    if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)):
-        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or 192 on tma (the N of the m64nNk16 "
-                                   "wgmma; the cp.async twin's 8 warps of 64 x N/4; fp8's one B scale a tile)",
-                                   "use 256 (128 for small N)")
+    narrow_ok = tma and type(cfg.block_n) is int and cfg.block_n % 16 == 0 and 64 <= cfg.block_n <= 256
+    if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)) and not narrow_ok:
+        raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or on tma 192 or a multiple of 16 "
+                                   "from 64 to 240 (the N of the m64nNk16 wgmma; the cp.async twin's 8 warps of 64 x "
+                                   "N/4; fp8's one B scale a tile)", "use 256 (128 for small N)")
+    if cfg.narrow:
+        for refused, why in ((not cfg.b_kmajor, "b_major='n' (B's 64-column slabs)"),
+                             (cfg.out_f32, "an fp32 output"), (cfg.block_m != 128, f"block_m={cfg.block_m}"),
+                             (cfg.splits != 1, f"split-K (splits={cfg.splits})"), (cfg.groups, "groups"),
+                             (cfg.store_add, 'reduce="add"')):
+            if refused:
+                raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
+                                           f"built with {why}: it takes K-major B, a 16-bit output, beta 0, 128-row "
+                                           "tiles and no split-K, groups or reduce-add", "use block_n=128 or 256")
     if cfg.block_n == 192 and cfg.cluster == 2 and not cfg.b_kmajor:
         raise InvalidArgumentError("block_n", 192, "with cluster=2 and b_major='n' must be 128 or 256 (each CTA of the "
                                    "cluster loads whole 64-column slabs of B: 3 do not split in two)",
@@ -361,7 +379,12 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
 
 
 def check_c_read(cfg: GemmConfig, beta: float, odt: str) -> None:
-    """Refuse beta != 0 on a build with an odd number of 16-bit slabs a warpgroup (``GemmConfig.odd_slabs``)."""
+    """Refuse beta != 0 on a build with an odd number of 16-bit slabs a warpgroup (``GemmConfig.odd_slabs``) or a
+    narrow width (its part slab is stored from registers, C not read)."""
+    if beta != 0 and cfg.narrow:
+        raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) must have beta 0, "
+                                   f"not {beta} (its last, part slab is stored from registers without reading C)",
+                                   "use block_n=128 or 256")
     if not cfg.odd_slabs or beta == 0:
         return
     if cfg.block_m == 64:

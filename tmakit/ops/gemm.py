@@ -665,6 +665,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
+    ``block_n`` given may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: K-major
+    B, a 16-bit output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly.
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
 
     ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and

@@ -666,12 +666,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
 namespace gemm {
 constexpr int kWarps = 8;  // 2 (M) x 4 (N) warps of 64 x BN/4
 constexpr int kWarpN = kBN / 4;
-// (BN 192 and the narrow widths compile here in nvcc's host pass too, one source for every build; the host plans
-// them on tma only.)
+// (BN 192 and the narrow widths compile here too, one source for every build, but the host plans them on tma only.)
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
-#ifdef __CUDA_ARCH__  // (nvcc's host pass reads this section whatever the build)
-static_assert(kBN == 128 || kBN == 256, "the cp.async twin's BN is 128 or 256");
-#endif
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
 
 // Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).

@@ -79,8 +79,8 @@ def test_every_kernel_compiles_under_nvcc(kernel, arch, tmp_path):
     assert "warning" not in log, log
 
 
-# The builds of one kernel source the ops compile beside its defaults (grouped, fp8, reduce-add, split-K and narrow GEMM,
-# variable-length and paged attention): each is a different program for nvcc's passes.
+# The builds of one kernel source the ops compile beside its defaults (grouped, fp8, reduce-add, split-K and
+# narrow-width GEMM, variable-length and paged attention): each is a different program for nvcc's passes.
 BUILDS = [("gemm.cu", ("-DTMAKIT_GEMM_GROUPED=1", "-DTMAKIT_GEMM_CLUSTER=1")),
           ("gemm.cu", ("-DTMAKIT_GEMM_STORE_ADD=1",)),
           ("gemm.cu", ("-DTMAKIT_GEMM_BN=192",)), ("gemm.cu", ("-DTMAKIT_GEMM_BN=144",)),

@@ -141,6 +141,12 @@ _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _NMAJOR_NARROW = 640  # choose_tile: below this N with N-major B the cluster discount is judged per option
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
 _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
+# Narrow widths (default_config, narrow_width): a problem whose chosen tile is 192 or 256 wide takes N split into as
+# many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is at most _NARROW_MAX and K at
+# least _NARROW_MIN_K. H100, 4ef69d7, 98 K-major problems of N <= 1024 (seeds 1-59): the 30 it changes 1.17x the
+# default (min 0.96x); with 240-wide tiles or K < 512 as well, 0.80x-0.95x losses (docs/PERFORMANCE.md).
+_NARROW_MAX = 224
+_NARROW_MIN_K = 512
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
@@ -201,6 +207,13 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
         if cost(best)[0] >= _BN192_MARGIN * cost(other)[0]:
             return other
     return best
+
+
+def narrow_width(n: int) -> int | None:
+    """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones,
+    rounded up to 16; None where that is 128, 192 or 256 (the usual widths) or above _NARROW_MAX."""
+    w = -(-(-(-n // -(-n // 256))) // 16) * 16
+    return w if w <= _NARROW_MAX and w not in (128, 192) else None
 
 
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
@@ -267,7 +280,8 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720 on 132
     SMs: 680 CTAs of 128 x 256 tiles in clusters take 6 turns, the last 8 CTAs alone; the first 38 tile rows fill
     5 turns, and the last 48 rows, 33 lone 128-wide tiles, have their K cut 4 ways)."""
-    if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms:
+    if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms or \
+            cfg.narrow:
         return 0
     turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms, cfg.block_m)
     cols = -(-n // cfg.block_n)
@@ -309,6 +323,13 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
+    narrow = narrow_width(n) if n else None
+    if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
+            and bn in (192, 256) and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32
+            and b_kmajor and not fp8 and not groups and choose_splits(m, n, k, bn, cl, sms) == 1):
+        usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
+        if not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):  # a tail plan stays the usual's
+            bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
         block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)
     bm = block_m if block_m is not None else BLOCK_M

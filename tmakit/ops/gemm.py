@@ -142,11 +142,15 @@ _NMAJOR_NARROW = 640  # choose_tile: below this N with N-major B the cluster dis
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
 _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
 # Narrow widths (default_config, narrow_width): a problem whose chosen tile is 192 or 256 wide takes N split into as
-# many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is at most _NARROW_MAX and K at
-# least _NARROW_MIN_K. H100, 4ef69d7, 98 K-major problems of N <= 1024 (seeds 1-59): the 30 it changes 1.17x the
-# default (min 0.96x); with 240-wide tiles or K < 512 as well, 0.80x-0.95x losses (docs/PERFORMANCE.md).
+# many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is at most _NARROW_MAX, K at
+# least _NARROW_MIN_K and the narrow tiles use at least _NARROW_MIN_FILL more of their columns. H100, 4ef69d7: over
+# 98 K-major problems of N <= 1024 (seeds 1-59) the 30 it changes ran 1.17x the default (min 0.96x); with 240-wide
+# tiles or K < 512 as well, 0.80x-0.95x losses. On 43 problems of seeds 60-99 it changed without the fill
+# condition, 1.125x (min 0.87x, the losses at N > 1000 where 224-wide tiles filled 2-3% more than 192-wide ones);
+# with it, 36 of them 1.18x (min 0.95x); docs/PERFORMANCE.md.
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
+_NARROW_MIN_FILL = 0.05
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
@@ -324,6 +328,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
+    if narrow and bn in (192, 256) and n / (-(-n // narrow) * narrow) - n / (-(-n // bn) * bn) < _NARROW_MIN_FILL:
+        narrow = None  # the narrow tiles would use hardly more of their columns
     if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
             and bn in (192, 256) and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32
             and b_kmajor and not fp8 and not groups and choose_splits(m, n, k, bn, cl, sms) == 1):

@@ -318,6 +318,25 @@ def test_narrow_width_arguments(fake_launch) -> None:
     assert gemm_mod.persistent_grid(300, 296, d.config, 132) == (6, 1, 1)  # 3 tile rows x 2 columns of 160
 
 
+def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
+    """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
+    that is narrower, at most 224, with K >= 512, K-major B, a 16-bit output, beta 0 and no split-K or tail;
+    describe_gemm says the same."""
+    assert gemm_mod.narrow_width(888) == 224 and gemm_mod.narrow_width(272) == 144
+    assert gemm_mod.narrow_width(456) is None and gemm_mod.narrow_width(370) is None  # 240; 192 (a usual width)
+    cfg = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132)
+    assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.narrow) == (224, 2, 1, True)  # 4 tiles of 256 -> 4 of 224
+    assert default_config(Backend.TMA, m=14368, n=272, k=1952, sms=132).block_n == 144  # 2 of 192 -> 2 of 144
+    for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
+                   dict(m=10240, n=888, k=448),  # short K
+                   dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True),
+                   dict(m=10240, n=888, k=3696, b_kmajor=False), dict(m=8192, n=8192, k=8192)):
+        assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
+    assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
+    d = describe_gemm(10240, 888, 3696)
+    assert d.tile == (128, 224, 64) and d.config.tail_rows == 0
+
+
 @pytest.mark.parametrize("c_at, which", [(0x100000, "a"), (0x100000 + 64 * 64 * 2 - 16, "a"), (0x200800, "b")])
 def test_output_overlapping_an_input_is_refused(fake_launch, c_at, which) -> None:
     """C sharing bytes with A or B would be written while TMA loads of them are in flight."""

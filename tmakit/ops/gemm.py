@@ -141,16 +141,15 @@ _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _NMAJOR_NARROW = 640  # choose_tile: below this N with N-major B the cluster discount is judged per option
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
 _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
-# Narrow widths (default_config, narrow_width): a problem whose chosen tile is 192 or 256 wide takes N split into as
-# many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is at most _NARROW_MAX, K at
-# least _NARROW_MIN_K and the narrow tiles use at least _NARROW_MIN_FILL more of their columns. H100, 4ef69d7: over
-# 98 K-major problems of N <= 1024 (seeds 1-59) the 30 it changes ran 1.17x the default (min 0.96x); with 240-wide
-# tiles or K < 512 as well, 0.80x-0.95x losses. On 43 problems of seeds 60-99 it changed without the fill
-# condition, 1.125x (min 0.87x, the losses at N > 1000 where 224-wide tiles filled 2-3% more than 192-wide ones);
-# with it, 36 of them 1.18x (min 0.95x); docs/PERFORMANCE.md.
+# Narrow widths (default_config, narrow_width): a problem whose chosen tile is 192 or 256 wide takes N cut into as
+# many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is narrower than the chosen
+# one (no more tiles, each narrower), at most _NARROW_MAX, and K at least _NARROW_MIN_K. H100, 4ef69d7-a8dbce5,
+# against the chosen width in the same rounds: 24 of 98 K-major problems of N <= 1024 (seeds 1-59, where the rule
+# was found) 1.18x, min 1.01x; held out, 29 of seeds 60-99 1.19x, min 1.02x, and 24 of seeds 100-139 1.18x, min
+# 1.01x. Wider narrow tiles than the chosen 192 (fewer of them) and 240-wide ones or K < 512 lost up to 0.80x
+# (docs/PERFORMANCE.md).
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
-_NARROW_MIN_FILL = 0.05
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
@@ -328,9 +327,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
-    if narrow and bn in (192, 256) and n / (-(-n // narrow) * narrow) - n / (-(-n // bn) * bn) < _NARROW_MIN_FILL:
-        narrow = None  # the narrow tiles would use hardly more of their columns
-    if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
+    if (narrow and narrow < bn and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
             and bn in (192, 256) and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32
             and b_kmajor and not fp8 and not groups and choose_splits(m, n, k, bn, cl, sms) == 1):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
@@ -692,8 +689,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
-    ``block_n`` given may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: K-major
-    B, a 16-bit output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly.
+    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: K-major B, a
+    16-bit output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out,
+    one replaces a chosen 192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
 
     ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and

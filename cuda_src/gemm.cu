@@ -222,8 +222,10 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
-static_assert(!kNarrow || (kBKMajor && !kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0),
-              "a narrow BN: K-major B, 16-bit C, BM 128, no fp8, groups or split-K");
+static_assert(!kNarrow || (kBKMajor && !kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 &&
+                             TMAKIT_GEMM_STORE_ADD == 0),
+              "a narrow BN: K-major B, 16-bit C, BM 128, no fp8, groups, split-K or reduce-add (its part slab is "
+              "stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
 static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
@@ -717,6 +719,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #if !TMAKIT_USE_TMA
   using namespace tmakit;
   using namespace gemm;
+  // A narrow width compiles here too (one source for every build) but does not tile 8 warps of BN / 4 columns:
+  // tma only, the host refuses it here.
+  if constexpr (kBN != 128 && kBN != 192 && kBN != 256) TMAKIT_NOT_THIS_BUILD();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ CpAsyncRing ring;  // cp.async groups and block barriers: nothing to initialise
   uint8_t* smem = align_shared(smem_raw, 1024);

@@ -21,7 +21,7 @@ import pytest
 
 from tmakit.backend import Backend
 from tmakit.build import compile_cuda
-from tmakit.errors import InvalidArgumentError
+from tmakit.errors import InvalidArgumentError, UnsupportedDeviceError
 from tmakit.ops import describe_gemm, plan_gemm
 
 gemm_mod = importlib.import_module("tmakit.ops.gemm")
@@ -314,6 +314,13 @@ def test_narrow_width_arguments(fake_launch) -> None:
         describe_gemm(300, 296, 64, block_n=144, beta=1.0)  # what plan_gemm refuses
     with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* reduce=\"add\""):
         plan_gemm(a, b, c, block_n=144, reduce="add", backend="tma")
+    # left out, a reduce-add plan takes a usual width where a plain one would take a narrow one: it is accepted and
+    # reaches the tensor maps, which need a GPU here
+    a2, b2 = device_view(0x10000000, (8192, 4096), "float16"), device_view(0x20000000, (400, 4096), "float16")
+    c2 = device_view(0x30000000, (8192, 400), "float16")
+    assert describe_gemm(8192, 400, 4096, dtype="fp16").config.narrow
+    with pytest.raises(UnsupportedDeviceError):
+        plan_gemm(a2, b2, c2, reduce="add", backend="tma")
     d = describe_gemm(300, 296, 64, block_n=160, cluster=1)
     assert gemm_mod.persistent_grid(300, 296, d.config, 132) == (6, 1, 1)  # 3 tile rows x 2 columns of 160
 
@@ -333,6 +340,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
                    dict(m=10240, n=888, k=3696, b_kmajor=False), dict(m=8192, n=8192, k=8192)):
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
+    assert not default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True).narrow  # reduce="add"
+    assert gemm_mod.narrow_width(40) is None  # below 64
     d = describe_gemm(10240, 888, 3696)
     assert d.tile == (128, 224, 64) and d.config.tail_rows == 0
 
@@ -552,7 +561,34 @@ def test_narrow_widths_on_the_gpu(i) -> None:
                 m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=max(1, n), k=rng.randint(16, 3000),
                 out_f32=False, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[i % 2])
-    assert plan.config.narrow == (bn not in (128, 192)) and plan.config.block_n == bn
+    assert plan.config.narrow and plan.config.block_n == bn
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("shape, width", [((5658, 264, 512), (144, 2)), ((3493, 520, 512), (176, 2)),
+                                          ((4100, 784, 512), (208, 1)), ((5645, 424, 512), (224, 2))],
+                         ids=["144c2", "176c2", "208c1", "224c2"])
+def test_chosen_narrow_plans_on_the_gpu(shape, width) -> None:
+    """Plans whose default is a narrow width (the rule's widths and clusters; padded rows of C): 3 runs on poisoned
+    outputs; the same shapes with reduce="add" take a usual width (a narrow tile's part slab is stored, not added)
+    and add into C."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    m, n, k = shape
+    case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
+                pad=8, special=None)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed())
+    assert (plan.config.block_n, plan.config.cluster) == width and plan.config.narrow
+    g = torch.Generator(device="cuda").manual_seed(_seed())
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.randn(m, -(-n // 8) * 8, device="cuda", dtype=torch.bfloat16, generator=g)[:, :n]
+    want = c.float() + a.float() @ b.float().T
+    added = plan_gemm(a, b, c, reduce="add")
+    assert not added.config.narrow and added.config.store_add
+    added()
+    torch.cuda.synchronize()
+    assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
 
 
 def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:

@@ -216,7 +216,7 @@ def narrow_width(n: int) -> int | None:
     """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones,
     rounded up to 16; None where that is 128, 192 or 256 (the usual widths) or above _NARROW_MAX."""
     w = -(-(-(-n // -(-n // 256))) // 16) * 16
-    return w if w <= _NARROW_MAX and w not in (128, 192) else None
+    return w if 64 <= w <= _NARROW_MAX and w not in (128, 192) else None
 
 
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
@@ -308,7 +308,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None) -> GemmConfig:
+                   groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None,
+                   store_add: bool = False) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
     tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
@@ -327,7 +328,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
-    if (narrow and narrow < bn and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
+    if (narrow and narrow < bn and block_n is None and not store_add and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
             and bn in (192, 256) and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32
             and b_kmajor and not fp8 and not groups and choose_splits(m, n, k, bn, cl, sms) == 1):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
@@ -731,7 +732,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, beta=beta, block_m=block_m)
+                         splits=splits, beta=beta, block_m=block_m, store_add=reduce is not None)
     if reduce is not None:
         cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])

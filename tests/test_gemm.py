@@ -314,13 +314,15 @@ def test_narrow_width_arguments(fake_launch) -> None:
         describe_gemm(300, 296, 64, block_n=144, beta=1.0)  # what plan_gemm refuses
     with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* reduce=\"add\""):
         plan_gemm(a, b, c, block_n=144, reduce="add", backend="tma")
-    # left out, a reduce-add plan takes a usual width where a plain one would take a narrow one: it is accepted and
-    # reaches the tensor maps, which need a GPU here
+    # left out, a reduce-add plan takes a usual width where a plain one would take a narrow one: it is accepted
     a2, b2 = device_view(0x10000000, (8192, 4096), "float16"), device_view(0x20000000, (400, 4096), "float16")
     c2 = device_view(0x30000000, (8192, 400), "float16")
     assert describe_gemm(8192, 400, 4096, dtype="fp16").config.narrow
-    with pytest.raises(UnsupportedDeviceError):
-        plan_gemm(a2, b2, c2, reduce="add", backend="tma")
+    try:
+        added = plan_gemm(a2, b2, c2, reduce="add", backend="tma")
+    except UnsupportedDeviceError:  # no GPU to encode its tensor maps: the config was accepted before that
+        added = None
+    assert added is None or (not added.config.narrow and added.config.store_add)
     d = describe_gemm(300, 296, 64, block_n=160, cluster=1)
     assert gemm_mod.persistent_grid(300, 296, d.config, 132) == (6, 1, 1)  # 3 tile rows x 2 columns of 160
 

@@ -45,6 +45,16 @@ SHAPES = [
     ("decode 16x14336x4096", "tma", 16, 14336, 4096, "bfloat16", "n", {}),
     ("decode 64x8192x8192", "tma", 64, 8192, 8192, "float16", "k", {}),
     ("decode 128x8192x28672", "tma", 128, 8192, 28672, "bfloat16", "k", {}),
+    # skinny outputs whose chosen width is narrow (gemm.py's narrow_width), each beside the usual width it replaces
+    ("skinny 16096x776x2368", "tma", 16096, 776, 2368, "float16", "k", {}),
+    ("skinny 16096x776x2368 block_n=256", "tma", 16096, 776, 2368, "float16", "k",
+     {"block_n": 256, "cluster": 2, "splits": 1}),
+    ("skinny 3288x1040x1760", "tma", 3288, 1040, 1760, "bfloat16", "k", {}),
+    ("skinny 3288x1040x1760 block_n=256", "tma", 3288, 1040, 1760, "bfloat16", "k",
+     {"block_n": 256, "cluster": 2, "splits": 1}),
+    ("skinny 14368x272x1952", "tma", 14368, 272, 1952, "float16", "k", {}),
+    ("skinny 14368x272x1952 block_n=192", "tma", 14368, 272, 1952, "float16", "k",
+     {"block_n": 192, "cluster": 2, "splits": 1}),
 ]
 # --tune: the main shape with other plans
 TUNE = [

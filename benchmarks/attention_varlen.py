@@ -5,8 +5,10 @@ A problem: B sequences of uneven lengths (log-normal around a mean, at least 16 
 H heads (K/V with H or H / 4 heads), D 128, causal or not, bf16. Each row: medians of CUDA-event timings of
 back-to-back calls queued behind a GPU spin, the three interleaved round by round; TFLOP/s = 4 H D sum(Lq Lk)
 (causal: the sum of each row's visible keys) / time; "x loop": the loop of torch SDPA calls' time over ours;
-"x dense": our TFLOP/s over the dense kernel's on B sequences of the mean length (the same total tokens). Every
-output is checked against SDPA per sequence before it is timed (a wrong one fails the run).
+"x dense": our TFLOP/s over the dense kernel's on B sequences of the mean length (the same total tokens); "fill vs
+dense": the share of the (query, key) pairs the tiles compute that are in use, over the dense problem's (from the
+lengths alone: what "x dense" would be at equal speed per computed tile). Every output is checked against SDPA per
+sequence before it is timed (a wrong one fails the run).
 
 Beside the named problems, a sweep of --sweep random problems (default 24) from --seed: B log-uniform in [2, 64],
 mean length log-uniform in [128, 8192] (at most 64k tokens), H in {8, 16, 32}, grouped-query or not, causal or not.

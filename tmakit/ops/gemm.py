@@ -214,7 +214,7 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
 
 def narrow_width(n: int) -> int | None:
     """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones,
-    rounded up to 16; None where that is 128, 192 or 256 (the usual widths) or above _NARROW_MAX."""
+    rounded up to 16; None where that is 128, 192 or 256 (the usual widths), below 64 or above _NARROW_MAX."""
     w = -(-(-(-n // -(-n // 256))) // 16) * 16
     return w if 64 <= w <= _NARROW_MAX and w not in (128, 192) else None
 
@@ -314,7 +314,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
-    with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. BN 192 is a candidate on tma for a
+    with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
+    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, B K-major, the output 16-bit, beta 0, no
+    ``store_add`` (reduce-add), and the usual plan neither splits K nor takes a tail. BN 192 is a candidate on tma for a
     16-bit output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
     pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
@@ -328,9 +330,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
-    if (narrow and narrow < bn and block_n is None and not store_add and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
-            and bn in (192, 256) and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32
-            and b_kmajor and not fp8 and not groups and choose_splits(m, n, k, bn, cl, sms) == 1):
+    if (narrow and narrow < bn and bn in (192, 256) and block_n is None and block_m in (None, 128)
+            and splits in (None, 1) and backend is Backend.TMA and m and k and k >= _NARROW_MIN_K and sms
+            and beta == 0 and not out_f32 and b_kmajor and not fp8 and not groups and not store_add
+            and choose_splits(m, n, k, bn, cl, sms) == 1):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
         if not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):  # a tail plan stays the usual's
             bn, block_m = narrow, BLOCK_M

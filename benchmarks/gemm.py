@@ -55,6 +55,12 @@ SHAPES = [
     ("skinny 14368x272x1952", "tma", 14368, 272, 1952, "float16", "k", {}),
     ("skinny 14368x272x1952 block_n=192", "tma", 14368, 272, 1952, "float16", "k",
      {"block_n": 192, "cluster": 2, "splits": 1}),
+    ("skinny 10240x888x3696", "tma", 10240, 888, 3696, "bfloat16", "n", {}),
+    ("skinny 10240x888x3696 block_n=256", "tma", 10240, 888, 3696, "bfloat16", "n",
+     {"block_n": 256, "cluster": 2, "splits": 1}),
+    ("skinny 14256x328x4264", "tma", 14256, 328, 4264, "bfloat16", "n", {}),
+    ("skinny 14256x328x4264 block_n=128", "tma", 14256, 328, 4264, "bfloat16", "n",
+     {"block_n": 128, "cluster": 2, "splits": 1}),
 ]
 # --tune: the main shape with other plans
 TUNE = [

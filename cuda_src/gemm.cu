@@ -36,7 +36,7 @@
 //
 // Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
 // 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
-// N-major B stage is BN/64 slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
+// N-major B stage is ceil(BN/64) slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256; on tma
 // also a narrow width, any other multiple of 16 from 64 to 240: see kNarrow),
@@ -116,7 +116,10 @@ constexpr bool kBKMajor = TMAKIT_GEMM_B_KMAJOR != 0;
 constexpr bool kOutF32 = TMAKIT_GEMM_OUT_F32 != 0;
 constexpr uint32_t kRowBytes = 128;
 constexpr uint32_t kABytes = kBM * kRowBytes;  // one A stage
-constexpr uint32_t kBBytes = kBN * kRowBytes;  // one B stage
+// One B stage: BN rows of K (K-major), or BN's 64-column slabs of BK rows (N-major; a narrow BN's last slab is
+// loaded whole, its columns past the tile's unread).
+constexpr int kBSlabs = (kBN + 63) / 64;
+constexpr uint32_t kBBytes = kBKMajor ? kBN * kRowBytes : kBSlabs * kBK * kRowBytes;
 constexpr uint32_t kSABytes = kFp8 ? kBM * 4 : 0;  // fp8: the A tile's row scales of the k-block (fp32)
 constexpr uint32_t kLoadBytes = kABytes + kBBytes + kSABytes;  // a stage's TMA bytes (its expect_tx)
 constexpr uint32_t kStageBytes = (kLoadBytes + 1023) / 1024 * 1024;  // stages stay 1024-byte aligned (128B swizzle)
@@ -168,8 +171,9 @@ namespace gemm {
 // take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
 // A narrow tile: BN other than 128, 192 or 256, for outputs whose N those widths cover poorly (BN a multiple of 16
 // that fits N; cuBLAS's kernels tile such N likewise). Its last 64-column slab of a 16-bit output is part of one, so
-// that slab is stored from registers (a TMA store of the whole slab would write the next tile's columns). K-major B,
-// 16-bit C, beta 0, BM 128, no split-K, fp8 or groups (ops/gemm.py plans it so).
+// that slab is stored from registers (a TMA store of the whole slab would write the next tile's columns). Either B
+// major (N-major: its last 64-column slab loaded whole), 16-bit C, beta 0, BM 128, no split-K, fp8 or groups
+// (ops/gemm.py plans it so).
 constexpr bool kNarrow = kBN != 128 && kBN != 192 && kBN != 256;
 constexpr bool kSplitN = kBM == 64;
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
@@ -222,13 +226,12 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
-static_assert(!kNarrow || (kBKMajor && !kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 &&
+static_assert(!kNarrow || (!kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 &&
                              TMAKIT_GEMM_STORE_ADD == 0),
-              "a narrow BN: K-major B, 16-bit C, BM 128, no fp8, groups, split-K or reduce-add (its part slab is "
+              "a narrow BN: 16-bit C, BM 128, no fp8, groups, split-K or reduce-add (its part slab is "
               "stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
-static_assert(kBKMajor || (kBN / 64) % kCluster == 0, "N-major B: each CTA of a cluster loads whole 64-column slabs");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
               "fp8: B K-major, BN 128 (one B scale a tile and k-block), no groups, bf16 out");
@@ -380,10 +383,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
             else cp_async_bulk_tensor_g2s<kBRank>(dst, &map_b, at, full);
           } else {
-            constexpr int slabs = kBN / 64 / kCluster;
+            // each CTA of a cluster its run of whole 64-column slabs, the last CTA's shorter where they do not
+            // divide (BN 192 or a narrow BN in a pair); slab numbers fixed at compile time (the destinations'
+            // alignment, to ptxas and the lint)
+            constexpr int slabs = (kBSlabs + kCluster - 1) / kCluster;
 #pragma unroll
-            for (int j = 0; j < slabs; ++j) {
-              const int slab = rank * slabs + j;
+            for (int slab = 0; slab < kBSlabs; ++slab) {
+              if (kCluster > 1 && slab / slabs != static_cast<int>(rank)) continue;
               uint8_t* dst = b_st + slab * kBK * kRowBytes;
               const Coords at{{n0 + slab * 64, k0, group, 0, 0}};
               if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);

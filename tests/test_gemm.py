@@ -92,8 +92,8 @@ def _configs():
     """Every configuration plan_gemm can compile for the tma kernel."""
     for bf16, kmajor, out_f32, block_n, cluster, block_m in itertools.product(
             (True, False), (True, False), (False, True), (128, 192, 256), (1, 2), (128, 64)):
-        if block_n == 192 and ((cluster == 2 and not kmajor) or block_m == 64):
-            continue  # refused: the cluster's two CTAs would split B's three 64-column slabs; BM 64 halves BN
+        if block_n == 192 and block_m == 64:
+            continue  # refused: BM 64 halves BN
         yield default_config(Backend.TMA, bf16=bf16, b_kmajor=kmajor, out_f32=out_f32, block_n=block_n, cluster=cluster,
                              block_m=block_m)
 
@@ -186,8 +186,8 @@ def test_cluster_on_cp_async_refused() -> None:
     assert default_config(Backend.TMA, block_n=192).odd_slabs  # gemm.cu's kOddSlabs: three 16-bit slabs
     assert not default_config(Backend.TMA, block_n=192, out_f32=True).odd_slabs
     assert not default_config(Backend.TMA, block_n=192, splits=2).odd_slabs  # fp32 partials
-    with pytest.raises(InvalidArgumentError, match=r"block_n=192: with cluster=2 and b_major='n'.*cluster=1"):
-        check_config(default_config(Backend.TMA, block_n=192, cluster=2, b_kmajor=False), 232448)
+    # N-major B in a cluster: B's three 64-column slabs split two and one between the CTAs
+    check_config(default_config(Backend.TMA, block_n=192, cluster=2, b_kmajor=False), 232448)
 
 
 def _fake(shape, typestr="<f2", strides=None, ptr=0):
@@ -287,18 +287,20 @@ def test_block_m_64_arguments(fake_launch) -> None:
 
 
 def test_narrow_width_arguments(fake_launch) -> None:
-    """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, K-major B, a 16-bit output, beta 0,
-    BM 128, no split-K or reduce-add; anything else is refused naming the rule. Its B box is a CTA's share of BN rows
-    and its stage holds BN rows of B."""
+    """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, either B major, a 16-bit output, beta
+    0, BM 128, no split-K or reduce-add; anything else is refused naming the rule. K-major, its B box is a CTA's share
+    of BN rows and its stage holds BN rows of B; N-major, the stage holds BN's 64-column slabs, the last one whole."""
     cfg = default_config(Backend.TMA, block_n=144, cluster=2)
     assert cfg.narrow and cfg.splits == 1 and cfg.defines["TMAKIT_GEMM_BN"] == 144
     assert cfg.stage_bytes == (128 + 144) * 128 and not default_config(Backend.TMA, block_n=192).narrow
     d = describe_gemm(4000, 296, 2048, block_n=144, cluster=2)
     assert d.tile == (128, 144, 64) and d.maps[1].box == (64, 72) and d.config.splits == 1  # (K, a CTA's rows)
     assert describe_gemm(4000, 296, 2048, block_n=80, cluster=1).expect_tx == (128 + 80) * 128
+    nmajor = describe_gemm(4000, 296, 2048, block_n=176, cluster=2, b_major="n")
+    assert nmajor.maps[1].box == (64, 64) and nmajor.expect_tx == (128 + 192) * 128  # three whole slabs of 64 x 64
+    assert nmajor.config.stage_bytes == (128 + 192) * 128 and nmajor.config.narrow
     for bad, match in ((dict(block_n=72), r"block_n=72: must be 128 or 256, or on tma 192 or a multiple of 16"),
                        (dict(block_n=272), r"block_n=272: must be"), (dict(block_n=48), r"block_n=48: must be"),
-                       (dict(block_n=144, b_kmajor=False), r"block_n=144: a narrow width .* b_major='n'"),
                        (dict(block_n=144, out_f32=True), r"block_n=144: a narrow width .* an fp32 output"),
                        (dict(block_n=144, block_m=64), r"block_n=144: a narrow width .* block_m=64"),
                        (dict(block_n=144, splits=2), r"block_n=144: a narrow width .* split-K \(splits=2\)")):
@@ -329,7 +331,8 @@ def test_narrow_width_arguments(fake_launch) -> None:
 
 def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
-    that is narrower, at most 224, with K >= 512, K-major B, a 16-bit output, beta 0 and no split-K or tail;
+    that is narrower, at most 224, with K >= 512, a 16-bit output, beta 0 and no split-K or tail; with N-major B a
+    chosen 128-wide tile in a cluster does too where the narrow width takes fewer turns and K >= 1536;
     describe_gemm says the same."""
     assert gemm_mod.narrow_width(888) == 224 and gemm_mod.narrow_width(272) == 144
     assert gemm_mod.narrow_width(456) is None and gemm_mod.narrow_width(370) is None  # 240; 192 (a usual width)
@@ -339,9 +342,15 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True),
-                   dict(m=10240, n=888, k=3696, b_kmajor=False), dict(m=8192, n=8192, k=8192)):
+                   dict(m=8192, n=8192, k=8192),
+                   dict(m=12608, n=280, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
+                   dict(m=4864, n=312, k=10000, b_kmajor=False)):  # one turn either way
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
+    nmajor = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, b_kmajor=False)
+    assert (nmajor.block_n, nmajor.cluster, nmajor.narrow) == (224, 2, True)  # as K-major
+    nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)  # 3 turns of 128 -> 2
+    assert (nmajor.block_n, nmajor.cluster, nmajor.block_m, nmajor.narrow) == (176, 2, 128, True)
     assert not default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True).narrow  # reduce="add"
     assert gemm_mod.narrow_width(40) is None  # below 64
     d = describe_gemm(10240, 888, 3696)
@@ -549,17 +558,19 @@ def test_block_m_64_on_the_gpu(i) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", range(22))
 def test_narrow_widths_on_the_gpu(i) -> None:
-    """Narrow BN (64-240, multiples of 16 besides 128 and 192) at seeded random shapes: both dtypes, clusters of 1
-    and 2, M of 1-3000 (tiles past M), N below, at and past one or several tiles (the last tile's part slab clipped at
-    N, or past it), N off 8 with padded rows, alpha 1 or -2; 3 runs on poisoned outputs, nothing written past N."""
+    """Narrow BN (64-240, multiples of 16 besides 128 and 192) at seeded random shapes: both dtypes, either B major
+    (N-major: the last 64-column slab of B loaded whole, split unevenly in a cluster where the slabs are odd),
+    clusters of 1 and 2, M of 1-3000 (tiles past M), N below, at and past one or several tiles (the last tile's part
+    slab clipped at N, or past it), N off 8 with padded rows, alpha 1 or -2; 3 runs on poisoned outputs, nothing
+    written past N."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(3000 + i)
-    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80)[i]
+    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80, 176, 144, 80, 208, 240, 112, 160, 224, 96, 176)[i]
     n = rng.choice((bn - 8, bn + 8, 2 * bn - 24, rng.randint(1, 4 * bn), rng.randint(1, 2000)))
-    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=True,
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i < 12,
                 m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=max(1, n), k=rng.randint(16, 3000),
                 out_f32=False, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[i % 2])
@@ -567,26 +578,31 @@ def test_narrow_widths_on_the_gpu(i) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("shape, width", [((5658, 264, 512), (144, 2)), ((3493, 520, 512), (176, 2)),
-                                          ((4100, 784, 512), (208, 1)), ((5645, 424, 512), (224, 2))],
-                         ids=["144c2", "176c2", "208c1", "224c2"])
-def test_chosen_narrow_plans_on_the_gpu(shape, width) -> None:
-    """Plans whose default is a narrow width (the rule's widths and clusters; padded rows of C): 3 runs on poisoned
-    outputs; the same shapes with reduce="add" take a usual width (a narrow tile's part slab is stored, not added)
-    and add into C."""
+@pytest.mark.parametrize("shape, width, kmajor", [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
+                                                  ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
+                                                  ((3493, 520, 512), (176, 2), False),
+                                                  ((11717, 264, 1536), (144, 2), False)],
+                         ids=["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2_from128"])
+def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
+    """Plans whose default is a narrow width (the rule's widths and clusters, either B major, N-major also in place
+    of a 128-wide tile; padded rows of C): 3 runs on poisoned outputs; the same shapes with reduce="add" take a usual
+    width (a narrow tile's part slab is stored, not added) and add into C."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     m, n, k = shape
-    case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
+    case = dict(backend="tma", dtype="bfloat16", kmajor=kmajor, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
                 pad=8, special=None)
     plan = _check_gemm(torch, case, runs=3, seed=_seed())
     assert (plan.config.block_n, plan.config.cluster) == width and plan.config.narrow
     g = torch.Generator(device="cuda").manual_seed(_seed())
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    if kmajor:
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    else:  # (K, N) with its rows padded to 16 bytes
+        b = torch.randn(k, -(-n // 8) * 8, device="cuda", dtype=torch.bfloat16, generator=g)[:, :n]
     c = torch.randn(m, -(-n // 8) * 8, device="cuda", dtype=torch.bfloat16, generator=g)[:, :n]
-    want = c.float() + a.float() @ b.float().T
-    added = plan_gemm(a, b, c, reduce="add")
+    want = c.float() + a.float() @ (b.float().T if kmajor else b.float())
+    added = plan_gemm(a, b, c, reduce="add", b_major="k" if kmajor else "n")
     assert not added.config.narrow and added.config.store_add
     added()
     torch.cuda.synchronize()

@@ -99,14 +99,16 @@ def test_every_build_of_a_kernel_compiles_under_nvcc(kernel, defines, arch, tmp_
 
 @requires_nvcc
 @pytest.mark.parametrize("arch", sorted(GENCODE))
-def test_gemm_with_64_row_tiles_compiles_under_nvcc(arch, tmp_path):
-    """BM 64 needs its own stage descriptors (both warpgroups on the same rows), whose lists nvcc's -D would split
-    at the commas: a translation unit defines them and includes the kernel."""
+@pytest.mark.parametrize("options", [dict(block_m=64, block_n=256), dict(block_n=176, cluster=2, b_kmajor=False)],
+                         ids=["bm64", "narrow_nmajor_cluster"])
+def test_gemm_builds_with_their_own_descriptors_compile_under_nvcc(options, arch, tmp_path):
+    """BM 64 (both warpgroups on the same rows) and N-major B need their own stage descriptors, whose lists nvcc's -D
+    would split at the commas: a translation unit defines them and includes the kernel."""
     from tmakit.backend import Backend
     from tmakit.ops.gemm import default_config
 
-    cfg = default_config(Backend.TMA, block_m=64, block_n=256)
-    source = tmp_path / "gemm_bm64.cu"
+    cfg = default_config(Backend.TMA, **options)
+    source = tmp_path / "gemm_descriptors.cu"
     source.write_text("".join(f"#define {k} {v}\n" for k, v in cfg.defines.items()) + '#include "gemm.cu"\n')
     log = _nvcc(source, arch, tmp_path)
     assert "warning" not in log, log

@@ -64,9 +64,15 @@ class GemmConfig:
         return 384 if self.backend is Backend.TMA else 256
 
     @property
+    def b_rows(self) -> int:
+        """128-byte rows of B in one stage: BN K-major, or BN's 64-column N-major slabs of 64 rows each (a narrow
+        width's last slab loaded whole: gemm.cu's kBBytes)."""
+        return self.block_n if self.b_kmajor else -(-self.block_n // 64) * 64
+
+    @property
     def stage_bytes(self) -> int:
         # 128-byte rows of A and B (+ fp8's row scales)
-        load = (self.block_m + self.block_n) * 128 + (self.block_m * 4 if self.fp8 else 0)
+        load = (self.block_m + self.b_rows) * 128 + (self.block_m * 4 if self.fp8 else 0)
         return -(-load // 1024) * 1024
 
     @property
@@ -82,8 +88,8 @@ class GemmConfig:
     @property
     def narrow(self) -> bool:
         """BN a multiple of 16 from 64 to 240 other than 128 and 192 (tma): a width that fits an N the usual
-        widths cover poorly; gemm.cu's kNarrow (K-major B, 16-bit C, beta 0, BM 128, no split-K, groups, fp8 or
-        reduce-add: check_config)."""
+        widths cover poorly; gemm.cu's kNarrow (either B major, 16-bit C, beta 0, BM 128, no split-K, groups, fp8
+        or reduce-add: check_config)."""
         return self.block_n not in (128, 192, 256)
 
     @property
@@ -147,9 +153,14 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # against the chosen width in the same rounds: 24 of 98 K-major problems of N <= 1024 (seeds 1-59, where the rule
 # was found) 1.18x, min 1.01x; held out, 29 of seeds 60-99 1.19x, min 1.02x, and 24 of seeds 100-139 1.18x, min
 # 1.01x. Wider narrow tiles than the chosen 192 (fewer of them) and 240-wide ones or K < 512 lost up to 0.80x
-# (docs/PERFORMANCE.md).
+# (docs/PERFORMANCE.md). N-major B likewise (its last 64-column slab of B loaded whole), and also where the chosen
+# tile is 128 wide in a cluster, the narrow width saves a turn and K is at least _NARROW_NMAJOR_MIN_K: H100,
+# against the usual plan, seeds 1-59 (where it was found) 44 problems of a chosen 256 1.15x, min 1.00x, and 14 of a
+# chosen 128 1.25x, min 0.98x; held out, seeds 60-99 28 1.16x, min 0.98x, and 10 1.18x, min 1.02x. A chosen 128 of
+# equal turns or shorter K lost to 0.73x; lone CTAs and 64-row tiles lost to 0.39x (docs/PERFORMANCE.md).
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
+_NARROW_NMAJOR_MIN_K = 1536
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
@@ -315,8 +326,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
-    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, B K-major, the output 16-bit, beta 0, no
-    ``store_add`` (reduce-add), and the usual plan neither splits K nor takes a tail. BN 192 is a candidate on tma for a
+    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, the output 16-bit, beta 0, no ``store_add``
+    (reduce-add), and the usual plan neither splits K nor takes a tail; with N-major B, so does a chosen 128-wide
+    tile in a cluster where the narrow width takes fewer turns and K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a
     16-bit output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
     pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
@@ -330,10 +342,12 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
-    if (narrow and narrow < bn and bn in (192, 256) and block_n is None and block_m in (None, 128)
-            and splits in (None, 1) and backend is Backend.TMA and m and k and k >= _NARROW_MIN_K and sms
-            and beta == 0 and not out_f32 and b_kmajor and not fp8 and not groups and not store_add
-            and choose_splits(m, n, k, bn, cl, sms) == 1):
+    if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
+            and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32 and not fp8 and not groups
+            and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
+            and ((bn in (192, 256) and narrow < bn)
+                 or (not b_kmajor and (bn, cl) == (128, 2) and k >= _NARROW_NMAJOR_MIN_K
+                     and tile_turns(m, n, narrow, 2, sms) < tile_turns(m, n, 128, 2, sms)))):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
         if not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):  # a tail plan stays the usual's
             bn, block_m = narrow, BLOCK_M
@@ -372,18 +386,13 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    "from 64 to 240 (the N of the m64nNk16 wgmma; the cp.async twin's 8 warps of 64 x "
                                    "N/4; fp8's one B scale a tile)", "use 256 (128 for small N)")
     if cfg.narrow:
-        for refused, why in ((not cfg.b_kmajor, "b_major='n' (B's 64-column slabs)"),
-                             (cfg.out_f32, "an fp32 output"), (cfg.block_m != 128, f"block_m={cfg.block_m}"),
+        for refused, why in ((cfg.out_f32, "an fp32 output"), (cfg.block_m != 128, f"block_m={cfg.block_m}"),
                              (cfg.splits != 1, f"split-K (splits={cfg.splits})"), (cfg.groups, "groups"),
                              (cfg.store_add, 'reduce="add"')):
             if refused:
                 raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
-                                           f"built with {why}: it takes K-major B, a 16-bit output, beta 0, 128-row "
-                                           "tiles and no split-K, groups or reduce-add", "use block_n=128 or 256")
-    if cfg.block_n == 192 and cfg.cluster == 2 and not cfg.b_kmajor:
-        raise InvalidArgumentError("block_n", 192, "with cluster=2 and b_major='n' must be 128 or 256 (each CTA of the "
-                                   "cluster loads whole 64-column slabs of B: 3 do not split in two)",
-                                   "use block_n=256 or cluster=1")
+                                           f"built with {why}: it takes a 16-bit output, beta 0, 128-row tiles "
+                                           " and no split-K, groups or reduce-add", "use block_n=128 or 256")
     if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
@@ -693,9 +702,10 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
-    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: K-major B, a
-    16-bit output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out,
-    one replaces a chosen 192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work).
+    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: a 16-bit
+    output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one
+    replaces a chosen 192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and with
+    N-major B a 128-wide one in a cluster where it takes fewer turns (``default_config``).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
 
     ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and

@@ -90,8 +90,9 @@ class GemmDescription(OpDescription):
 
     @property
     def expect_tx(self) -> int:
-        """Bytes each CTA's barrier expects per stage: its A box and the whole B tile (multicast or not)."""
-        return self.a_stage_bytes + self.config.block_n * _gemm.BLOCK_K * 2
+        """Bytes each CTA's barrier expects per stage: its A box and the whole B tile (multicast or not; N-major,
+        whole 64-column slabs)."""
+        return self.a_stage_bytes + self.config.b_rows * 128
 
 
 def _sm_count(arch: Arch) -> int | None:

@@ -170,10 +170,10 @@ namespace gemm {
 // BM 128: each consumer warpgroup computes 64 rows of the whole BN. BM 64 (few-tile problems: twice the tiles): both
 // take the same 64 rows, each its half of BN (a wgmma of N = BN / 2).
 // A narrow tile: BN other than 128, 192 or 256, for outputs whose N those widths cover poorly (BN a multiple of 16
-// that fits N; cuBLAS's kernels tile such N likewise). Its last 64-column slab of a 16-bit output is part of one, so
-// that slab is stored from registers (a TMA store of the whole slab would write the next tile's columns). Either B
-// major (N-major: its last 64-column slab loaded whole), 16-bit C, beta 0, BM 128, no split-K, fp8 or groups
-// (ops/gemm.py plans it so).
+// that fits N; cuBLAS's kernels tile such N likewise). Its last slab (64 columns of a 16-bit output, 32 of fp32) may
+// be part of one: that slab is stored from registers (a TMA store of the whole slab would write the next tile's
+// columns). Either B major (N-major: its last 64-column slab loaded whole), beta 0, BM 128, no split-K, fp8 or
+// groups (ops/gemm.py plans it so).
 constexpr bool kNarrow = kBN != 128 && kBN != 192 && kBN != 256;
 constexpr bool kSplitN = kBM == 64;
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
@@ -220,16 +220,14 @@ constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 sla
 // output at BN 192 has 3, and one at BM 64 and BN 128 has 1, so those builds run with beta = 0 only (the host refuses
 // other betas; the kernel traps).
 constexpr bool kOddSlabs = kSlabs % 2 != 0;
-static_assert(!kOddSlabs || (kWgN % 128 != 0 && !kOutF32), "an even number of slabs a tile, but with 16 bits at BN 192 "
-              "or a consumer's 64 columns, or a narrow BN");
+static_assert(!kOddSlabs || kNarrow || (kWgN % 128 != 0 && !kOutF32), "an even number of slabs a tile, but with 16 "
+              "bits at BN 192 or a consumer's 64 columns, or a narrow BN");
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
-static_assert(!kNarrow || (!kOutF32 && kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 &&
-                             TMAKIT_GEMM_STORE_ADD == 0),
-              "a narrow BN: 16-bit C, BM 128, no fp8, groups, split-K or reduce-add (its part slab is "
-              "stored, not added)");
+static_assert(!kNarrow || (kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 && TMAKIT_GEMM_STORE_ADD == 0),
+              "a narrow BN: BM 128, no fp8, groups, split-K or reduce-add (its part slab is stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
 static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
@@ -653,8 +651,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               if (gm < m_end && gn < N) {
                 const long long at = static_cast<long long>(gm) * ldc + gn;
                 const float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
-                if (gn + 1 < N) *reinterpret_cast<uint32_t*>(static_cast<half_bits*>(c_ptr) + at) = pack_out2(v0, v1);
-                else store_c(c_ptr, at, v0);
+                if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
+                  if constexpr (kOutF32) *reinterpret_cast<float2*>(static_cast<float*>(c_ptr) + at) = make_float2(v0, v1);
+                  else *reinterpret_cast<uint32_t*>(static_cast<half_bits*>(c_ptr) + at) = pack_out2(v0, v1);
+                } else {
+                  store_c(c_ptr, at, v0);
+                }
               }
             }
           }

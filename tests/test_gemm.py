@@ -301,7 +301,6 @@ def test_narrow_width_arguments(fake_launch) -> None:
     assert nmajor.config.stage_bytes == (128 + 192) * 128 and nmajor.config.narrow
     for bad, match in ((dict(block_n=72), r"block_n=72: must be 128 or 256, or on tma 192 or a multiple of 16"),
                        (dict(block_n=272), r"block_n=272: must be"), (dict(block_n=48), r"block_n=48: must be"),
-                       (dict(block_n=144, out_f32=True), r"block_n=144: a narrow width .* an fp32 output"),
                        (dict(block_n=144, block_m=64), r"block_n=144: a narrow width .* block_m=64"),
                        (dict(block_n=144, splits=2), r"block_n=144: a narrow width .* split-K \(splits=2\)")):
         with pytest.raises(InvalidArgumentError, match=match):
@@ -331,7 +330,7 @@ def test_narrow_width_arguments(fake_launch) -> None:
 
 def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
-    that is narrower, at most 224, with K >= 512, a 16-bit output, beta 0 and no split-K or tail; with N-major B a
+    that is narrower, at most 224, with K >= 512, beta 0 (either output type) and no split-K or tail; with N-major B a
     chosen 128-wide tile in a cluster does too where the narrow width takes fewer turns and K >= 1536;
     describe_gemm says the same."""
     assert gemm_mod.narrow_width(888) == 224 and gemm_mod.narrow_width(272) == 144
@@ -341,12 +340,14 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     assert default_config(Backend.TMA, m=14368, n=272, k=1952, sms=132).block_n == 144  # 2 of 192 -> 2 of 144
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
-                   dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True),
+                   dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
                    dict(m=8192, n=8192, k=8192),
                    dict(m=12608, n=280, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
                    dict(m=4864, n=312, k=10000, b_kmajor=False)):  # one turn either way
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
+    f32 = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, out_f32=True)  # an fp32 output, beta 0
+    assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, False)
     nmajor = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.narrow) == (224, 2, True)  # as K-major
     nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)  # 3 turns of 128 -> 2
@@ -558,22 +559,24 @@ def test_block_m_64_on_the_gpu(i) -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("i", range(22))
+@pytest.mark.parametrize("i", range(30))
 def test_narrow_widths_on_the_gpu(i) -> None:
     """Narrow BN (64-240, multiples of 16 besides 128 and 192) at seeded random shapes: both dtypes, either B major
-    (N-major: the last 64-column slab of B loaded whole, split unevenly in a cluster where the slabs are odd),
+    (N-major: the last 64-column slab of B loaded whole, split unevenly in a cluster where the slabs are odd), a
+    16-bit or an fp32 output (32-column slabs: a part one where BN is an odd multiple of 16),
     clusters of 1 and 2, M of 1-3000 (tiles past M), N below, at and past one or several tiles (the last tile's part
     slab clipped at N, or past it), N off 8 with padded rows, alpha 1 or -2; 3 runs on poisoned outputs, nothing
     written past N."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(3000 + i)
-    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80, 176, 144, 80, 208, 240, 112, 160, 224, 96, 176)[i]
+    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80, 176, 144, 80, 208, 240, 112, 160, 224, 96, 176,
+          144, 160, 80, 240, 208, 112, 176, 224)[i]
     n = rng.choice((bn - 8, bn + 8, 2 * bn - 24, rng.randint(1, 4 * bn), rng.randint(1, 2000)))
-    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i < 12,
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i < 12 or (i >= 22 and i % 2 == 0),
                 m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=max(1, n), k=rng.randint(16, 3000),
-                out_f32=False, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
-    plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[i % 2])
+                out_f32=i >= 22, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[(i // 2) % 2 if i >= 22 else i % 2])
     assert plan.config.narrow and plan.config.block_n == bn
 
 

@@ -102,17 +102,19 @@ def test_gemm_with_64_row_tiles_lints_without_errors_or_warnings():
     assert len(ring) <= 4, str(report)  # the four C slab barriers at most
 
 
-@pytest.mark.parametrize("block_n, cluster, kmajor", [(144, 2, True), (80, 1, True), (176, 2, False), (144, 1, False),
-                                                      (192, 2, False)])
-def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor):
+@pytest.mark.parametrize("block_n, cluster, kmajor, out_f32", [(144, 2, True, False), (80, 1, True, False),
+                                                               (176, 2, False, False), (144, 1, False, False),
+                                                               (192, 2, False, False), (144, 2, True, True)])
+def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor, out_f32):
     """A narrow width (its last slab part of one, stored from registers), lone or in a cluster, either B major
-    (N-major: whole 64-column slabs of B, split unevenly between a cluster's CTAs where they are odd, as at BN 192):
-    no finding beyond the notes of the C slab loads' barriers (beta != 0 paths the host never runs on it)."""
+    (N-major: whole 64-column slabs of B, split unevenly between a cluster's CTAs where they are odd, as at BN 192),
+    a 16-bit or an fp32 output: no finding beyond the notes of the C slab loads' barriers (beta != 0 paths the host never runs on it)."""
     gemm, view = importlib.import_module("tmakit.ops.gemm"), _bf16_view
-    cfg = gemm.default_config(Backend.TMA, block_n=block_n, cluster=cluster, b_kmajor=kmajor)
+    cfg = gemm.default_config(Backend.TMA, block_n=block_n, cluster=cluster, b_kmajor=kmajor, out_f32=out_f32)
     assert cfg.narrow == (block_n != 192)
     b = view((296, 2048)) if kmajor else view((2048, 296))
-    ta, tb, tc = gemm.gemm_tensor_maps(view((4000, 2048)), b, view((4000, 296)), cfg, encode=False)
+    c = as_array_view(FakeTorchTensor((4000, 296), dtype="float32", itemsize=4), "c") if out_f32 else view((4000, 296))
+    ta, tb, tc = gemm.gemm_tensor_maps(view((4000, 2048)), b, c, cfg, encode=False)
     report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": tb, "map_c": tc},
                   cluster=(cfg.cluster, 1, 1), defines={**Backend.TMA.defines, **cfg.defines})
     assert not report.errors and not report.rules("warning"), str(report)

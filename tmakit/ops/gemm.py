@@ -88,8 +88,8 @@ class GemmConfig:
     @property
     def narrow(self) -> bool:
         """BN a multiple of 16 from 64 to 240 other than 128 and 192 (tma): a width that fits an N the usual
-        widths cover poorly; gemm.cu's kNarrow (either B major, 16-bit C, beta 0, BM 128, no split-K, groups, fp8
-        or reduce-add: check_config)."""
+        widths cover poorly; gemm.cu's kNarrow (either B major and output type, beta 0, BM 128, no split-K,
+        groups, fp8 or reduce-add: check_config)."""
         return self.block_n not in (128, 192, 256)
 
     @property
@@ -157,7 +157,9 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # tile is 128 wide in a cluster, the narrow width saves a turn and K is at least _NARROW_NMAJOR_MIN_K: H100,
 # against the usual plan, seeds 1-59 (where it was found) 44 problems of a chosen 256 1.15x, min 1.00x, and 14 of a
 # chosen 128 1.25x, min 0.98x; held out, seeds 60-99 28 1.16x, min 0.98x, and 10 1.18x, min 1.02x. A chosen 128 of
-# equal turns or shorter K lost to 0.73x; lone CTAs and 64-row tiles lost to 0.39x (docs/PERFORMANCE.md).
+# equal turns or shorter K lost to 0.73x; lone CTAs and 64-row tiles lost to 0.39x (docs/PERFORMANCE.md). An fp32
+# output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
+# seeds 60-99 67 1.20x, min 1.00x.
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
 _NARROW_NMAJOR_MIN_K = 1536
@@ -326,10 +328,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
-    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, the output 16-bit, beta 0, no ``store_add``
-    (reduce-add), and the usual plan neither splits K nor takes a tail; with N-major B, so does a chosen 128-wide
-    tile in a cluster where the narrow width takes fewer turns and K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a
-    16-bit output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
+    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, beta 0, no ``store_add`` (reduce-add), and the
+    usual plan neither splits K nor takes a tail; with N-major B, so does a chosen 128-wide tile in a cluster where
+    the narrow width takes fewer turns and K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a 16-bit
+    output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
     pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
@@ -343,7 +345,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
     if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
-            and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not out_f32 and not fp8 and not groups
+            and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8 and not groups
             and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
             and ((bn in (192, 256) and narrow < bn)
                  or (not b_kmajor and (bn, cl) == (128, 2) and k >= _NARROW_NMAJOR_MIN_K
@@ -386,13 +388,13 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    "from 64 to 240 (the N of the m64nNk16 wgmma; the cp.async twin's 8 warps of 64 x "
                                    "N/4; fp8's one B scale a tile)", "use 256 (128 for small N)")
     if cfg.narrow:
-        for refused, why in ((cfg.out_f32, "an fp32 output"), (cfg.block_m != 128, f"block_m={cfg.block_m}"),
+        for refused, why in ((cfg.block_m != 128, f"block_m={cfg.block_m}"),
                              (cfg.splits != 1, f"split-K (splits={cfg.splits})"), (cfg.groups, "groups"),
                              (cfg.store_add, 'reduce="add"')):
             if refused:
                 raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
-                                           f"built with {why}: it takes a 16-bit output, beta 0, 128-row tiles "
-                                           " and no split-K, groups or reduce-add", "use block_n=128 or 256")
+                                           f"built with {why}: it takes beta 0, 128-row tiles and no split-K, "
+                                           "groups or reduce-add", "use block_n=128 or 256")
     if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
@@ -702,8 +704,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
-    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: a 16-bit
-    output, beta 0, 128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one
+    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: beta 0,
+    128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one
     replaces a chosen 192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and with
     N-major B a 128-wide one in a cluster where it takes fewer turns (``default_config``).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).

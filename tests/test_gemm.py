@@ -331,7 +331,7 @@ def test_narrow_width_arguments(fake_launch) -> None:
 def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
     that is narrower, at most 224, with K >= 512, beta 0 (either output type) and no split-K or tail; with N-major B a
-    chosen 128-wide tile in a cluster does too where the narrow width takes fewer turns and K >= 1536;
+    chosen 128-wide tile in a cluster does too where the narrow width's turns cost less and K >= 1536;
     describe_gemm says the same."""
     assert gemm_mod.narrow_width(888) == 224 and gemm_mod.narrow_width(272) == 144
     assert gemm_mod.narrow_width(456) is None and gemm_mod.narrow_width(370) is None  # 240; 192 (a usual width)
@@ -343,7 +343,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
                    dict(m=8192, n=8192, k=8192),
                    dict(m=12608, n=280, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
-                   dict(m=4864, n=312, k=10000, b_kmajor=False)):  # one turn either way
+                   dict(m=4864, n=312, k=10000, b_kmajor=False),  # one turn either way
+                   dict(m=11600, n=640, k=7232, b_kmajor=False)):  # 4 turns of 128 -> 3 of 224: dearer (2.4 < 2.64)
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
     f32 = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, out_f32=True)  # an fp32 output, beta 0
@@ -354,6 +355,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     assert (nmajor.block_n, nmajor.cluster, nmajor.block_m, nmajor.narrow) == (176, 2, 128, True)
     assert not default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True).narrow  # reduce="add"
     assert gemm_mod.narrow_width(40) is None  # below 64
+    assert gemm_mod.tile_cost(256) == 1.0 and abs(gemm_mod.tile_cost(224) - 0.88) < 1e-9  # between 192 and 256
+    assert abs(gemm_mod.tile_cost(160) - 0.68) < 1e-9 and gemm_mod.tile_cost(80) == 0.6  # below 128: as 128
     d = describe_gemm(10240, 888, 3696)
     assert d.tile == (128, 224, 64) and d.config.tail_rows == 0
 

@@ -287,7 +287,7 @@ def test_block_m_64_arguments(fake_launch) -> None:
 
 
 def test_narrow_width_arguments(fake_launch) -> None:
-    """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, either B major, a 16-bit output, beta
+    """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, either B major and output type, beta
     0, BM 128, no split-K or reduce-add; anything else is refused naming the rule. K-major, its B box is a CTA's share
     of BN rows and its stage holds BN rows of B; N-major, the stage holds BN's 64-column slabs, the last one whole."""
     cfg = default_config(Backend.TMA, block_n=144, cluster=2)
@@ -348,11 +348,17 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
     f32 = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, out_f32=True)  # an fp32 output, beta 0
-    assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, False)
+    assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, True)  # seven 32-column slabs: beta 0 only
     nmajor = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.narrow) == (224, 2, True)  # as K-major
     nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)  # 3 turns of 128 -> 2
     assert (nmajor.block_n, nmajor.cluster, nmajor.block_m, nmajor.narrow) == (176, 2, 128, True)
+    for kwargs in (dict(store_add=True), dict(beta=0.5, out_f32=True), dict(shared_mem_limit=101376)):
+        # reduce-add, a C read, or a GPU of 99 KiB of shared memory a block (no 4 stages of a 176-wide tile)
+        assert not default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False, **kwargs).narrow
+    for n in range(144, 1200, 8):  # whatever the rule picks on a small GPU, check_config accepts
+        small = default_config(Backend.TMA, m=12769, n=n, k=3625, sms=84, b_kmajor=False, shared_mem_limit=101376)
+        check_config(small, 101376, 3625)
     assert not default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True).narrow  # reduce="add"
     assert gemm_mod.narrow_width(40) is None  # below 64
     assert gemm_mod.tile_cost(256) == 1.0 and abs(gemm_mod.tile_cost(224) - 0.88) < 1e-9  # between 192 and 256
@@ -573,7 +579,7 @@ def test_narrow_widths_on_the_gpu(i) -> None:
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(3000 + i)
-    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80, 176, 144, 80, 208, 240, 112, 160, 224, 96, 176,
+    bn = (64, 80, 96, 112, 144, 160, 176, 208, 224, 240, 144, 80, 176, 144, 80, 208, 240, 112, 160, 224, 96, 64,
           144, 160, 80, 240, 208, 112, 176, 224)[i]
     n = rng.choice((bn - 8, bn + 8, 2 * bn - 24, rng.randint(1, 4 * bn), rng.randint(1, 2000)))
     case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i < 12 or (i >= 22 and i % 2 == 0),

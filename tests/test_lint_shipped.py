@@ -104,7 +104,8 @@ def test_gemm_with_64_row_tiles_lints_without_errors_or_warnings():
 
 @pytest.mark.parametrize("block_n, cluster, kmajor, out_f32", [(144, 2, True, False), (80, 1, True, False),
                                                                (176, 2, False, False), (144, 1, False, False),
-                                                               (192, 2, False, False), (144, 2, True, True)])
+                                                               (192, 2, False, False), (144, 2, True, True),
+                                                               (80, 2, False, True)])
 def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor, out_f32):
     """A narrow width (its last slab part of one, stored from registers), lone or in a cluster, either B major
     (N-major: whole 64-column slabs of B, split unevenly between a cluster's CTAs where they are odd, as at BN 192),

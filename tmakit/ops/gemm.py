@@ -94,11 +94,13 @@ class GemmConfig:
 
     @property
     def odd_slabs(self) -> bool:
-        """An odd number of 16-bit slabs a consumer warpgroup's tile (BN 192: three; BM 64 and BN 128: one; no
-        fp32 output or partials): gemm.cu's kOddSlabs, which the C read-ahead cannot pair, so such a build runs
-        with beta 0 only."""
+        """An odd number of 128-byte slabs a consumer warpgroup's tile (16-bit: BN 192 three, BM 64 and BN 128 one;
+        fp32 outputs and partials: none of the usual widths; a narrow width's count, its part slab included):
+        gemm.cu's kOddSlabs, which the C read-ahead cannot pair, so such a build runs with beta 0 only (as every
+        narrow one does)."""
         wg_n = self.block_n // 2 if self.block_m == 64 else self.block_n
-        return wg_n % 128 != 0 and not (self.out_f32 or self.splits > 1)
+        slab_cols = 32 if self.out_f32 or self.splits > 1 else 64  # 128 bytes of the output (or fp32 partials)
+        return -(-wg_n // slab_cols) % 2 != 0
 
     @property
     def defines(self) -> dict[str, int | str]:
@@ -202,7 +204,9 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
             and tile_turns(m, n, 128, 1, sms) == 1):
         return 128, 1
 
-    def allowed(bn: int, cl: int) -> bool:  # BN 192 with N-major B: asked for only, and no cluster unless asked
+    # BN 192 with N-major B: asked for only, and no cluster unless asked (its clusters, which the kernel runs since
+    # 3944819, are not measured)
+    def allowed(bn: int, cl: int) -> bool:
         return bn != 192 or b_kmajor or (block_n == 192 and (cl == 1 or cluster == 2))
     clusters = (cluster,) if cluster else (2, 1) if m > BLOCK_M else (1,)  # one tile row: nobody to share B with
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters if allowed(bn, cl)]
@@ -229,10 +233,10 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
 
 def tile_cost(block_n: int) -> float:
     """A turn of one BN-wide tile relative to a 256-wide one (_TILE_COST; a narrow width's interpolated between the
-    usual widths around it, one below 128 as a 128-wide one's)."""
+    usual widths around it; outside 128-256, the nearest one's)."""
     widths = sorted(_TILE_COST)
-    if block_n <= widths[0] or block_n in _TILE_COST:  # below 128 not measured: taken as 128's
-        return _TILE_COST[max(block_n, widths[0])]
+    if block_n in _TILE_COST or not widths[0] < block_n < widths[-1]:  # outside 128-256 (not measured): the nearest
+        return _TILE_COST[min(max(block_n, widths[0]), widths[-1])]
     hi = min(w for w in widths if w > block_n)
     lo = max(w for w in widths if w < block_n)
     return _TILE_COST[lo] + (_TILE_COST[hi] - _TILE_COST[lo]) * (block_n - lo) / (hi - lo)
@@ -342,10 +346,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
     to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, beta 0, no ``store_add`` (reduce-add), and the
-    usual plan neither splits K nor takes a tail; with N-major B, so does a chosen 128-wide tile in a cluster where
-    the narrow width's turns cost less (``tile_cost``) and K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a 16-bit
-    output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
-    pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    usual plan neither splits K nor takes a tail, on a GPU where 150 KiB of shared memory fit; with N-major B, so
+    does a chosen 128-wide tile in a cluster where the narrow width's turns cost less (``tile_cost``) and
+    K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or an fp32 output
+    (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
@@ -357,9 +361,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     narrow = narrow_width(n) if n else None
-    if (narrow and block_n is None and block_m in (None, 128) and splits in (None, 1) and backend is Backend.TMA
-            and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8 and not groups
-            and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
+    # (wide: the rule was measured with the H100's shared memory, where 4 stages of a narrow tile fit)
+    if (narrow and wide and block_n is None and block_m in (None, 128) and splits in (None, 1)
+            and backend is Backend.TMA and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
+            and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
             and ((bn in (192, 256) and narrow < bn)
                  or (not b_kmajor and (bn, cl) == (128, 2) and k >= _NARROW_NMAJOR_MIN_K
                      and tile_turns(m, n, narrow, 2, sms) * tile_cost(narrow)

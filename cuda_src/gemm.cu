@@ -652,8 +652,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const long long at = static_cast<long long>(gm) * ldc + gn;
                 const float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
                 if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
-                  if constexpr (kOutF32) *reinterpret_cast<float2*>(static_cast<float*>(c_ptr) + at) = make_float2(v0, v1);
-                  else *reinterpret_cast<uint32_t*>(static_cast<half_bits*>(c_ptr) + at) = pack_out2(v0, v1);
+                  if constexpr (kOutF32)
+                    *reinterpret_cast<float2*>(static_cast<float*>(c_ptr) + at) = make_float2(v0, v1);
+                  else
+                    *reinterpret_cast<uint32_t*>(static_cast<half_bits*>(c_ptr) + at) = pack_out2(v0, v1);
                 } else {
                   store_c(c_ptr, at, v0);
                 }

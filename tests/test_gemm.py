@@ -585,15 +585,18 @@ def test_narrow_widths_on_the_gpu(i) -> None:
     case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=i < 12 or (i >= 22 and i % 2 == 0),
                 m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=max(1, n), k=rng.randint(16, 3000),
                 out_f32=i >= 22, alpha=rng.choice((1.0, -2.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
-    plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=(1, 2)[(i // 2) % 2 if i >= 22 else i % 2])
+    cluster = (1, 2)[(i // 2) % 2 if i >= 22 else i % 2]
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=cluster)
     assert plan.config.narrow and plan.config.block_n == bn
 
 
+CHOSEN_NARROW = [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
+                 ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
+                 ((3493, 520, 512), (176, 2), False), ((11717, 264, 1536), (144, 2), False)]
+
+
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("shape, width, kmajor", [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
-                                                  ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
-                                                  ((3493, 520, 512), (176, 2), False),
-                                                  ((11717, 264, 1536), (144, 2), False)],
+@pytest.mark.parametrize("shape, width, kmajor", CHOSEN_NARROW,
                          ids=["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2_from128"])
 def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
     """Plans whose default is a narrow width (the rule's widths and clusters, either B major, N-major also in place

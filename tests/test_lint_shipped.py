@@ -109,7 +109,8 @@ def test_gemm_with_64_row_tiles_lints_without_errors_or_warnings():
 def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor, out_f32):
     """A narrow width (its last slab part of one, stored from registers), lone or in a cluster, either B major
     (N-major: whole 64-column slabs of B, split unevenly between a cluster's CTAs where they are odd, as at BN 192),
-    a 16-bit or an fp32 output: no finding beyond the notes of the C slab loads' barriers (beta != 0 paths the host never runs on it)."""
+    a 16-bit or an fp32 output: no finding beyond the notes of the C slab loads' barriers (beta != 0 paths the host
+    never runs on it)."""
     gemm, view = importlib.import_module("tmakit.ops.gemm"), _bf16_view
     cfg = gemm.default_config(Backend.TMA, block_n=block_n, cluster=cluster, b_kmajor=kmajor, out_f32=out_f32)
     assert cfg.narrow == (block_n != 192)

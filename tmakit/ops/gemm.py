@@ -161,9 +161,8 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # 256 1.15x, min 1.00x, and 14 of a chosen 128 1.25x, min 0.98x; held out, seeds 60-99 28 1.16x, min 0.98x, and 10
 # 1.18x, min 1.02x. A chosen 128 of equal turns or shorter K lost to 0.73x, and two that saved a turn of 128-wide
 # tiles for one of 224-wide ones (dearer in the model) 0.89x and 0.96x; lone CTAs and 64-row tiles lost to 0.39x
-# (docs/PERFORMANCE.md). An fp32
-# output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
-# seeds 60-99 67 1.20x, min 1.00x.
+# (docs/PERFORMANCE.md). An fp32 output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the
+# rule changes 105 1.19x, min 0.97x; seeds 60-99 67 1.20x, min 1.00x.
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
 _NARROW_NMAJOR_MIN_K = 1536
@@ -349,7 +348,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     usual plan neither splits K nor takes a tail, on a GPU where 150 KiB of shared memory fit; with N-major B, so
     does a chosen 128-wide tile in a cluster where the narrow width's turns cost less (``tile_cost``) and
     K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or an fp32 output
-    (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where 150 KiB of
+    shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
@@ -724,9 +724,9 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
     ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: beta 0,
-    128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one
-    replaces a chosen 192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and with
-    N-major B a 128-wide one in a cluster where its turns cost less (``default_config``).
+    128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one replaces a chosen
+    192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and with N-major B a
+    128-wide one in a cluster where its turns cost less (``default_config``).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
 
     ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and

@@ -159,10 +159,11 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # tile is 128 wide in a cluster, the narrow width's turns cost less in the turn model (``tile_cost``) and K is at
 # least _NARROW_NMAJOR_MIN_K: H100, against the usual plan, seeds 1-59 (where it was found) 44 problems of a chosen
 # 256 1.15x, min 1.00x, and 14 of a chosen 128 1.25x, min 0.98x; held out, seeds 60-99 28 1.16x, min 0.98x, and 10
-# 1.18x, min 1.02x. A chosen 128 of equal turns or shorter K lost to 0.73x, and two that saved a turn of 128-wide
-# tiles for one of 224-wide ones (dearer in the model) 0.89x and 0.96x; lone CTAs and 64-row tiles lost to 0.39x
-# (docs/PERFORMANCE.md). An fp32 output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the
-# rule changes 105 1.19x, min 0.97x; seeds 60-99 67 1.20x, min 1.00x.
+# 1.18x, min 1.02x; after the turn-cost form, seeds 160-259 29 of a chosen 128 1.15x, min 0.94x. A chosen 128 of
+# equal turns or shorter K lost to 0.73x, and two that saved a turn of 128-wide tiles for one of 224-wide ones
+# (dearer in the model) 0.89x and 0.96x; lone CTAs and 64-row tiles lost to 0.39x (docs/PERFORMANCE.md). An fp32
+# output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
+# seeds 60-99 67 1.20x, min 1.00x.
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
 _NARROW_NMAJOR_MIN_K = 1536

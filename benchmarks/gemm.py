@@ -27,6 +27,14 @@ from benchmarks._sweep import log_uniform, summary  # noqa: E402
 
 TOLERANCE = 2e-2  # max |error| / max |reference| of a 16-bit output with fp32 accumulation
 
+
+def _beside_usual(m: int, n: int, k: int, dtype: str, b_major: str, usual: int) -> list[tuple]:
+    """A skinny output's default plan (a narrow width) and the usual width it replaces (clusters of 2, unsplit)."""
+    label = f"skinny {m}x{n}x{k}"
+    return [(label, "tma", m, n, k, dtype, b_major, {}),
+            (f"{label} block_n={usual}", "tma", m, n, k, dtype, b_major, {"block_n": usual, "cluster": 2, "splits": 1})]
+
+
 # (label, backend, M, N, K, dtype, b_major, plan keyword arguments)
 SHAPES = [
     ("8192^3", "tma", 8192, 8192, 8192, "bfloat16", "k", {}),
@@ -46,21 +54,11 @@ SHAPES = [
     ("decode 64x8192x8192", "tma", 64, 8192, 8192, "float16", "k", {}),
     ("decode 128x8192x28672", "tma", 128, 8192, 28672, "bfloat16", "k", {}),
     # skinny outputs whose chosen width is narrow (gemm.py's narrow_width), each beside the usual width it replaces
-    ("skinny 16096x776x2368", "tma", 16096, 776, 2368, "float16", "k", {}),
-    ("skinny 16096x776x2368 block_n=256", "tma", 16096, 776, 2368, "float16", "k",
-     {"block_n": 256, "cluster": 2, "splits": 1}),
-    ("skinny 3288x1040x1760", "tma", 3288, 1040, 1760, "bfloat16", "k", {}),
-    ("skinny 3288x1040x1760 block_n=256", "tma", 3288, 1040, 1760, "bfloat16", "k",
-     {"block_n": 256, "cluster": 2, "splits": 1}),
-    ("skinny 14368x272x1952", "tma", 14368, 272, 1952, "float16", "k", {}),
-    ("skinny 14368x272x1952 block_n=192", "tma", 14368, 272, 1952, "float16", "k",
-     {"block_n": 192, "cluster": 2, "splits": 1}),
-    ("skinny 10240x888x3696", "tma", 10240, 888, 3696, "bfloat16", "n", {}),
-    ("skinny 10240x888x3696 block_n=256", "tma", 10240, 888, 3696, "bfloat16", "n",
-     {"block_n": 256, "cluster": 2, "splits": 1}),
-    ("skinny 14256x328x4264", "tma", 14256, 328, 4264, "bfloat16", "n", {}),
-    ("skinny 14256x328x4264 block_n=128", "tma", 14256, 328, 4264, "bfloat16", "n",
-     {"block_n": 128, "cluster": 2, "splits": 1}),
+    *_beside_usual(16096, 776, 2368, "float16", "k", 256),
+    *_beside_usual(3288, 1040, 1760, "bfloat16", "k", 256),
+    *_beside_usual(14368, 272, 1952, "float16", "k", 192),
+    *_beside_usual(10240, 888, 3696, "bfloat16", "n", 256),
+    *_beside_usual(14256, 328, 4264, "bfloat16", "n", 128),
 ]
 # --tune: the main shape with other plans
 TUNE = [

@@ -108,6 +108,8 @@ using namespace tmakit;
 // BM: TMAKIT_GEMM_BM on tma; the cp.async twin's tiles are always 128 rows (its stages and loads assume them).
 constexpr int kBM = TMAKIT_USE_TMA ? TMAKIT_GEMM_BM : 128;
 constexpr int kBN = TMAKIT_GEMM_BN;
+// A narrow tile: BN other than 128, 192 or 256 (tma only: the tma namespace below says what it takes).
+constexpr bool kNarrow = kBN != 128 && kBN != 192 && kBN != 256;
 constexpr bool kFp8 = TMAKIT_GEMM_FP8 != 0;
 constexpr int kBK = kFp8 ? 128 : 64;  // one 128-byte swizzled row of K: 128 e4m3 or 64 16-bit elements
 constexpr int kStages = TMAKIT_GEMM_STAGES;
@@ -174,7 +176,6 @@ namespace gemm {
 // be part of one: that slab is stored from registers (a TMA store of the whole slab would write the next tile's
 // columns). Either B major (N-major: its last 64-column slab loaded whole), beta 0, BM 128, no split-K, fp8 or
 // groups (ops/gemm.py plans it so).
-constexpr bool kNarrow = kBN != 128 && kBN != 192 && kBN != 256;
 constexpr bool kSplitN = kBM == 64;
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
 static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
@@ -731,7 +732,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   using namespace gemm;
   // A narrow width compiles here too (one source for every build) but does not tile 8 warps of BN / 4 columns:
   // tma only, the host refuses it here.
-  if constexpr (kBN != 128 && kBN != 192 && kBN != 256) TMAKIT_NOT_THIS_BUILD();
+  if constexpr (kNarrow) TMAKIT_NOT_THIS_BUILD();
   extern __shared__ __align__(16) uint8_t smem_raw[];
   __shared__ CpAsyncRing ring;  // cp.async groups and block barriers: nothing to initialise
   uint8_t* smem = align_shared(smem_raw, 1024);

@@ -37,6 +37,7 @@ OUT_DTYPES = ("bfloat16", "float16", "float32")
 B_MAJORS = ("k", "n")
 BLOCK_M = 128
 BLOCK_K = 64
+_USUAL_WIDTHS = (128, 192, 256)  # tma's BN besides the narrow widths (GemmConfig.narrow; 192 tma only)
 NO_MAP = bytes(128)  # the fp8 scale map parameter of a build that reads none
 
 
@@ -90,7 +91,7 @@ class GemmConfig:
         """BN a multiple of 16 from 64 to 240 other than 128 and 192 (tma): a width that fits an N the usual
         widths cover poorly; gemm.cu's kNarrow (either B major and output type, beta 0, BM 128, no split-K,
         groups, fp8 or reduce-add: check_config)."""
-        return self.block_n not in (128, 192, 256)
+        return self.block_n not in _USUAL_WIDTHS
 
     @property
     def odd_slabs(self) -> bool:
@@ -246,7 +247,7 @@ def narrow_width(n: int) -> int | None:
     """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones,
     rounded up to 16; None where that is 128, 192 or 256 (the usual widths), below 64 or above _NARROW_MAX."""
     w = -(-(-(-n // -(-n // 256))) // 16) * 16
-    return w if 64 <= w <= _NARROW_MAX and w not in (128, 192) else None
+    return w if 64 <= w <= _NARROW_MAX and w not in _USUAL_WIDTHS else None
 
 
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
@@ -378,7 +379,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
         splits = (choose_splits(m, n, k, bn, cl, sms, bm)
-                  if backend is Backend.TMA and m and n and k and sms and bn in (128, 192, 256) else 1)
+                  if backend is Backend.TMA and m and n and k and sms and bn in _USUAL_WIDTHS else 1)
     if stages is None:
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
@@ -403,7 +404,7 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    "groups and no fp8 (both consumer warpgroups take the tile's 64 rows, each half "
                                    "of BN)", "use 128 (or leave it out)")
     narrow_ok = tma and type(cfg.block_n) is int and cfg.block_n % 16 == 0 and 64 <= cfg.block_n <= 256
-    if cfg.block_n not in ((128, 192, 256) if tma else (128, 256)) and not narrow_ok:
+    if cfg.block_n not in (_USUAL_WIDTHS if tma else (128, 256)) and not narrow_ok:
         raise InvalidArgumentError("block_n", cfg.block_n, "must be 128 or 256, or on tma 192 or a multiple of 16 "
                                    "from 64 to 240 (the N of the m64nNk16 wgmma; the cp.async twin's 8 warps of 64 x "
                                    "N/4; fp8's one B scale a tile)", "use 256 (128 for small N)")

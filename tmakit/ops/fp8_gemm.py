@@ -93,8 +93,8 @@ class Fp8GemmPlan:
         cfg = self.config
         self._operands = (a, b, sa, sb, c)  # the views own their arrays while the plan lives
         kw = dict(swizzle="128B", oob_fill="zero")
-        ta = describe_tensor(a, box=(BLOCK_M, 128), l2_promotion="256B", **kw)
-        tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, 128), l2_promotion="256B", **kw)  # a CTA's share
+        ta = describe_tensor(a, box=(BLOCK_M, 128), l2_promotion="128B", **kw)
+        tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, 128), l2_promotion="128B", **kw)  # a CTA's share
         tc = describe_tensor(c, box=(64, 64), **kw)
         # scale_a as the (K / 128, M) row-major array it is in memory: a box is one k-block's 128 row scales
         kb = -(-self.k // SCALE_BLOCK)

@@ -683,12 +683,14 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
                      arch: Any = None) -> tuple:
     """The three TMA maps of the tma kernel: A and B boxes by ``_operand_boxes``, C boxes (64, 128 bytes of
     columns; one slice of split-K's workspace, ``split_workspace_view``); 128B swizzle, zero fill, operands with
-    256-byte L2 promotion. ``encode=False`` plans them without a GPU (for showing them), checked for ``arch``
+    128-byte L2 promotion. ``encode=False`` plans them without a GPU (for showing them), checked for ``arch``
     (default: the arrays' device's)."""
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     box_a, box_b = _operand_boxes(cfg)
-    ta = describe_tensor(a, box=box_a, l2_promotion="256B", **kw)
-    tb = describe_tensor(b, box=box_b, l2_promotion="256B", **kw)
+    # 128, not 256: where the pitch is not a multiple of 128 bytes a box row spans two lines, and promoting each to
+    # 256 bytes read about twice the DRAM bytes (docs/PERFORMANCE.md, GEMM, "L2 promotion")
+    ta = describe_tensor(a, box=box_a, l2_promotion="128B", **kw)
+    tb = describe_tensor(b, box=box_b, l2_promotion="128B", **kw)
     # a peer output's map is encoded for a's GPU, whose kernel stores through it
     peer = {"device": a.device} if encode and c.device != a.device else {}
     tc = describe_tensor(c, box=(1,) * (len(c.shape) - 2) + (64, 128 // c.itemsize), **kw, **peer)

@@ -86,8 +86,8 @@ class GroupedGemmPlan:
         self._operands = (a, b, offs, c)  # the views own their arrays while the plan lives
         kw = dict(swizzle="128B", oob_fill="zero")
         box_b = (1, cfg.block_n, BLOCK_K) if cfg.b_kmajor else (1, BLOCK_K, 64)
-        self.maps = (describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="256B", **kw),
-                     describe_tensor(b, box=box_b, l2_promotion="256B", **kw),
+        self.maps = (describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="128B", **kw),
+                     describe_tensor(b, box=box_b, l2_promotion="128B", **kw),
                      describe_tensor(c, box=(64, 128 // c.itemsize), **kw))
         ldc = c.strides[0] // c.itemsize if self.m > 1 else self.n
         args = (*self.maps, c.ptr, self.m, self.n, self.k, ldc, float(self.alpha), 0.0, cfg.group_m, 1, 0,

@@ -140,7 +140,7 @@ def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
     assert choose(8192, 8192, 132) == (256, 2)  # whole turns either way: the wider tile
     assert choose(2000, 3000, 132, widths=(256, 128)) == (128, 2)  # 2 turns of 256 cost more than 3 of 128
     assert choose(2000, 3000, 132, widths=(256, 192, 128)) == (192, 2)  # and than 2 of 192 (256 tiles)
-    assert choose(2000, 3000, 132, widths=(256, 192, 128), b_kmajor=False) == (128, 2)  # 192: K-major B only
+    assert choose(2000, 3000, 132, widths=(256, 192, 128), b_kmajor=False) == (192, 2)  # either B major
     assert choose(14096, 3144, 132, widths=(256, 192, 128)) == (256, 2)  # 192 saves 5% in the model: not taken
     assert choose(2000, 3000, 132, block_n=192, cluster=1, b_kmajor=False) == (192, 1)  # asked for: kept
     assert default_config(Backend.TMA, m=2000, n=3000, sms=132).block_n == 192
@@ -338,11 +338,14 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     cfg = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.narrow) == (224, 2, 1, True)  # 4 tiles of 256 -> 4 of 224
     assert default_config(Backend.TMA, m=14368, n=272, k=1952, sms=132).block_n == 144  # 2 of 192 -> 2 of 144
+    # N-major: a chosen 192 (in a cluster) likewise; a chosen 128 in a cluster from K 1536 (below: the loop next)
+    assert default_config(Backend.TMA, m=12608, n=280, k=1504, sms=132, b_kmajor=False).block_n == 144
+    assert default_config(Backend.TMA, m=8776, n=584, k=1536, sms=132, b_kmajor=False).block_n == 208
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
                    dict(m=8192, n=8192, k=8192),
-                   dict(m=12608, n=280, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
+                   dict(m=8776, n=584, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
                    dict(m=4864, n=312, k=10000, b_kmajor=False),  # one turn either way
                    dict(m=11600, n=640, k=7232, b_kmajor=False)):  # 4 turns of 128 -> 3 of 224: dearer (2.4 < 2.64)
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
@@ -652,22 +655,22 @@ def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
     is long enough to split; they leave the first plan whole cluster rows of tiles; describe_gemm says the same."""
     from tmakit.ops.planning import describe_gemm
 
-    cfg = default_config(Backend.TMA, b_kmajor=False, m=4912, n=4216, k=9720, sms=132)
-    assert (cfg.block_n, cfg.cluster) == (256, 2) and gemm_mod.tile_turns(4912, 4216, 256, 2, 132) == 6
-    tail = gemm_mod.choose_tail_rows(cfg, 4912, 4216, 9720, 132)
-    assert tail == 4912 - 38 * 128  # 38 tile rows x 17 columns fill 5 turns; the last 48 rows: 33 lone 128-wide tiles, K split 4 ways
-    assert gemm_mod.tail_config(cfg, tail, 4216, 9720, 132, 0.0).splits == 4
-    assert describe_gemm(4912, 4216, 9720, b_major="n").config.tail_rows == tail
-    assert describe_gemm(4912, 4216, 9720, b_major="n", block_n=256).config.tail_rows == 0  # a tile asked for
+    cfg = default_config(Backend.TMA, b_kmajor=False, m=5936, n=4352, k=9720, sms=132)
+    assert (cfg.block_n, cfg.cluster) == (256, 2) and gemm_mod.tile_turns(5936, 4352, 256, 2, 132) == 7
+    tail = gemm_mod.choose_tail_rows(cfg, 5936, 4352, 9720, 132)
+    assert tail == 5936 - 46 * 128  # 46 tile rows x 17 columns fill 6 turns; the last 48 rows: 34 lone 64 x 128 tiles, K split 3 ways
+    assert gemm_mod.tail_config(cfg, tail, 4352, 9720, 132, 0.0).splits == 3
+    assert describe_gemm(5936, 4352, 9720, b_major="n").config.tail_rows == tail
+    assert describe_gemm(5936, 4352, 9720, b_major="n", block_n=256).config.tail_rows == 0  # a tile asked for
     # 8192^3: a last turn half full saves < 10%; 8192x8192x1024 likewise; 12608x280x1504: K too short for the
     # reduce to pay; 300x300x8000: split-K already
     for m, n, k in ((8192, 8192, 8192), (8192, 8192, 1024), (12608, 280, 1504), (300, 300, 8000)):
         c = default_config(Backend.TMA, m=m, n=n, k=k, sms=132)
         assert gemm_mod.choose_tail_rows(c, m, n, k, 132) == 0
-    assert gemm_mod.choose_tail_rows(default_config(Backend.CP_ASYNC), 4912, 4216, 9720, 132) == 0
-    assert describe_gemm(4912, 4216, 9720, b_major="n", arch="sm_100").config.tail_rows == 0  # no SM count known
-    given = describe_gemm(4912, 4216, 9720, b_major="n", tail_rows=4912 - 2560, arch="sm_90a", sms=132).config
-    assert (given.tail_rows, given.splits) == (2352, 1) and describe_gemm(4912, 4216, 9720, b_major="n",
+    assert gemm_mod.choose_tail_rows(default_config(Backend.CP_ASYNC), 5936, 4352, 9720, 132) == 0
+    assert describe_gemm(5936, 4352, 9720, b_major="n", arch="sm_100").config.tail_rows == 0  # no SM count known
+    given = describe_gemm(5936, 4352, 9720, b_major="n", tail_rows=5936 - 2560, arch="sm_90a", sms=132).config
+    assert (given.tail_rows, given.splits) == (3376, 1) and describe_gemm(5936, 4352, 9720, b_major="n",
                                                                          tail_rows=0).config.tail_rows == 0
     assert gemm_mod.tail_config(cfg, 208, 4096, 512, 1, 0.0).cluster == 1  # one SM: no cluster for the tail
 
@@ -704,7 +707,7 @@ def test_tail_launches_after_the_first_plan_on_its_rows(fake_launch, monkeypatch
                         classmethod(lambda cls, shape, dtype, device=0: types.SimpleNamespace(ptr=0x70000000)))
     order: list = []
     monkeypatch.setattr(FakeBoundLaunch, "__call__", lambda launch: order.append(launch))
-    m, n, k = 4912, 4216, 9720
+    m, n, k = 5936, 4352, 9720
     for base in (0x1000000, 0x90000000):
         a = device_view(base, (m, k), "float16")
         b, c = device_view(base + 0x20000000, (k, n), "float16"), device_view(base + 0x40000000, (m, n), "float16")
@@ -747,15 +750,15 @@ def test_tail_rows_on_the_gpu(i) -> None:
 
 @pytest.mark.requires_sm90
 def test_tail_rows_chosen_and_repointed_on_the_gpu() -> None:
-    """The chosen tail (4912x4216x9720, N-major) against torch, then the plan re-pointed to new buffers."""
+    """The chosen tail (5936x4352x9720, N-major) against torch, then the plan re-pointed to new buffers."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
-    a = torch.randn(4912, 9720, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(9720, 4216, device="cuda", dtype=torch.bfloat16)
-    c = torch.full((4912, 4216), float("nan"), device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(5936, 9720, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(9720, 4352, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((5936, 4352), float("nan"), device="cuda", dtype=torch.bfloat16)
     plan = plan_gemm(a, b, c, b_major="n")
     sms = gemm_mod.sm_count(0)
-    want = gemm_mod.choose_tail_rows(replace(plan.config, tail_rows=0), 4912, 4216, 9720, sms)
+    want = gemm_mod.choose_tail_rows(replace(plan.config, tail_rows=0), 5936, 4352, 9720, sms)
     assert plan.config.tail_rows == want and (want == 48 or sms != 132)  # 48 on 132 SMs (H100 SXM, H200)
     if not want:  # another SM count: the tail asked for, to test it all the same
         plan = plan_gemm(a, b, c, b_major="n", tail_rows=48)

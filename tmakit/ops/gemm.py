@@ -140,9 +140,11 @@ def shared_mem_limit(arch: Arch, device: int | None) -> int:
 # slower on large outputs: 8304x7448x1352 0.60x against 0.79x). Picking the cheapest turn count took the sweep's
 # geomean from 0.71x to 0.85x cuBLAS (the best of the four per shape: 0.89x); docs/PERFORMANCE.md.
 # BN 192 (H100, 8cb03e2, K 4096, four outputs of 9-30 turns): a turn 0.755-0.80 of a 256-wide one, as much work a
-# FLOP. Chosen only with K-major B and where the model saves 10% (_BN192_MARGIN): over the 12 benchmark shapes
-# whose choice it changed it measured 0.90-1.38x the old choice, the losses N-major B with N < 400 (0.90x, 0.93x,
-# against 128-wide tiles in clusters) and a 15-turn problem it saved 5% on in the model (0.90x); docs/PERFORMANCE.md.
+# FLOP. Chosen where the model saves 10% (_BN192_MARGIN): over the 12 benchmark shapes whose choice it changed it
+# measured 0.90-1.38x the old choice, the losses N-major B with N < 400 (0.90x, 0.93x, lone 192-wide tiles against
+# 128-wide ones in clusters) and a 15-turn problem it saved 5% on in the model (0.90x). N-major B was left out
+# until its 192-wide tiles ran in clusters (3944819); taking it as K-major B measured, held out (H100, sweep seeds
+# 14-25, every problem it changed): 51 problems 1.14x, min 0.89x; docs/PERFORMANCE.md.
 _TILE_COST = {256: 1.0, 192: 0.76, 128: 0.6}
 _BN192_MARGIN = 0.9
 _CLUSTER_COST = {2: 0.95, 1: 1.0}
@@ -196,8 +198,8 @@ def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int, block_m: in
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
                 widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
-    cluster is kept. Ties go to the wider tile, then to the cluster. A 192-wide tile not asked for is taken with
-    K-major B only, and where its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of
+    cluster is kept. Ties go to the wider tile, then to the cluster. A 192-wide tile not asked for is taken where
+    its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of
     128-wide lone tiles and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
     (H100, 7a0a9c0: 344x344x896 0.62x cuBLAS against 0.53x with clusters, 896x856x432 0.79x against 0.64x,
     328x1784x3056 0.69x against 0.55x, with split-K as chosen)."""
@@ -205,12 +207,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
             and tile_turns(m, n, 128, 1, sms) == 1):
         return 128, 1
 
-    # BN 192 with N-major B: asked for only, and no cluster unless asked (its clusters, which the kernel runs since
-    # 3944819, are not measured)
-    def allowed(bn: int, cl: int) -> bool:
-        return bn != 192 or b_kmajor or (block_n == 192 and (cl == 1 or cluster == 2))
     clusters = (cluster,) if cluster else (2, 1) if m > BLOCK_M else (1,)  # one tile row: nobody to share B with
-    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters if allowed(bn, cl)]
+    options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters]
 
     # The cluster's gain grows with the turns, a property of the problem: judged by the 256-wide tiles in
     # clusters, so that two clustered options are compared on their turns and widths alone (judged per option, a
@@ -311,9 +309,9 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
-    saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (4912x4216x9720 on 132
-    SMs: 680 CTAs of 128 x 256 tiles in clusters take 6 turns, the last 8 CTAs alone; the first 38 tile rows fill
-    5 turns, and the last 48 rows, 33 lone 128-wide tiles, have their K cut 4 ways)."""
+    saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (5936x4352x9720 with
+    N-major B on 132 SMs: 816 CTAs of 128 x 256 tiles in clusters take 7 turns, the last 24 CTAs alone; the first
+    46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways)."""
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms or \
             cfg.narrow:
         return 0

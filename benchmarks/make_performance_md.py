@@ -72,6 +72,12 @@ def sweep(d: dict, peer: str) -> str:
     return text
 
 
+def sweep_geomean(d: dict) -> str:
+    """The sweep's geomean alone, for the prose."""
+    sw = d.get("sweep")
+    return ratio(sw["geomean"], 3) if sw and sw.get("count") else "n/a"
+
+
 def gemm(d: dict) -> dict:
     rows, dtypes = [r for r in d["rows"] if r.get("set") != "sweep"], {"bfloat16": "bf16", "float16": "fp16"}
     out = [[r["shape"], "tma" if r["backend"] == "tma" else f"{r['backend']} (forced)", dtypes.get(r["dtype"], r["dtype"]),
@@ -84,7 +90,10 @@ def gemm(d: dict) -> dict:
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
             "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",
-            "sweep": sweep(d, "cuBLAS")}
+            "sweep": sweep(d, "cuBLAS"),
+            "sweep_geomean": sweep_geomean(d),
+            "tflops_8192": next((f"{r['TFLOP/s']:.0f}" for r in rows if r["shape"] == "8192^3" and r["backend"] == "tma"
+                                 and r["b_major"] == "k" and r["dtype"] == "bfloat16"), "n/a")}
 
 
 def attention(d: dict) -> dict:
@@ -320,7 +329,7 @@ def gemm_epilogue(d: dict) -> dict:
     return {"run": run_line(d),
             "table": table(["shape (M x N x K)", "in", "beta", "out", "tile", "TFLOP/s", "addmm TFLOP/s", "vs addmm",
                             "max rel err"], out, {5, 6, 7, 8}),
-            "sweep": sweep(d, "torch.addmm")}
+            "sweep": sweep(d, "torch.addmm"), "sweep_geomean": sweep_geomean(d)}
 
 
 def copy_peer(d: dict) -> dict:

@@ -330,8 +330,8 @@ def test_narrow_width_arguments(fake_launch) -> None:
 
 def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
-    that is narrower, at most 224, with K >= 512, beta 0 (either output type) and no split-K or tail; with N-major B a
-    chosen 128-wide tile in a cluster does too where the narrow width's turns cost less and K >= 1536;
+    that is narrower, at most 224, with K >= 512, beta 0 (either output type) and no split-K or tail; a chosen
+    128-wide tile in a cluster does too (either B major) where the narrow width's turns cost less and K >= 1536;
     describe_gemm says the same."""
     assert gemm_mod.narrow_width(888) == 224 and gemm_mod.narrow_width(272) == 144
     assert gemm_mod.narrow_width(456) is None and gemm_mod.narrow_width(370) is None  # 240; 192 (a usual width)
@@ -341,6 +341,7 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     # N-major: a chosen 192 (in a cluster) likewise; a chosen 128 in a cluster from K 1536 (below: the loop next)
     assert default_config(Backend.TMA, m=12608, n=280, k=1504, sms=132, b_kmajor=False).block_n == 144
     assert default_config(Backend.TMA, m=8776, n=584, k=1536, sms=132, b_kmajor=False).block_n == 208
+    assert default_config(Backend.TMA, m=8976, n=632, k=7656, sms=132).block_n == 224  # K-major too: 3 turns of 128 -> 2 of 224
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),

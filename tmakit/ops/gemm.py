@@ -160,16 +160,17 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # 1.01x. Wider narrow tiles than the chosen 192 (fewer of them) and 240-wide ones or K < 512 lost up to 0.80x
 # (docs/PERFORMANCE.md). N-major B likewise (its last 64-column slab of B loaded whole), and also where the chosen
 # tile is 128 wide in a cluster, the narrow width's turns cost less in the turn model (``tile_cost``) and K is at
-# least _NARROW_NMAJOR_MIN_K: H100, against the usual plan, seeds 1-59 (where it was found) 44 problems of a chosen
+# least _NARROW_FROM_128_MIN_K: H100, against the usual plan, seeds 1-59 (where it was found) 44 problems of a chosen
 # 256 1.15x, min 1.00x, and 14 of a chosen 128 1.25x, min 0.98x; held out, seeds 60-99 28 1.16x, min 0.98x, and 10
 # 1.18x, min 1.02x; after the turn-cost form, seeds 160-259 29 of a chosen 128 1.15x, min 0.94x. A chosen 128 of
 # equal turns or shorter K lost to 0.73x, and two that saved a turn of 128-wide tiles for one of 224-wide ones
 # (dearer in the model) 0.89x and 0.96x; lone CTAs and 64-row tiles lost to 0.39x (docs/PERFORMANCE.md). An fp32
 # output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
-# seeds 60-99 67 1.20x, min 1.00x.
+# seeds 60-99 67 1.20x, min 1.00x. K-major B takes the 128-in-a-cluster form too (few problems: 6 of seeds 1-59 and
+# 100-159 1.25x, min 0.97x; held out, all 9 of seeds 160-400 1.16x, min 1.07x).
 _NARROW_MAX = 224
 _NARROW_MIN_K = 512
-_NARROW_NMAJOR_MIN_K = 1536
+_NARROW_FROM_128_MIN_K = 1536
 
 
 def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
@@ -345,9 +346,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
     to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, beta 0, no ``store_add`` (reduce-add), and the
-    usual plan neither splits K nor takes a tail, on a GPU where 150 KiB of shared memory fit; with N-major B, so
-    does a chosen 128-wide tile in a cluster where the narrow width's turns cost less (``tile_cost``) and
-    K >= _NARROW_NMAJOR_MIN_K. BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or an fp32 output
+    usual plan neither splits K nor takes a tail, on a GPU where 150 KiB of shared memory fit; so does a chosen
+    128-wide tile in a cluster where the narrow width's turns cost less (``tile_cost``) and
+    K >= _NARROW_FROM_128_MIN_K. BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or an fp32 output
     (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where 150 KiB of
     shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
@@ -366,7 +367,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
             and backend is Backend.TMA and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
             and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
             and ((bn in (192, 256) and narrow < bn)
-                 or (not b_kmajor and (bn, cl) == (128, 2) and k >= _NARROW_NMAJOR_MIN_K
+                 or ((bn, cl) == (128, 2) and k >= _NARROW_FROM_128_MIN_K
                      and tile_turns(m, n, narrow, 2, sms) * tile_cost(narrow)
                      < tile_turns(m, n, 128, 2, sms) * tile_cost(128)))):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
@@ -729,8 +730,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
     ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: beta 0,
     128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one replaces a chosen
-    192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and with N-major B a
-    128-wide one in a cluster where its turns cost less (``default_config``).
+    192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and a 128-wide one in a
+    cluster where its turns cost less (``default_config``).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
 
     ``c`` may live on another GPU of the host (a peer output, stored over NVLink; peer access is checked and

@@ -92,6 +92,7 @@ def gemm(d: dict) -> dict:
             "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",
             "sweep": sweep(d, "cuBLAS"),
             "sweep_geomean": sweep_geomean(d),
+            "x_8976x632x7656": next((ratio(r["x cuBLAS"]) for r in d["rows"] if r["shape"] == "8976x632x7656"), "n/a"),
             "tflops_8192": next((f"{r['TFLOP/s']:.0f}" for r in rows if r["shape"] == "8192^3" and r["backend"] == "tma"
                                  and r["b_major"] == "k" and r["dtype"] == "bfloat16"), "n/a")}
 

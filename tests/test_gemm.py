@@ -328,6 +328,16 @@ def test_narrow_width_arguments(fake_launch) -> None:
     assert gemm_mod.persistent_grid(300, 296, d.config, 132) == (6, 1, 1)  # 3 tile rows x 2 columns of 160
 
 
+def test_gemm_maps_promote_128_byte_lines() -> None:
+    """A's, B's and C's maps ask for 128-byte L2 promotion: with 256 a 128-byte box row of a pitch that is not a
+    multiple of 128 bytes (two lines) read about twice the DRAM bytes (docs/PERFORMANCE.md, GEMM, L2 promotion)."""
+    from tmakit import L2Promotion
+
+    for shape, major in (((8512, 10728, 11896), "n"), ((8192, 8192, 8192), "k"), ((1000, 4104, 2056), "k")):
+        d = describe_gemm(*shape, dtype="float16", b_major=major, beta=0.5, out_dtype="float32")
+        assert [m.l2_promotion for m in d.maps] == [L2Promotion.L2_128B] * 3, shape
+
+
 def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     """A chosen 192- or 256-wide tile gives way to N cut into as many tiles as 256-wide ones (rounded up to 16) where
     that is narrower, at most 224, with K >= 512, beta 0 (either output type) and no split-K or tail; a chosen

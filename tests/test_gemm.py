@@ -351,7 +351,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     # N-major: a chosen 192 (in a cluster) likewise; a chosen 128 in a cluster from K 1536 (below: the loop next)
     assert default_config(Backend.TMA, m=12608, n=280, k=1504, sms=132, b_kmajor=False).block_n == 144
     assert default_config(Backend.TMA, m=8776, n=584, k=1536, sms=132, b_kmajor=False).block_n == 208
-    assert default_config(Backend.TMA, m=8976, n=632, k=7656, sms=132).block_n == 224  # K-major too: 3 turns of 128 -> 2 of 224
+    # K-major too: 3 turns of 128 -> 2 of 224
+    assert default_config(Backend.TMA, m=8976, n=632, k=7656, sms=132).block_n == 224
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
@@ -365,7 +366,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, True)  # seven 32-column slabs: beta 0 only
     nmajor = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.narrow) == (224, 2, True)  # as K-major
-    nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)  # 3 turns of 128 -> 2
+    # 192 in a cluster -> 176, 2 turns each
+    nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.block_m, nmajor.narrow) == (176, 2, 128, True)
     for kwargs in (dict(store_add=True), dict(beta=0.5, out_f32=True), dict(shared_mem_limit=101376)):
         # reduce-add, a C read, or a GPU of 99 KiB of shared memory a block (no 4 stages of a 176-wide tile)
@@ -604,18 +606,30 @@ def test_narrow_widths_on_the_gpu(i) -> None:
     assert plan.config.narrow and plan.config.block_n == bn
 
 
+# (shape, chosen (BN, cluster), K-major B); the last two replace a chosen 128 x 128 tile in a cluster, the rest a
+# chosen 192- or 256-wide one (test_chosen_narrow_cases_replace_what_they_say)
 CHOSEN_NARROW = [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
                  ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
-                 ((3493, 520, 512), (176, 2), False), ((11717, 264, 1536), (144, 2), False)]
+                 ((3493, 520, 512), (176, 2), False), ((11717, 264, 1536), (144, 2), False),
+                 ((6666, 772, 1536), (208, 2), True), ((6703, 772, 1536), (208, 2), False)]
+CHOSEN_NARROW_IDS = ["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2", "208c2_from128", "n208c2_from128"]
+
+
+def test_chosen_narrow_cases_replace_what_they_say() -> None:
+    for (m, n, k), width, kmajor in CHOSEN_NARROW:
+        usual = gemm_mod.choose_tile(m, n, 132, widths=(256, 192, 128), k=k, b_kmajor=kmajor)
+        from128 = CHOSEN_NARROW_IDS[CHOSEN_NARROW.index(((m, n, k), width, kmajor))].endswith("from128")
+        assert (usual == (128, 2)) == from128 and (usual[0] in (192, 256)) != from128, (m, n, k, usual)
+        cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor)
+        assert (cfg.block_n, cfg.cluster, cfg.narrow) == (*width, True)
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("shape, width, kmajor", CHOSEN_NARROW,
-                         ids=["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2_from128"])
+@pytest.mark.parametrize("shape, width, kmajor", CHOSEN_NARROW, ids=CHOSEN_NARROW_IDS)
 def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
-    """Plans whose default is a narrow width (the rule's widths and clusters, either B major, N-major also in place
-    of a 128-wide tile; padded rows of C): 3 runs on poisoned outputs; the same shapes with reduce="add" take a usual
-    width (a narrow tile's part slab is stored, not added) and add into C."""
+    """Plans whose default is a narrow width (the rule's widths and clusters, either B major, in place of a chosen
+    192-, 256- or clustered 128-wide tile; padded rows of C): 3 runs on poisoned outputs; the same shapes with
+    reduce="add" take a usual width (a narrow tile's part slab is stored, not added) and add into C."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     m, n, k = shape
@@ -669,7 +683,8 @@ def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
     cfg = default_config(Backend.TMA, b_kmajor=False, m=5936, n=4352, k=9720, sms=132)
     assert (cfg.block_n, cfg.cluster) == (256, 2) and gemm_mod.tile_turns(5936, 4352, 256, 2, 132) == 7
     tail = gemm_mod.choose_tail_rows(cfg, 5936, 4352, 9720, 132)
-    assert tail == 5936 - 46 * 128  # 46 tile rows x 17 columns fill 6 turns; the last 48 rows: 34 lone 64 x 128 tiles, K split 3 ways
+    # 46 tile rows x 17 columns fill 6 turns; the last 48 rows: 34 lone 64 x 128 tiles, K split 3 ways
+    assert tail == 5936 - 46 * 128
     assert gemm_mod.tail_config(cfg, tail, 4352, 9720, 132, 0.0).splits == 3
     assert describe_gemm(5936, 4352, 9720, b_major="n").config.tail_rows == tail
     assert describe_gemm(5936, 4352, 9720, b_major="n", block_n=256).config.tail_rows == 0  # a tile asked for

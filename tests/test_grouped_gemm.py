@@ -111,6 +111,20 @@ def _cases(n_cases: int, seed: int):
 
 
 @pytest.mark.requires_sm90
+@pytest.mark.parametrize("kmajor", [True, False], ids=["k", "n"])
+def test_grouped_gemm_chooses_192_wide_tiles_on_the_gpu(kmajor) -> None:
+    """A grouped problem whose default tile is 192 wide (either B major, lone CTAs: three 64-column slabs of B an
+    N-major stage), uneven groups and an empty one, against float32 on poisoned outputs, 3 runs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    sizes, n, k = [700, 0, 1, 1299], 1152, 1048
+    assert default_config(Backend.TMA, b_kmajor=kmajor, m=sum(sizes) + 5, n=n, sms=132, splits=1, groups=4,
+                          cluster=1).block_n == 192  # on 132 SMs (H100 SXM, H200)
+    _check(torch, sizes, n, k, kmajor=kmajor, dtype="bfloat16", out_f32=False, seed=_seed(), block_n=192)
+    _check(torch, sizes, n, k, kmajor=kmajor, dtype="float16", out_f32=True, seed=_seed() + 1)
+
+
+@pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(16))
 def test_grouped_gemm_on_the_gpu(i) -> None:
     torch = pytest.importorskip("torch")

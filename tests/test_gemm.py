@@ -616,9 +616,9 @@ CHOSEN_NARROW_IDS = ["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2", "20
 
 
 def test_chosen_narrow_cases_replace_what_they_say() -> None:
-    for (m, n, k), width, kmajor in CHOSEN_NARROW:
+    for ((m, n, k), width, kmajor), case_id in zip(CHOSEN_NARROW, CHOSEN_NARROW_IDS, strict=True):
         usual = gemm_mod.choose_tile(m, n, 132, widths=(256, 192, 128), k=k, b_kmajor=kmajor)
-        from128 = CHOSEN_NARROW_IDS[CHOSEN_NARROW.index(((m, n, k), width, kmajor))].endswith("from128")
+        from128 = case_id.endswith("from128")
         assert (usual == (128, 2)) == from128 and (usual[0] in (192, 256)) != from128, (m, n, k, usual)
         cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor)
         assert (cfg.block_n, cfg.cluster, cfg.narrow) == (*width, True)

@@ -200,8 +200,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
                 widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
     cluster is kept. Ties go to the wider tile, then to the cluster. A 192-wide tile not asked for is taken where
-    its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of
-    128-wide lone tiles and a ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
+    its cost is below _BN192_MARGIN of the best other tile's. A problem of one wave of 128-wide lone tiles and a
+    ``k`` of at most _ONE_WAVE_K takes them: a cluster saves no turn there and its bandwidth does not matter
     (H100, 7a0a9c0: 344x344x896 0.62x cuBLAS against 0.53x with clusters, 896x856x432 0.79x against 0.64x,
     328x1784x3056 0.69x against 0.55x, with split-K as chosen)."""
     if (block_n in (None, 128) and cluster in (None, 1) and 128 in widths and k is not None and k <= _ONE_WAVE_K

@@ -375,7 +375,8 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     for n in range(144, 1200, 8):  # whatever the rule picks on a small GPU, check_config accepts
         small = default_config(Backend.TMA, m=12769, n=n, k=3625, sms=84, b_kmajor=False, shared_mem_limit=101376)
         check_config(small, 101376, 3625)
-    assert not default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True).narrow  # reduce="add"
+    added = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, store_add=True)  # reduce="add"
+    assert not added.narrow and added.store_add
     assert gemm_mod.narrow_width(40) is None  # below 64
     assert gemm_mod.tile_cost(256) == 1.0 and abs(gemm_mod.tile_cost(224) - 0.88) < 1e-9  # between 192 and 256
     assert abs(gemm_mod.tile_cost(160) - 0.68) < 1e-9 and gemm_mod.tile_cost(80) == 0.6  # below 128: as 128

@@ -344,13 +344,13 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
-    with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given. A chosen 192- or 256-wide tile gives way
-    to ``narrow_width`` where that is narrower, K >= _NARROW_MIN_K, beta 0, no ``store_add`` (reduce-add), and the
-    usual plan neither splits K nor takes a tail, on a GPU where 150 KiB of shared memory fit; so does a chosen
-    128-wide tile in a cluster where the narrow width's turns cost less (``tile_cost``) and
-    K >= _NARROW_FROM_128_MIN_K. BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or an fp32 output
-    (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where 150 KiB of
-    shared memory fit, else 128, no cluster, no split."""
+    with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given; ``store_add``: C stored by reduce-add
+    (the config says so). A chosen 192- or 256-wide tile gives way to ``narrow_width`` where that is narrower,
+    K >= _NARROW_MIN_K, beta 0, no ``store_add``, and the usual plan neither splits K nor takes a tail, on a GPU
+    where 150 KiB of shared memory fit; so does a chosen 128-wide tile in a cluster where the narrow width's turns
+    cost less (``tile_cost``) and K >= _NARROW_FROM_128_MIN_K. BN 192 is a candidate on tma for a 16-bit output
+    with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing).
+    cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
@@ -390,7 +390,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                           block_m=bm).shared_mem <= shared_mem_limit:
                 stages = s
                 break
-    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8, block_m=bm)
+    return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8, store_add,
+                      block_m=bm)
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
@@ -772,8 +773,6 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
                          splits=splits, beta=beta, block_m=block_m, store_add=reduce is not None)
-    if reduce is not None:
-        cfg = replace(cfg, store_add=True)
     check_config(cfg, limit, dims[2])
     check_c_read(cfg, beta, odt)
     if sms is not None and sms < cfg.cluster:

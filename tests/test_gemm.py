@@ -358,9 +358,20 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
                    dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
                    dict(m=8192, n=8192, k=8192),
                    dict(m=8776, n=584, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
-                   dict(m=4864, n=312, k=10000, b_kmajor=False),  # one turn either way
-                   dict(m=11600, n=640, k=7232, b_kmajor=False)):  # 4 turns of 128 -> 3 of 224: dearer (2.4 < 2.64)
+                   dict(m=4864, n=312, k=10000, b_kmajor=False)):  # one turn either way
         assert not default_config(Backend.TMA, sms=132, **kwargs).narrow, kwargs
+    # a chosen 128 in a cluster: 4 turns of 128 -> 3 of 224 is dearer (2.64 > 2.4), so more tiles: 3 turns of 160
+    # (2.04); N = 1848 has no narrow width of 8 tiles (240), so 9 of 208: 8 turns of 128 -> 5 of 208
+    for (m, n, k, kmajor), width in (((11600, 640, 7232, False), 160), ((12160, 560, 1536, True), 144),
+                                     ((8504, 1848, 4776, True), 208), ((8504, 1848, 1536, False), 208)):
+        assert gemm_mod.choose_tile(m, n, 132, widths=(256, 192, 128), k=k, b_kmajor=kmajor) == (128, 2)
+        cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor)
+        assert (cfg.block_n, cfg.cluster, cfg.narrow) == (width, 2, True), (m, n, k)
+        assert gemm_mod.choose_narrow(m, n, k, 128, 2, 132) == width
+    assert gemm_mod.narrow_width(640, 4) == 160 and gemm_mod.narrow_width(1848) is None
+    assert gemm_mod.choose_narrow(12160, 560, 1024, 128, 2, 132) is None  # K below 1536
+    assert gemm_mod.choose_narrow(12160, 560, 1536, 128, 1, 132) is None  # lone CTAs
+    assert not default_config(Backend.TMA, m=12160, n=560, k=1536, sms=132, beta=1.0).narrow  # C read
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
     f32 = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, out_f32=True)  # an fp32 output, beta 0
     assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, True)  # seven 32-column slabs: beta 0 only
@@ -612,14 +623,21 @@ def test_narrow_widths_on_the_gpu(i) -> None:
 CHOSEN_NARROW = [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
                  ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
                  ((3493, 520, 512), (176, 2), False), ((11717, 264, 1536), (144, 2), False),
-                 ((6666, 776, 1536), (208, 2), True), ((6703, 776, 1536), (208, 2), False)]
-CHOSEN_NARROW_IDS = ["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2", "208c2_from128", "n208c2_from128"]
+                 ((6666, 776, 1536), (208, 2), True), ((6703, 776, 1536), (208, 2), False),
+                 ((6910, 1077, 1536), (160, 2), True), ((12160, 560, 1536), (144, 2), False)]
+CHOSEN_NARROW_IDS = ["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2", "208c2_from128", "n208c2_from128",
+                     "160c2_from128_more_tiles", "n144c2_from128_more_tiles"]
+
+
+def cfg_width(m: int, n: int, k: int, kmajor: bool) -> int:
+    return default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor).block_n
 
 
 def test_chosen_narrow_cases_replace_what_they_say() -> None:
     for ((m, n, k), width, kmajor), case_id in zip(CHOSEN_NARROW, CHOSEN_NARROW_IDS, strict=True):
         usual = gemm_mod.choose_tile(m, n, 132, widths=(256, 192, 128), k=k, b_kmajor=kmajor)
-        from128 = case_id.endswith("from128")
+        from128 = "from128" in case_id
+        assert ("more_tiles" in case_id) == (cfg_width(m, n, k, kmajor) != gemm_mod.narrow_width(n)), case_id
         assert (usual == (128, 2)) == from128 and (usual[0] in (192, 256)) != from128, (m, n, k, usual)
         cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor)
         assert (cfg.block_n, cfg.cluster, cfg.narrow) == (*width, True)
@@ -662,6 +680,15 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     assert choose(8192, 8192, 8192, 256, 2, 132) == 1  # the tiles fill the SMs
     assert choose(384, 344, 300, 128, 2, 132) == 1  # 5 k-blocks: nothing to split
     assert choose(128, 128, 100000, 128, 1, 132) == 16  # at most 16 slices
+    # tiles filling more than half the SMs in one turn: the split the turn model (split_cost_us) finds cheapest,
+    # where it saves 15%: 2312x416x11816, 80 CTAs of 128 x 128 in clusters, 3 ranges in 2 turns
+    assert choose(2312, 416, 11816, 128, 2, 132) == 3
+    assert choose(392, 2264, 14952, 128, 2, 132) == 5
+    cost = [gemm_mod.split_cost_us(2312, 416, 185, 128, 2, 132, 128, s) for s in (1, 2, 3)]
+    assert cost[2] < 0.85 * cost[0] and cost[1] > cost[0]  # 2 ranges: 2 turns of half the k-blocks, no gain
+    assert choose(2312, 416, 3000, 128, 2, 132) == 1  # 47 k-blocks: the reduce and fills outweigh the split
+    assert choose(1288, 1432, 3832, 128, 1, 132) == 1  # a full turn
+    assert choose(2312, 416, 11816, 128, 2, 64) == 1  # 80 CTAs past one turn of 64 SMs: a tail plan's business
     cfg = default_config(Backend.TMA, m=384, n=344, k=8800, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.defines["TMAKIT_GEMM_OUT_F32"]) == (128, 2, 11, 1)
     assert default_config(Backend.TMA, m=384, n=344, k=8800, sms=132, splits=1).splits == 1
@@ -773,6 +800,39 @@ def test_tail_rows_on_the_gpu(i) -> None:
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=cl, tail_rows=m - whole)
     assert plan.config.tail_rows == m - whole and plan.tail is not None and plan.tail.m == m - whole
     assert plan.config.splits == 1 and plan.grid[0] <= -(-whole // 128) * -(-case["n"] // bn)
+
+
+# (M, N, K, dtype, K-major B, fp32 output, beta, (splits, tail_rows, the tail's splits) chosen on 132 SMs):
+# tiles filling more than half the SMs in one turn, split by the turn model (choose_splits), and a tail of such
+SPLIT_ONE_TURN = [(2312, 416, 11816, "bfloat16", True, False, 0.0, (3, 0, 0)),
+                  (1128, 800, 14744, "float16", False, True, 0.5, (3, 0, 0)),
+                  (392, 2264, 14952, "bfloat16", True, False, 1.0, (5, 0, 0)),
+                  (1752, 2488, 15792, "float16", False, False, 0.0, (1, 472, 3))]
+
+
+def test_split_one_turn_cases_choose_what_they_say() -> None:
+    for m, n, k, _, kmajor, out_f32, beta, (splits, tail, tail_splits) in SPLIT_ONE_TURN:
+        d = describe_gemm(m, n, k, b_major="k" if kmajor else "n", beta=beta,
+                          out_dtype="float32" if out_f32 else None, arch="sm_90a", sms=132)
+        assert (d.config.splits, d.config.tail_rows) == (splits, tail), (m, n, k)
+        if tail:
+            assert gemm_mod.tail_config(d.config, tail, n, k, 132, beta).splits == tail_splits
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("m, n, k, dtype, kmajor, out_f32, beta, chosen", SPLIT_ONE_TURN,
+                         ids=["2312x416", "1128x800_f32_beta", "392x2264_beta1", "1752x2488_tail"])
+def test_split_one_turn_chosen_on_the_gpu(m, n, k, dtype, kmajor, out_f32, beta, chosen) -> None:
+    """The default plans of SPLIT_ONE_TURN (split-K ranges over two turns of the grid, or a split tail) against
+    torch.addmm in float32, padded C, 3 runs on poisoned outputs; on 132 SMs they take the plan the case says."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    case = dict(backend="tma", dtype=dtype, kmajor=kmajor, m=m, n=n, k=k, out_f32=out_f32, alpha=1.0, beta=beta,
+                pad=8, special=None)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed())
+    if gemm_mod.sm_count(0) == 132:
+        assert (plan.config.splits, plan.config.tail_rows) == chosen[:2]
+        assert plan.tail is None or plan.tail.config.splits == chosen[2]
 
 
 @pytest.mark.requires_sm90

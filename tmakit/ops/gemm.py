@@ -168,7 +168,10 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
 # seeds 60-99 67 1.20x, min 1.00x. K-major B takes the 128-in-a-cluster form too (few problems: 6 of seeds 1-59 and
 # 100-159 1.25x, min 0.97x; held out, all 9 of seeds 160-400 1.16x, min 1.07x).
+# A chosen 128 in a cluster whose N the one narrow width does not serve takes narrower tiles of more columns where
+# they save a turn and _NARROW_MORE_TILES_MARGIN of the model's cost (choose_narrow; measured with the split rule).
 _NARROW_MAX = 224
+_NARROW_MORE_TILES_MARGIN = 0.9
 _NARROW_MIN_K = 512
 _NARROW_FROM_128_MIN_K = 1536
 
@@ -242,11 +245,38 @@ def tile_cost(block_n: int) -> float:
     return _TILE_COST[lo] + (_TILE_COST[hi] - _TILE_COST[lo]) * (block_n - lo) / (hi - lo)
 
 
-def narrow_width(n: int) -> int | None:
-    """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones,
-    rounded up to 16; None where that is 128, 192 or 256 (the usual widths), below 64 or above _NARROW_MAX."""
-    w = -(-(-(-n // -(-n // 256))) // 16) * 16
+def narrow_width(n: int, tiles: int | None = None) -> int | None:
+    """The narrow width for an N whose 256-wide tiles waste columns: N cut into as many tiles as 256-wide ones (or
+    ``tiles``), rounded up to 16; None where that is 128, 192 or 256 (the usual widths), below 64 or above
+    _NARROW_MAX."""
+    w = -(-(-(-n // (tiles or -(-n // 256)))) // 16) * 16
     return w if 64 <= w <= _NARROW_MAX and w not in _USUAL_WIDTHS else None
+
+
+def choose_narrow(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) -> int | None:
+    """The narrow width that replaces a chosen tile (``default_config`` checks the rest of the plan), or None:
+    ``narrow_width`` where it is narrower than a chosen 192 or 256; for a chosen 128 in a cluster with K >=
+    _NARROW_FROM_128_MIN_K, ``narrow_width`` where its turns cost less (``tile_cost``), else the narrow width of
+    more tiles than 256-wide ones whose turns are fewer and cost at most _NARROW_MORE_TILES_MARGIN of the 128-wide
+    tiles' (the cheapest; ties to the wider): 11600x640x7232 takes 4 tiles of 160 a row, 3 turns, for 5 of 128, 4
+    turns."""
+    w = narrow_width(n)
+    if w and block_n in (192, 256) and w < block_n:
+        return w
+    if (block_n, cluster) != (128, 2) or k < _NARROW_FROM_128_MIN_K:
+        return None
+    turns = tile_turns(m, n, 128, 2, sms)
+    if w and tile_turns(m, n, w, 2, sms) * tile_cost(w) < turns * tile_cost(128):
+        return w
+    best: tuple[float, int] | None = None
+    for tiles in range(-(-n // 256) + 1, -(-n // 64) + 1):
+        v = narrow_width(n, tiles)
+        if v is None or tile_turns(m, n, v, 2, sms) >= turns:
+            continue
+        cost = tile_turns(m, n, v, 2, sms) * tile_cost(v)
+        if cost < _NARROW_MORE_TILES_MARGIN * turns * tile_cost(128) and (best is None or cost < best[0]):
+            best = (cost, v)
+    return best[1] if best else None
 
 
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
@@ -277,16 +307,36 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, 
     is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
     ctas = _tile_ctas(m, n, block_n, cluster, block_m)
     k_blocks = -(-k // BLOCK_K)
-    if 2 * ctas > sms or k_blocks < 2 * _SPLIT_MIN_KB:
+    if k_blocks < 2 * _SPLIT_MIN_KB or ctas > _turn_ctas(cluster, sms):
         return 1
-    return max(1, min(sms // ctas, k_blocks // _SPLIT_RANGE_KB, 16))
+    if 2 * ctas <= sms:
+        return max(1, min(sms // ctas, k_blocks // _SPLIT_RANGE_KB, 16))
+    # more than half the SMs: the split whose turns, ranges and reduce cost least, where that saves _SPLIT_MARGIN
+    cost = [split_cost_us(m, n, k_blocks, block_n, cluster, sms, block_m, s)
+            for s in range(1, min(16, k_blocks // _SPLIT_RANGE_KB) + 1)]
+    best = min(range(len(cost)), key=cost.__getitem__)
+    return best + 1 if cost[best] < _SPLIT_MARGIN * cost[0] else 1
+
+
+def split_cost_us(m: int, n: int, k_blocks: int, block_n: int, cluster: int, sms: int, block_m: int,
+                  splits: int) -> float:
+    """The turn model's time of a GEMM of ``k_blocks`` cut into ``splits`` ranges (choose_tail_rows' constants: a
+    tile's fill and epilogue cost _TILE_OVERHEAD_KB k-blocks of _KB_US a 256-wide tile, a 64-row tile half; the
+    reduce 3 us plus the fp32 partials read and a 16-bit C written at 2.5 TB/s)."""
+    turns = -(-_tile_ctas(m, n, block_n, cluster, block_m) * splits // _turn_ctas(cluster, sms))
+    us = turns * (-(-k_blocks // splits) + _TILE_OVERHEAD_KB) * _KB_US * tile_cost(block_n) * block_m / BLOCK_M
+    return us + (3.0 + (4 * splits + 2) * m * n / 2.5e6 if splits > 1 else 0.0)
 
 
 # choose_splits: a problem splits where each of two ranges would have _SPLIT_MIN_KB k-blocks; it then takes ranges
 # of at least _SPLIT_RANGE_KB (H100, 44 sweep problems of seeds 1-59: ranges of >= 4 against >= 8 k-blocks 1.06x
 # where both split, splitting K of 512-1000 0.6-0.9x).
+# Tiles filling more than half the SMs in one turn split where the model (split_cost_us) saves _SPLIT_MARGIN, and
+# tail plans (choose_tail_rows) take such splits too: H200 and H100, every problem of sweep seeds 1-199 the rule
+# changes, against the previous plan in the same rounds (docs/PERFORMANCE.md, GEMM).
 _SPLIT_MIN_KB = 8
 _SPLIT_RANGE_KB = 4
+_SPLIT_MARGIN = 0.85
 
 # choose_tail_rows' model: a tile's fill and epilogue cost about 8 k-blocks of its mainloop (the per-turn fit in
 # docs/PERFORMANCE.md: 3.5-5.4 us a tile beside 0.76 us per 64 of K); the tail's reduce about 3 us and its
@@ -361,17 +411,14 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
-    narrow = narrow_width(n) if n else None
     # (wide: the rule was measured with the H100's shared memory, where 4 stages of a narrow tile fit)
-    if (narrow and wide and block_n is None and block_m in (None, 128) and splits in (None, 1)
-            and backend is Backend.TMA and m and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
-            and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1
-            and ((bn in (192, 256) and narrow < bn)
-                 or ((bn, cl) == (128, 2) and k >= _NARROW_FROM_128_MIN_K
-                     and tile_turns(m, n, narrow, 2, sms) * tile_cost(narrow)
-                     < tile_turns(m, n, 128, 2, sms) * tile_cost(128)))):
+    if (wide and block_n is None and block_m in (None, 128) and splits in (None, 1)
+            and backend is Backend.TMA and m and n and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
+            and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1):
+        narrow = choose_narrow(m, n, k, bn, cl, sms)
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
-        if not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):  # a tail plan stays the usual's
+        # a tail plan stays the usual's
+        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):
             bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
         block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)

@@ -689,6 +689,13 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     assert choose(2312, 416, 3000, 128, 2, 132) == 1  # 47 k-blocks: the reduce and fills outweigh the split
     assert choose(1288, 1432, 3832, 128, 1, 132) == 1  # a full turn
     assert choose(2312, 416, 11816, 128, 2, 64) == 1  # 80 CTAs past one turn of 64 SMs: a tail plan's business
+    # ... and there 256-wide tiles in the same cluster take 3 ranges in one turn (40 CTAs), cheaper in the model
+    assert gemm_mod.choose_split_width(2312, 416, 11816, 2, 132, 3) == (256, 3)
+    assert gemm_mod.choose_split_width(3292, 318, 13000, 2, 132, 3) == (128, 3)  # 2 of 256 waste 38% of N
+    cfg = default_config(Backend.TMA, m=2312, n=416, k=11816, sms=132)
+    assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.stages) == (256, 2, 3, 4)
+    for kwargs in (dict(block_n=128), dict(cluster=2), dict(block_m=128), dict(splits=3)):  # asked for: kept
+        assert default_config(Backend.TMA, m=2312, n=416, k=11816, sms=132, **kwargs).block_n == 128, kwargs
     cfg = default_config(Backend.TMA, m=384, n=344, k=8800, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.defines["TMAKIT_GEMM_OUT_F32"]) == (128, 2, 11, 1)
     assert default_config(Backend.TMA, m=384, n=344, k=8800, sms=132, splits=1).splits == 1
@@ -802,26 +809,31 @@ def test_tail_rows_on_the_gpu(i) -> None:
     assert plan.config.splits == 1 and plan.grid[0] <= -(-whole // 128) * -(-case["n"] // bn)
 
 
-# (M, N, K, dtype, K-major B, fp32 output, beta, (splits, tail_rows, the tail's splits) chosen on 132 SMs):
-# tiles filling more than half the SMs in one turn, split by the turn model (choose_splits), and a tail of such
-SPLIT_ONE_TURN = [(2312, 416, 11816, "bfloat16", True, False, 0.0, (3, 0, 0)),
-                  (1128, 800, 14744, "float16", False, True, 0.5, (3, 0, 0)),
-                  (392, 2264, 14952, "bfloat16", True, False, 1.0, (5, 0, 0)),
-                  (1752, 2488, 15792, "float16", False, False, 0.0, (1, 472, 3))]
+# (M, N, K, dtype, K-major B, fp32 output, beta, (BN, splits, tail_rows, the tail's BN and splits) chosen on 132
+# SMs): 128-wide tiles filling more than half the SMs in one turn split by the turn model (choose_splits), 256-wide
+# ones in their place where they cost less (choose_split_width), and a tail of such
+SPLIT_ONE_TURN = [(2312, 416, 11816, "bfloat16", True, False, 0.0, (256, 3, 0, 0, 0)),
+                  (1128, 800, 14744, "float16", False, True, 0.5, (256, 3, 0, 0, 0)),
+                  (392, 2264, 14952, "bfloat16", True, False, 1.0, (256, 3, 0, 0, 0)),
+                  (3292, 318, 13000, "float16", True, False, 0.5, (128, 3, 0, 0, 0)),
+                  (2842, 283, 15992, "bfloat16", False, True, 0.0, (128, 5, 0, 0, 0)),
+                  (1752, 2488, 15792, "float16", False, False, 0.0, (192, 1, 472, 256, 3))]
+SPLIT_ONE_TURN_IDS = ["2312x416", "1128x800_f32_beta", "392x2264_beta1", "3292x318_128_beta", "2842x283_128_f32",
+                      "1752x2488_tail"]
 
 
 def test_split_one_turn_cases_choose_what_they_say() -> None:
-    for m, n, k, _, kmajor, out_f32, beta, (splits, tail, tail_splits) in SPLIT_ONE_TURN:
-        d = describe_gemm(m, n, k, b_major="k" if kmajor else "n", beta=beta,
+    for m, n, k, dtype, kmajor, out_f32, beta, (bn, splits, tail, tail_bn, tail_splits) in SPLIT_ONE_TURN:
+        d = describe_gemm(m, n, k, dtype=dtype, b_major="k" if kmajor else "n", beta=beta,
                           out_dtype="float32" if out_f32 else None, arch="sm_90a", sms=132)
-        assert (d.config.splits, d.config.tail_rows) == (splits, tail), (m, n, k)
+        assert (d.config.block_n, d.config.splits, d.config.tail_rows) == (bn, splits, tail), (m, n, k)
         if tail:
-            assert gemm_mod.tail_config(d.config, tail, n, k, 132, beta).splits == tail_splits
+            t = gemm_mod.tail_config(d.config, tail, n, k, 132, beta)
+            assert (t.block_n, t.splits) == (tail_bn, tail_splits)
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("m, n, k, dtype, kmajor, out_f32, beta, chosen", SPLIT_ONE_TURN,
-                         ids=["2312x416", "1128x800_f32_beta", "392x2264_beta1", "1752x2488_tail"])
+@pytest.mark.parametrize("m, n, k, dtype, kmajor, out_f32, beta, chosen", SPLIT_ONE_TURN, ids=SPLIT_ONE_TURN_IDS)
 def test_split_one_turn_chosen_on_the_gpu(m, n, k, dtype, kmajor, out_f32, beta, chosen) -> None:
     """The default plans of SPLIT_ONE_TURN (split-K ranges over two turns of the grid, or a split tail) against
     torch.addmm in float32, padded C, 3 runs on poisoned outputs; on 132 SMs they take the plan the case says."""
@@ -831,8 +843,8 @@ def test_split_one_turn_chosen_on_the_gpu(m, n, k, dtype, kmajor, out_f32, beta,
                 pad=8, special=None)
     plan = _check_gemm(torch, case, runs=3, seed=_seed())
     if gemm_mod.sm_count(0) == 132:
-        assert (plan.config.splits, plan.config.tail_rows) == chosen[:2]
-        assert plan.tail is None or plan.tail.config.splits == chosen[2]
+        assert (plan.config.block_n, plan.config.splits, plan.config.tail_rows) == chosen[:3]
+        assert plan.tail is None or (plan.tail.config.block_n, plan.tail.config.splits) == chosen[3:]
 
 
 @pytest.mark.requires_sm90

@@ -318,6 +318,20 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, 
     return best + 1 if cost[best] < _SPLIT_MARGIN * cost[0] else 1
 
 
+def choose_split_width(m: int, n: int, k: int, cluster: int, sms: int, splits: int) -> tuple[int, int]:
+    """(block_n, splits) for a problem whose 128-wide tiles fill more than half the SMs in one turn and split K
+    (``choose_splits``' turn model): 256-wide tiles in the same cluster with their own split where the model
+    (``split_cost_us``) says they cost less, else the 128-wide plan. Half as many tiles take more ranges each in
+    one turn where the 128-wide ranges took two (2312x416x11816: 80 CTAs x 3 ranges in 2 turns, or 40 x 3 in one;
+    docs/PERFORMANCE.md, GEMM)."""
+    kb = -(-k // BLOCK_K)
+    wide = choose_splits(m, n, k, 256, cluster, sms)
+    if wide > 1 and (split_cost_us(m, n, kb, 256, cluster, sms, BLOCK_M, wide)
+                     < split_cost_us(m, n, kb, 128, cluster, sms, BLOCK_M, splits)):
+        return 256, wide
+    return 128, splits
+
+
 def split_cost_us(m: int, n: int, k_blocks: int, block_n: int, cluster: int, sms: int, block_m: int,
                   splits: int) -> float:
     """The turn model's time of a GEMM of ``k_blocks`` cut into ``splits`` ranges (choose_tail_rows' constants: a
@@ -405,6 +419,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
     wide = shared_mem_limit >= 150 * 1024
+    tile_chosen = block_n is None and cluster is None and block_m is None  # (before they are chosen below)
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
         widths = ((256, 192, 128) if not fp8 and (out_f32 or beta == 0) else (256, 128)) if wide else (128,)
         bn, cl = choose_tile(m, n, sms, block_n, cluster, widths, k=k, b_kmajor=b_kmajor)
@@ -426,6 +441,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     if splits is None:
         splits = (choose_splits(m, n, k, bn, cl, sms, bm)
                   if backend is Backend.TMA and m and n and k and sms and bn in _USUAL_WIDTHS else 1)
+        if (m and n and k and sms and tile_chosen and wide
+                and not fp8 and not groups and not store_add and (bn, bm) == (128, BLOCK_M) and splits > 1
+                and 2 * _tile_ctas(m, n, 128, cl) > sms):
+            bn, splits = choose_split_width(m, n, k, cl, sms, splits)
     if stages is None:
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at

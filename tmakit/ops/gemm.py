@@ -303,8 +303,9 @@ def turn_cost(m: int, n: int, k: int, sms: int) -> float:
 def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M) -> int:
     """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs and K has at least
     16 k-blocks (1024), cut each tile's k-blocks into as many ranges as fill the SMs, each at least 4 k-blocks
-    long, at most 16 (the partials are read back once: 16 fp32 slices of the output). 1 otherwise. A shorter K
-    is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
+    long, at most 16 (the partials are read back once: 16 fp32 slices of the output); when they fill more than
+    half the SMs in one turn, the split ``split_cost_us`` finds cheapest where it saves _SPLIT_MARGIN. 1 otherwise.
+    A shorter K is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
     ctas = _tile_ctas(m, n, block_n, cluster, block_m)
     k_blocks = -(-k // BLOCK_K)
     if k_blocks < 2 * _SPLIT_MIN_KB or ctas > _turn_ctas(cluster, sms):
@@ -412,9 +413,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     (the config says so). A chosen 192- or 256-wide tile gives way to ``narrow_width`` where that is narrower,
     K >= _NARROW_MIN_K, beta 0, no ``store_add``, and the usual plan neither splits K nor takes a tail, on a GPU
     where 150 KiB of shared memory fit; so does a chosen 128-wide tile in a cluster where the narrow width's turns
-    cost less (``tile_cost``) and K >= _NARROW_FROM_128_MIN_K. BN 192 is a candidate on tma for a 16-bit output
-    with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing).
-    cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    cost less (``tile_cost``) and K >= _NARROW_FROM_128_MIN_K (``choose_narrow``); a split 128-wide tile plan over
+    more than half the SMs may become 256-wide (``choose_split_width``). BN 192 is a candidate on tma for a 16-bit
+    output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
+    pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")

@@ -692,6 +692,11 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     # ... and there 256-wide tiles in the same cluster take 3 ranges in one turn (40 CTAs), cheaper in the model
     assert gemm_mod.choose_split_width(2312, 416, 11816, 2, 132, 3) == (256, 3)
     assert gemm_mod.choose_split_width(3292, 318, 13000, 2, 132, 3) == (128, 3)  # 2 of 256 waste 38% of N
+    # over at most half the SMs: 128-wide tiles in clusters in 2 ranges -> 256-wide ones in more, N padded alike
+    assert gemm_mod.choose_split_width(424, 1504, 15336, 2, 132, 2) == (256, 5)  # 1536 columns either way
+    assert gemm_mod.choose_split_width(2352, 304, 5576, 2, 132, 2) == (128, 2)  # 512 columns against 384
+    assert gemm_mod.choose_split_width(424, 1504, 15336, 2, 132, 3) == (128, 3)  # 3 ranges: kept
+    assert gemm_mod.choose_split_width(424, 1504, 15336, 1, 132, 2) == (128, 2)  # lone CTAs: kept
     cfg = default_config(Backend.TMA, m=2312, n=416, k=11816, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.stages) == (256, 2, 3, 4)
     for kwargs in (dict(block_n=128), dict(cluster=2), dict(block_m=128), dict(splits=3)):  # asked for: kept
@@ -811,15 +816,18 @@ def test_tail_rows_on_the_gpu(i) -> None:
 
 # (M, N, K, dtype, K-major B, fp32 output, beta, (BN, splits, tail_rows, the tail's BN and splits) chosen on 132
 # SMs): 128-wide tiles filling more than half the SMs in one turn split by the turn model (choose_splits), 256-wide
-# ones in their place where they cost less (choose_split_width), and a tail of such
+# ones in their place where they cost less (choose_split_width), a tail of such, and 128-wide tiles in clusters
+# over at most half the SMs cut in two replaced by 256-wide ones cut in more
 SPLIT_ONE_TURN = [(2312, 416, 11816, "bfloat16", True, False, 0.0, (256, 3, 0, 0, 0)),
                   (1128, 800, 14744, "float16", False, True, 0.5, (256, 3, 0, 0, 0)),
                   (392, 2264, 14952, "bfloat16", True, False, 1.0, (256, 3, 0, 0, 0)),
                   (3292, 318, 13000, "float16", True, False, 0.5, (128, 3, 0, 0, 0)),
                   (2842, 283, 15992, "bfloat16", False, True, 0.0, (128, 5, 0, 0, 0)),
-                  (1752, 2488, 15792, "float16", False, False, 0.0, (192, 1, 472, 256, 3))]
+                  (1752, 2488, 15792, "float16", False, False, 0.0, (192, 1, 472, 256, 3)),
+                  (664, 944, 3696, "float16", False, True, 0.5, (256, 5, 0, 0, 0)),
+                  (2352, 304, 5576, "bfloat16", True, False, 0.5, (128, 2, 0, 0, 0))]
 SPLIT_ONE_TURN_IDS = ["2312x416", "1128x800_f32_beta", "392x2264_beta1", "3292x318_128_beta", "2842x283_128_f32",
-                      "1752x2488_tail"]
+                      "1752x2488_tail", "664x944_from_k2_f32_beta", "2352x304_k2_kept_beta"]
 
 
 def test_split_one_turn_cases_choose_what_they_say() -> None:

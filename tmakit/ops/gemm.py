@@ -320,15 +320,20 @@ def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, 
 
 
 def choose_split_width(m: int, n: int, k: int, cluster: int, sms: int, splits: int) -> tuple[int, int]:
-    """(block_n, splits) for a problem whose 128-wide tiles fill more than half the SMs in one turn and split K
-    (``choose_splits``' turn model): 256-wide tiles in the same cluster with their own split where the model
-    (``split_cost_us``) says they cost less, else the 128-wide plan. Half as many tiles take more ranges each in
-    one turn where the 128-wide ranges took two (2312x416x11816: 80 CTAs x 3 ranges in 2 turns, or 40 x 3 in one;
+    """(block_n, splits) for a problem whose 128 x 128 tiles split K (``choose_splits``): 256-wide tiles in the same
+    cluster with their own split, or the 128-wide plan. Where the 128-wide tiles fill more than half the SMs in one
+    turn, 256-wide ones where the model (``split_cost_us``) says they cost less: half as many tiles take more ranges
+    each in one turn where the 128-wide ranges took two (2312x416x11816: 80 CTAs x 3 ranges in 2 turns, or 40 x 3
+    in one). Over at most half the SMs, 128-wide tiles in clusters cut into two ranges take 256-wide ones where
+    those split into more and pad N no more (two 128-wide tiles a 256-wide one: 424x1504x15336 in 5 ranges;
     docs/PERFORMANCE.md, GEMM)."""
-    kb = -(-k // BLOCK_K)
     wide = choose_splits(m, n, k, 256, cluster, sms)
-    if wide > 1 and (split_cost_us(m, n, kb, 256, cluster, sms, BLOCK_M, wide)
-                     < split_cost_us(m, n, kb, 128, cluster, sms, BLOCK_M, splits)):
+    if 2 * _tile_ctas(m, n, 128, cluster) > sms:
+        kb = -(-k // BLOCK_K)
+        if wide > 1 and (split_cost_us(m, n, kb, 256, cluster, sms, BLOCK_M, wide)
+                         < split_cost_us(m, n, kb, 128, cluster, sms, BLOCK_M, splits)):
+            return 256, wide
+    elif cluster == 2 and splits == 2 and wide > splits and 2 * -(-n // 256) == -(-n // 128):
         return 256, wide
     return 128, splits
 
@@ -444,8 +449,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         splits = (choose_splits(m, n, k, bn, cl, sms, bm)
                   if backend is Backend.TMA and m and n and k and sms and bn in _USUAL_WIDTHS else 1)
         if (m and n and k and sms and tile_chosen and wide
-                and not fp8 and not groups and not store_add and (bn, bm) == (128, BLOCK_M) and splits > 1
-                and 2 * _tile_ctas(m, n, 128, cl) > sms):
+                and not fp8 and not groups and not store_add and (bn, bm) == (128, BLOCK_M) and splits > 1):
             bn, splits = choose_split_width(m, n, k, cl, sms, splits)
     if stages is None:
         stages = 2

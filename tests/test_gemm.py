@@ -618,8 +618,9 @@ def test_narrow_widths_on_the_gpu(i) -> None:
     assert plan.config.narrow and plan.config.block_n == bn
 
 
-# (shape, chosen (BN, cluster), K-major B); the last two replace a chosen 128 x 128 tile in a cluster, the rest a
-# chosen 192- or 256-wide one (test_chosen_narrow_cases_replace_what_they_say)
+# (shape, chosen (BN, cluster), K-major B); the last four replace a chosen 128 x 128 tile in a cluster (the last two
+# by a narrow width of more tiles than 256-wide ones), the rest a chosen 192- or 256-wide one
+# (test_chosen_narrow_cases_replace_what_they_say)
 CHOSEN_NARROW = [((5658, 264, 512), (144, 2), True), ((3493, 520, 512), (176, 2), True),
                  ((4100, 784, 512), (208, 1), True), ((5645, 424, 512), (224, 2), True),
                  ((3493, 520, 512), (176, 2), False), ((11717, 264, 1536), (144, 2), False),
@@ -629,7 +630,7 @@ CHOSEN_NARROW_IDS = ["144c2", "176c2", "208c1", "224c2", "n176c2", "n144c2", "20
                      "160c2_from128_more_tiles", "n144c2_from128_more_tiles"]
 
 
-def cfg_width(m: int, n: int, k: int, kmajor: bool) -> int:
+def _cfg_width(m: int, n: int, k: int, kmajor: bool) -> int:
     return default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor).block_n
 
 
@@ -637,7 +638,7 @@ def test_chosen_narrow_cases_replace_what_they_say() -> None:
     for ((m, n, k), width, kmajor), case_id in zip(CHOSEN_NARROW, CHOSEN_NARROW_IDS, strict=True):
         usual = gemm_mod.choose_tile(m, n, 132, widths=(256, 192, 128), k=k, b_kmajor=kmajor)
         from128 = "from128" in case_id
-        assert ("more_tiles" in case_id) == (cfg_width(m, n, k, kmajor) != gemm_mod.narrow_width(n)), case_id
+        assert ("more_tiles" in case_id) == (_cfg_width(m, n, k, kmajor) != gemm_mod.narrow_width(n)), case_id
         assert (usual == (128, 2)) == from128 and (usual[0] in (192, 256)) != from128, (m, n, k, usual)
         cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=132, b_kmajor=kmajor)
         assert (cfg.block_n, cfg.cluster, cfg.narrow) == (*width, True)
@@ -671,6 +672,32 @@ def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
     assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
 
 
+def test_chosen_plans_pass_their_own_checks() -> None:
+    """Every plan the rules choose (tile, narrow width, split, the 256-wide split tiles, a tail and its plan), on
+    seeded random problems, GPUs of several SM counts and both shared-memory sizes, is one check_config and
+    check_c_read accept; a tile asked for is kept."""
+    rng = random.Random(11)
+    for _ in range(3000):
+        m, n, k = (rng.choice((rng.randint(1, 300), rng.randint(1, 20000))) for _ in range(3))
+        sms, limit = rng.choice((132, 114, 78, 16, 1)), rng.choice((232448, 101376))
+        out_f32, beta = rng.random() < 0.4, rng.choice((0.0, 0.0, 0.5))
+        cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=sms, b_kmajor=rng.random() < 0.5, out_f32=out_f32,
+                             beta=beta, shared_mem_limit=limit)
+        where = (m, n, k, sms, limit, out_f32, beta, cfg)
+        check_config(cfg, limit, k)
+        gemm_mod.check_c_read(cfg, beta, "float32" if out_f32 else "bfloat16")
+        tail = gemm_mod.choose_tail_rows(cfg, m, n, k, sms, beta, limit) if cfg.splits == 1 else 0
+        if tail:
+            assert 0 < tail < m and (m - tail) % (cfg.block_m * cfg.cluster) == 0, where
+            t = gemm_mod.tail_config(cfg, tail, n, k, sms, beta, limit)
+            check_config(t, limit, k)
+            gemm_mod.check_c_read(t, beta, "float32" if out_f32 else "bfloat16")
+        assert cfg.cluster == 1 or sms >= 2, where  # plan_gemm refuses sms below the cluster's CTAs
+        given = default_config(Backend.TMA, m=m, n=n, k=k, sms=sms, block_n=128, cluster=1, block_m=128, splits=1,
+                               out_f32=out_f32, beta=beta, shared_mem_limit=limit)
+        assert (given.block_n, given.cluster, given.block_m, given.splits) == (128, 1, 128, 1), where
+
+
 def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     choose = gemm_mod.choose_splits
     assert choose(384, 344, 8800, 128, 2, 132) == 11  # 12 CTAs: 11 ranges fill the SMs
@@ -699,7 +726,8 @@ def test_split_k_is_chosen_for_few_tiles_and_long_k() -> None:
     assert gemm_mod.choose_split_width(424, 1504, 15336, 1, 132, 2) == (128, 2)  # lone CTAs: kept
     cfg = default_config(Backend.TMA, m=2312, n=416, k=11816, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.stages) == (256, 2, 3, 4)
-    for kwargs in (dict(block_n=128), dict(cluster=2), dict(block_m=128), dict(splits=3)):  # asked for: kept
+    # any of block_n, cluster, block_m or splits given: the usual plan of the rest (128-wide tiles), not the rule's
+    for kwargs in (dict(block_n=128), dict(cluster=2), dict(block_m=128), dict(splits=3)):
         assert default_config(Backend.TMA, m=2312, n=416, k=11816, sms=132, **kwargs).block_n == 128, kwargs
     cfg = default_config(Backend.TMA, m=384, n=344, k=8800, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.splits, cfg.defines["TMAKIT_GEMM_OUT_F32"]) == (128, 2, 11, 1)
@@ -825,9 +853,10 @@ SPLIT_ONE_TURN = [(2312, 416, 11816, "bfloat16", True, False, 0.0, (256, 3, 0, 0
                   (2842, 283, 15992, "bfloat16", False, True, 0.0, (128, 5, 0, 0, 0)),
                   (1752, 2488, 15792, "float16", False, False, 0.0, (192, 1, 472, 256, 3)),
                   (664, 944, 3696, "float16", False, True, 0.5, (256, 5, 0, 0, 0)),
-                  (2352, 304, 5576, "bfloat16", True, False, 0.5, (128, 2, 0, 0, 0))]
+                  (2352, 304, 5576, "bfloat16", True, False, 0.5, (128, 2, 0, 0, 0)),
+                  (904, 2088, 16032, "bfloat16", False, False, 0.0, (192, 3, 0, 0, 0))]
 SPLIT_ONE_TURN_IDS = ["2312x416", "1128x800_f32_beta", "392x2264_beta1", "3292x318_128_beta", "2842x283_128_f32",
-                      "1752x2488_tail", "664x944_from_k2_f32_beta", "2352x304_k2_kept_beta"]
+                      "1752x2488_tail", "664x944_from_k2_f32_beta", "2352x304_k2_kept_beta", "904x2088_192_split"]
 
 
 def test_split_one_turn_cases_choose_what_they_say() -> None:
@@ -843,8 +872,9 @@ def test_split_one_turn_cases_choose_what_they_say() -> None:
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("m, n, k, dtype, kmajor, out_f32, beta, chosen", SPLIT_ONE_TURN, ids=SPLIT_ONE_TURN_IDS)
 def test_split_one_turn_chosen_on_the_gpu(m, n, k, dtype, kmajor, out_f32, beta, chosen) -> None:
-    """The default plans of SPLIT_ONE_TURN (split-K ranges over two turns of the grid, or a split tail) against
-    torch.addmm in float32, padded C, 3 runs on poisoned outputs; on 132 SMs they take the plan the case says."""
+    """The default plans of SPLIT_ONE_TURN (split-K over more than half the SMs, 128-, 192- or 256-wide, or a split
+    tail) against torch.addmm in float32, padded C, 3 runs on poisoned outputs; on 132 SMs they take the plan the
+    case says (elsewhere the plan differs and only the product is checked: the CPU test pins the plans)."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     case = dict(backend="tma", dtype=dtype, kmajor=kmajor, m=m, n=n, k=k, out_f32=out_f32, alpha=1.0, beta=beta,

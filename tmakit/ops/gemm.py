@@ -168,8 +168,9 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # output (beta 0) likewise, its 32-column slabs: every problem of seeds 1-59 the rule changes 105 1.19x, min 0.97x;
 # seeds 60-99 67 1.20x, min 1.00x. K-major B takes the 128-in-a-cluster form too (few problems: 6 of seeds 1-59 and
 # 100-159 1.25x, min 0.97x; held out, all 9 of seeds 160-400 1.16x, min 1.07x).
-# A chosen 128 in a cluster whose N the one narrow width does not serve takes narrower tiles of more columns where
-# they save a turn and _NARROW_MORE_TILES_MARGIN of the model's cost (choose_narrow; measured with the split rule).
+# A chosen 128 in a cluster whose N the one narrow width does not serve takes a narrow width of more tiles a row
+# where they save a turn and _NARROW_MORE_TILES_MARGIN of the model's cost (choose_narrow; 11 problems of sweep
+# seeds 1-199 on the H100 1.19x, min 1.07x; docs/PERFORMANCE.md, GEMM).
 _NARROW_MAX = 224
 _NARROW_MORE_TILES_MARGIN = 0.9
 _NARROW_MIN_K = 512
@@ -211,7 +212,8 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
             and tile_turns(m, n, 128, 1, sms) == 1):
         return 128, 1
 
-    clusters = (cluster,) if cluster else (2, 1) if m > BLOCK_M else (1,)  # one tile row: nobody to share B with
+    # one tile row: nobody to share B with; one SM: no room for a cluster of two (plan_gemm refuses sms < cluster)
+    clusters = (cluster,) if cluster else (2, 1) if m > BLOCK_M and sms >= 2 else (1,)
     options = [(bn, cl) for bn in ((block_n,) if block_n else widths) for cl in clusters]
 
     # The cluster's gain grows with the turns, a property of the problem: judged by the 256-wide tiles in
@@ -269,7 +271,7 @@ def choose_narrow(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
     if w and tile_turns(m, n, w, 2, sms) * tile_cost(w) < turns * tile_cost(128):
         return w
     best: tuple[float, int] | None = None
-    for tiles in range(-(-n // 256) + 1, -(-n // 64) + 1):
+    for tiles in range(-(-n // 256) + 1, -(-n // 128) + 1):  # narrower than 128: as dear a tile, more tiles
         v = narrow_width(n, tiles)
         if v is None or tile_turns(m, n, v, 2, sms) >= turns:
             continue
@@ -300,18 +302,22 @@ def turn_cost(m: int, n: int, k: int, sms: int) -> float:
     return tile_turns(m, n, bn, cl, sms) * _TILE_COST.get(bn, 1.0)
 
 
-def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M) -> int:
+def choose_splits(m: int, n: int, k: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M,
+                  by_model: bool = True) -> int:
     """Split-K for an output of few tiles and a long K: when the tiles fill at most half the SMs and K has at least
     16 k-blocks (1024), cut each tile's k-blocks into as many ranges as fill the SMs, each at least 4 k-blocks
     long, at most 16 (the partials are read back once: 16 fp32 slices of the output); when they fill more than
-    half the SMs in one turn, the split ``split_cost_us`` finds cheapest where it saves _SPLIT_MARGIN. 1 otherwise.
-    A shorter K is not split: the second launch costs more than the split saves (docs/PERFORMANCE.md, GEMM)."""
+    half the SMs in one turn, the split ``split_cost_us`` finds cheapest where it saves _SPLIT_MARGIN (not with
+    ``by_model`` False). 1 otherwise. A shorter K is not split: the second launch costs more than the split saves
+    (docs/PERFORMANCE.md, GEMM)."""
     ctas = _tile_ctas(m, n, block_n, cluster, block_m)
     k_blocks = -(-k // BLOCK_K)
     if k_blocks < 2 * _SPLIT_MIN_KB or ctas > _turn_ctas(cluster, sms):
         return 1
     if 2 * ctas <= sms:
         return max(1, min(sms // ctas, k_blocks // _SPLIT_RANGE_KB, 16))
+    if not by_model:
+        return 1
     # more than half the SMs: the split whose turns, ranges and reduce cost least, where that saves _SPLIT_MARGIN
     cost = [split_cost_us(m, n, k_blocks, block_n, cluster, sms, block_m, s)
             for s in range(1, min(16, k_blocks // _SPLIT_RANGE_KB) + 1)]
@@ -340,12 +346,13 @@ def choose_split_width(m: int, n: int, k: int, cluster: int, sms: int, splits: i
 
 def split_cost_us(m: int, n: int, k_blocks: int, block_n: int, cluster: int, sms: int, block_m: int,
                   splits: int) -> float:
-    """The turn model's time of a GEMM of ``k_blocks`` cut into ``splits`` ranges (choose_tail_rows' constants: a
-    tile's fill and epilogue cost _TILE_OVERHEAD_KB k-blocks of _KB_US a 256-wide tile, a 64-row tile half; the
-    reduce 3 us plus the fp32 partials read and a 16-bit C written at 2.5 TB/s)."""
+    """The turn model's time of a GEMM of ``k_blocks`` cut into ``splits`` ranges, with choose_tail_rows' constants
+    (a tile's fill and epilogue cost _TILE_OVERHEAD_KB k-blocks of _KB_US a 256-wide tile; the reduce _REDUCE_US
+    plus its bytes at _REDUCE_BYTES_US). Unlike choose_tail_rows' estimate, a 64-row tile costs half a 128-row one,
+    and the reduce's output is counted as 16-bit (C's read for beta != 0 not at all), as the rule was measured."""
     turns = -(-_tile_ctas(m, n, block_n, cluster, block_m) * splits // _turn_ctas(cluster, sms))
     us = turns * (-(-k_blocks // splits) + _TILE_OVERHEAD_KB) * _KB_US * tile_cost(block_n) * block_m / BLOCK_M
-    return us + (3.0 + (4 * splits + 2) * m * n / 2.5e6 if splits > 1 else 0.0)
+    return us + (_REDUCE_US + (4 * splits + 2) * m * n / _REDUCE_BYTES_US if splits > 1 else 0.0)
 
 
 # choose_splits: a problem splits where each of two ranges would have _SPLIT_MIN_KB k-blocks; it then takes ranges
@@ -363,26 +370,30 @@ _SPLIT_MARGIN = 0.85
 # partials' bytes at 2.5 TB/s; a tail is taken where the model saves _TAIL_MARGIN.
 _TILE_OVERHEAD_KB = 8
 _KB_US = 0.7
+_REDUCE_US = 3.0
+_REDUCE_BYTES_US = 2.5e6  # bytes a microsecond: 2.5 TB/s
 _TAIL_MARGIN = 0.9
 
 
 def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta: float,
-                shared_mem_limit: int = 232448) -> GemmConfig:
+                shared_mem_limit: int = 232448, splits_by_model: bool = True) -> GemmConfig:
     """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own on
     ``sms`` SMs (lone CTAs where fewer than two)."""
     return default_config(cfg.backend, bf16=cfg.bf16, b_kmajor=cfg.b_kmajor, out_f32=cfg.out_f32,
                           group_m=cfg.group_m, shared_mem_limit=shared_mem_limit, m=tail_rows, n=n, k=k, sms=sms,
-                          beta=beta, cluster=1 if sms is not None and sms < 2 else None)
+                          beta=beta, cluster=1 if sms is not None and sms < 2 else None,
+                          splits_by_model=splits_by_model)
 
 
 def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float = 0.0,
-                     shared_mem_limit: int = 232448) -> int:
+                     shared_mem_limit: int = 232448, splits_by_model: bool = True) -> int:
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
     saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (5936x4352x9720 with
     N-major B on 132 SMs: 816 CTAs of 128 x 256 tiles in clusters take 7 turns, the last 24 CTAs alone; the first
-    46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways)."""
+    46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways).
+    ``splits_by_model``: the tail's plan as ``default_config``'s."""
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms or \
             cfg.narrow:
         return 0
@@ -393,14 +404,14 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     tail = m - rows * cfg.block_m
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
-    t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit)
+    t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit, splits_by_model)
     if t.splits < 2:
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
     tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster, t.block_m) * t.splits // _turn_ctas(t.cluster, sms))
     tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
-    reduce_us = 3.0 + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / 2.5e6
+    reduce_us = _REDUCE_US + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / _REDUCE_BYTES_US
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
 
 
@@ -409,7 +420,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
                    groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None,
-                   store_add: bool = False) -> GemmConfig:
+                   store_add: bool = False, splits_by_model: bool = True) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
     tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
@@ -419,9 +430,13 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     K >= _NARROW_MIN_K, beta 0, no ``store_add``, and the usual plan neither splits K nor takes a tail, on a GPU
     where 150 KiB of shared memory fit; so does a chosen 128-wide tile in a cluster where the narrow width's turns
     cost less (``tile_cost``) and K >= _NARROW_FROM_128_MIN_K (``choose_narrow``); a split 128-wide tile plan over
-    more than half the SMs may become 256-wide (``choose_split_width``). BN 192 is a candidate on tma for a 16-bit
-    output with ``beta`` 0 or an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer
-    pairing). cp.async: BN 256 where 150 KiB of shared memory fit, else 128, no cluster, no split."""
+    more than half the SMs in one turn, or split in two in clusters over fewer, may become 256-wide
+    (``choose_split_width``; block_n, cluster, block_m and splits all left out, 150 KiB of shared memory).
+    ``splits_by_model`` False leaves out the splits of ``choose_splits``' turn model and ``choose_split_width``:
+    the narrow rule judges the usual plan's split and tail so, and gives way only where it did before those rules
+    (the rule was measured against that plan). BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or
+    an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where
+    150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
@@ -436,19 +451,19 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     # (wide: the rule was measured with the H100's shared memory, where 4 stages of a narrow tile fit)
     if (wide and block_n is None and block_m in (None, 128) and splits in (None, 1)
             and backend is Backend.TMA and m and n and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
-            and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms) == 1):
+            and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms, by_model=False) == 1):
         narrow = choose_narrow(m, n, k, bn, cl, sms)
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
         # a tail plan stays the usual's
-        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit):
+        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit, splits_by_model=False):
             bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
         block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)
     bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
-        splits = (choose_splits(m, n, k, bn, cl, sms, bm)
+        splits = (choose_splits(m, n, k, bn, cl, sms, bm, splits_by_model)
                   if backend is Backend.TMA and m and n and k and sms and bn in _USUAL_WIDTHS else 1)
-        if (m and n and k and sms and tile_chosen and wide
+        if (m and n and k and sms and tile_chosen and wide and splits_by_model
                 and not fp8 and not groups and not store_add and (bn, bm) == (128, BLOCK_M) and splits > 1):
             bn, splits = choose_split_width(m, n, k, cl, sms, splits)
     if stages is None:

@@ -27,7 +27,8 @@ from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
 from . import _checks
 from ._kernels import kernel, sm_count
-from .gemm import BLOCK_M, _empty, _rows, check_config, default_config, persistent_grid, shared_mem_limit
+from .gemm import (BLOCK_M, L2_PROMOTION, _empty, _rows, check_config, default_config, persistent_grid,
+                   shared_mem_limit)
 
 FP8 = ("float8_e4m3fn", "uint8")
 SCALE_BLOCK = 128
@@ -93,8 +94,8 @@ class Fp8GemmPlan:
         cfg = self.config
         self._operands = (a, b, sa, sb, c)  # the views own their arrays while the plan lives
         kw = dict(swizzle="128B", oob_fill="zero")
-        ta = describe_tensor(a, box=(BLOCK_M, 128), l2_promotion="128B", **kw)
-        tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, 128), l2_promotion="128B", **kw)  # a CTA's share
+        ta = describe_tensor(a, box=(BLOCK_M, 128), l2_promotion=L2_PROMOTION, **kw)
+        tb = describe_tensor(b, box=(cfg.block_n // cfg.cluster, 128), l2_promotion=L2_PROMOTION, **kw)  # a CTA's share
         tc = describe_tensor(c, box=(64, 64), **kw)
         # scale_a as the (K / 128, M) row-major array it is in memory: a box is one k-block's 128 row scales
         kb = -(-self.k // SCALE_BLOCK)

@@ -39,6 +39,10 @@ BLOCK_M = 128
 BLOCK_K = 64
 _USUAL_WIDTHS = (128, 192, 256)  # tma's BN besides the narrow widths (GemmConfig.narrow; 192 tma only)
 NO_MAP = bytes(128)  # the fp8 scale map parameter of a build that reads none
+# The operand maps' L2 promotion (dense, grouped and fp8 GEMMs; the dense GEMM's C map too, read where beta != 0):
+# 128, not 256, since where the pitch is not a multiple of 128 bytes a box row spans two lines, and promoting each
+# to 256 bytes read about twice the DRAM bytes (docs/PERFORMANCE.md, GEMM, "L2 promotion").
+L2_PROMOTION = "128B"
 
 
 @dataclass(frozen=True)
@@ -273,9 +277,12 @@ def choose_narrow(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
     best: tuple[float, int] | None = None
     for tiles in range(-(-n // 256) + 1, -(-n // 128) + 1):  # narrower than 128: as dear a tile, more tiles
         v = narrow_width(n, tiles)
-        if v is None or tile_turns(m, n, v, 2, sms) >= turns:
+        if v is None:
             continue
-        cost = tile_turns(m, n, v, 2, sms) * tile_cost(v)
+        v_turns = tile_turns(m, n, v, 2, sms)
+        cost = v_turns * tile_cost(v)
+        if v_turns >= turns:
+            continue
         if cost < _NARROW_MORE_TILES_MARGIN * turns * tile_cost(128) and (best is None or cost < best[0]):
             best = (cost, v)
     return best[1] if best else None
@@ -774,15 +781,13 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
     (default: the arrays' device's)."""
     kw = dict(swizzle="128B", oob_fill="zero", encode=encode, arch=arch)
     box_a, box_b = _operand_boxes(cfg)
-    # 128, not 256: where the pitch is not a multiple of 128 bytes a box row spans two lines, and promoting each to
-    # 256 bytes read about twice the DRAM bytes (docs/PERFORMANCE.md, GEMM, "L2 promotion")
-    ta = describe_tensor(a, box=box_a, l2_promotion="128B", **kw)
-    tb = describe_tensor(b, box=box_b, l2_promotion="128B", **kw)
+    ta = describe_tensor(a, box=box_a, l2_promotion=L2_PROMOTION, **kw)
+    tb = describe_tensor(b, box=box_b, l2_promotion=L2_PROMOTION, **kw)
     # a peer output's map is encoded for a's GPU, whose kernel stores through it
     peer = {"device": a.device} if encode and c.device != a.device else {}
     # C too: its slabs are read by TMA where beta != 0 (H100, 93 such problems: 1.02x, up to 1.4x at short K)
-    tc = describe_tensor(c, box=(1,) * (len(c.shape) - 2) + (64, 128 // c.itemsize), l2_promotion="128B", **kw,
-                         **peer)
+    tc = describe_tensor(c, box=(1,) * (len(c.shape) - 2) + (64, 128 // c.itemsize), l2_promotion=L2_PROMOTION,
+                         **kw, **peer)
     return ta, tb, tc
 
 

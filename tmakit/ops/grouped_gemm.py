@@ -30,8 +30,8 @@ from . import _checks
 from ._kernels import kernel, sm_count
 from ._plan import wait_for_stream
 from ._plan_cache import cached
-from .gemm import (BLOCK_K, BLOCK_M, DTYPES, NO_MAP, OUT_DTYPES, _empty, _parse_b_major, _rows, check_config, default_config,
-                   shared_mem_limit)
+from .gemm import (BLOCK_K, BLOCK_M, DTYPES, L2_PROMOTION, NO_MAP, OUT_DTYPES, _empty, _parse_b_major, _rows,
+                   check_config, default_config, shared_mem_limit)
 
 MAX_GROUPS = 1024
 
@@ -86,8 +86,8 @@ class GroupedGemmPlan:
         self._operands = (a, b, offs, c)  # the views own their arrays while the plan lives
         kw = dict(swizzle="128B", oob_fill="zero")
         box_b = (1, cfg.block_n, BLOCK_K) if cfg.b_kmajor else (1, BLOCK_K, 64)
-        self.maps = (describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion="128B", **kw),
-                     describe_tensor(b, box=box_b, l2_promotion="128B", **kw),
+        self.maps = (describe_tensor(a, box=(BLOCK_M, BLOCK_K), l2_promotion=L2_PROMOTION, **kw),
+                     describe_tensor(b, box=box_b, l2_promotion=L2_PROMOTION, **kw),
                      describe_tensor(c, box=(64, 128 // c.itemsize), **kw))
         ldc = c.strides[0] // c.itemsize if self.m > 1 else self.n
         args = (*self.maps, c.ptr, self.m, self.n, self.k, ldc, float(self.alpha), 0.0, cfg.group_m, 1, 0,

@@ -41,6 +41,7 @@ SHAPES = [
     ("s1000", "tma", 4, 16, 1000, 128, True, "bfloat16"),
     ("s16384", "tma", 1, 16, 16384, 128, False, "bfloat16"),
     ("s16384", "tma", 1, 16, 16384, 128, True, "bfloat16"),
+    ("s16384", "cp.async", 1, 16, 16384, 128, False, "bfloat16"),
     ("fp16", "tma", 4, 16, 4096, 128, False, "float16"),
     ("bshd", "tma", 4, 16, 4096, 128, False, "bfloat16", "bshd"),
     ("bshd", "tma", 4, 16, 4096, 128, True, "bfloat16", "bshd"),
@@ -54,8 +55,9 @@ SHAPES = [
 TUNE = [
     ("main stages=3", "tma", 128, {"stages": 3}),
     ("d64 stages=2", "tma", 64, {"stages": 2}),
-    ("main warps=4", "cp.async", 128, {"warps": 4}),
-    ("main block_n=64", "cp.async", 128, {"block_n": 64}),
+    ("main warp_rows=16 block_n=128", "cp.async", 128, {"warp_rows": 16, "block_n": 128}),
+    ("main stages=3", "cp.async", 128, {"stages": 3}),
+    ("main block_n=32", "cp.async", 128, {"block_n": 32}),
 ]
 
 

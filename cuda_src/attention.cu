@@ -15,8 +15,9 @@
 //     wgmma descriptors are the ones tmakit.wgmma_descriptors derives from the tensor maps (defines below).
 //   tmakit_attention_fwd_cp_async (sm_80..89, or TMAKIT_FORCE_CP_ASYNC): the same tiles and the same shared-memory
 //     images (128B-swizzled slabs of 64 columns) filled by cp.async with zero fill past the sequence end, a
-//     STAGES-deep tmakit::Pipeline of K/V stages (CpAsyncBlockProducer), TMAKIT_ATTN_WARPS warps of 16 query rows
-//     each on ldmatrix + mma.sync m16n8k16 (FlashAttention-2's structure), O stored from registers.
+//     STAGES-deep tmakit::Pipeline of K/V stages (CpAsyncBlockProducer), TMAKIT_ATTN_WARPS warps of
+//     TMAKIT_ATTN_WARP_ROWS (16 or 32) query rows each on ldmatrix + mma.sync m16n8k16 (FlashAttention-2's
+//     structure: a warp of 32 rows reads each K and V fragment once for two m16 tiles), O stored from registers.
 //
 // Tiles in shared memory: a tile of R rows by D columns is D/64 slabs of R x 64 elements (128 bytes a row),
 // each 128B-swizzled and 1024-byte aligned: exactly the boxes of a TMA map with box (.., R, 64) and 128B
@@ -35,7 +36,7 @@
 //
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128 | 256), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
 // TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_CONSUMERS (tma: consumer warpgroups, 2 or 3;
-// BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_WARPS (cp.async path: warps of 16 rows), and
+// BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_WARPS and TMAKIT_ATTN_WARP_ROWS (cp.async path: warps of 16 or 32 rows), and
 // the wgmma descriptors of a stage at shared address 0 (tmakit/ops/attention.py: descriptor_defines):
 // TMAKIT_ATTN_DESC_Q (Q's D/16 k16 slices for the rows 0-63, then for 64-127), TMAKIT_ATTN_DESC_K (D/16 slices),
 // TMAKIT_ATTN_DESC_V (BLOCK_N/16 slices). The defaults are the derivation's for the default configuration.
@@ -67,6 +68,9 @@
 #endif
 #ifndef TMAKIT_ATTN_WARPS
 #define TMAKIT_ATTN_WARPS 8
+#endif
+#ifndef TMAKIT_ATTN_WARP_ROWS
+#define TMAKIT_ATTN_WARP_ROWS 16
 #endif
 #ifndef TMAKIT_ATTN_CONSUMERS
 #define TMAKIT_ATTN_CONSUMERS 2  // tma: consumer warpgroups of 64 query rows (2 or 3; 3 pays at D = 64)
@@ -110,7 +114,7 @@ static_assert(kStages >= 2, "the K/V ring has at least two stages");
 constexpr int kConsumers = TMAKIT_ATTN_CONSUMERS;          // tma: consumer warpgroups of 64 query rows
 static_assert(kConsumers == 2 || kConsumers == 3, "2 or 3 consumer warpgroups");
 constexpr int kTmaThreads = 128 * (1 + kConsumers);       // producer warpgroup + the consumer warpgroups
-constexpr int kCpAsyncThreads = 32 * TMAKIT_ATTN_WARPS;   // warps of 16 query rows
+constexpr int kCpAsyncThreads = 32 * TMAKIT_ATTN_WARPS;   // warps of TMAKIT_ATTN_WARP_ROWS query rows
 
 constexpr float kLn2 = 0.6931471805599453f;
 #define TMAKIT_ATTN_NEG_INF __int_as_float(0xff800000)
@@ -763,23 +767,36 @@ extern "C" __global__ void tmakit_attention_paged_maps(const __grid_constant__ t
 namespace attn {
 
 constexpr int kWarps = TMAKIT_ATTN_WARPS;
-constexpr int kBlockM = 16 * kWarps;
+constexpr int kWarpRows = TMAKIT_ATTN_WARP_ROWS;
+static_assert(kWarpRows == 16 || kWarpRows == 32, "a warp holds one or two m16 row tiles");
+constexpr int kMT = kWarpRows / 16;  // m16 tiles a warp: each B fragment it loads feeds kMT mma
+constexpr int kBlockM = kWarpRows * kWarps;
 constexpr uint32_t kQBytes = kBlockM * kD * 2;
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;
 constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> Ring;  // warps read; the block barrier releases
 
-// Issue this thread's cp.async chunks of a `rows`-row tile starting at sequence row s0 (rows past `len` are
-// zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave.
-__device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, long long row_stride, int s0, int len,
-                                          int rows) {
+// Issue this thread's cp.async chunks of a `Rows`-row tile starting at sequence row s0 (rows past `len` are
+// zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave. A thread copies one column
+// chunk of every kStep-th row: its source advances by a stride and, where kStep is a multiple of the swizzle's
+// 8-row period, its destination by a constant (no swizzle per chunk).
+template <int Rows>
+__device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, long long row_stride, int s0, int len) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < rows * kChunks; i += kCpAsyncThreads) {
-    const int r = i / kChunks, c = i % kChunks, s = s0 + r;
-    const bool ok = s < len;
-    const uint16_t* src = base + (ok ? static_cast<long long>(s) * row_stride : 0) + c * 8;
-    cp_async_cg_16(tile + tile_offset(rows, r, c * 8), src, ok ? 16u : 0u);
+  static_assert(kCpAsyncThreads % kChunks == 0, "whole rows a pass");
+  constexpr int kStep = kCpAsyncThreads / kChunks;
+  const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+  const uint16_t* src = base + static_cast<long long>(s0 + r0) * row_stride + c * 8;
+  const long long step = kStep * row_stride;
+#pragma unroll
+  for (int n = 0; n < (Rows + kStep - 1) / kStep; ++n) {
+    const int r = r0 + n * kStep;
+    if (Rows % kStep != 0 && r >= Rows) break;  // a tile of fewer rows than a pass (16 keys at D = 64, 8 warps)
+    const uint32_t dst = kStep % 8 == 0 ? tile_offset(Rows, r0, c * 8) + n * kStep * kRowBytes : tile_offset(Rows, r, c * 8);
+    const bool ok = s0 + r < len;
+    cp_async_cg_16(tile + dst, ok ? src : base, ok ? 16u : 0u);
+    src += step;
   }
 }
 
@@ -808,7 +825,7 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   const int m0 = m_block * kBlockM, head = blockIdx.y, batch = blockIdx.z;
   const int n_blocks = key_blocks(m0, kBlockM, sk, causal);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row0 = m0 + warp * 16;
+  const int row0 = m0 + warp * kWarpRows;  // the warp's m16 tile mt starts at row0 + 16 mt
   const uint16_t* qb = q + batch * q_sb + head * q_sh;
   const uint16_t* kb = k + batch * k_sb + (head / kv_group) * k_sh;  // grouped-query heads share K/V
   const uint16_t* vb = v + batch * v_sb + (head / kv_group) * v_sh;
@@ -819,21 +836,30 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   auto produce = [&](int j) {
     ring.producer_acquire(pr);
     if (j < n_blocks) {
-      load_tile(k_tiles + pr.index * kKVBytes, kb, k_ss, j * kBlockN, sk, kBlockN);
-      load_tile(v_tiles + pr.index * kKVBytes, vb, v_ss, j * kBlockN, sk, kBlockN);
+      load_tile<kBlockN>(k_tiles + pr.index * kKVBytes, kb, k_ss, j * kBlockN, sk);
+      load_tile<kBlockN>(v_tiles + pr.index * kKVBytes, vb, v_ss, j * kBlockN, sk);
     }
     ring.producer_commit(pr);
     pr.advance();
   };
-  load_tile(q_tile, qb, q_ss, m0, sq, kBlockM);
+  load_tile<kBlockM>(q_tile, qb, q_ss, m0, sq);
   for (int j = 0; j < kStages - 1; ++j) produce(j);
 
   constexpr int NT = kBlockN / 8, OT = kD / 8;
-  float o_acc[OT][4];
+  float o_acc[kMT][OT][4];
+  RowState st[kMT];
 #pragma unroll
-  for (int n = 0; n < OT; ++n) o_acc[n][0] = o_acc[n][1] = o_acc[n][2] = o_acc[n][3] = 0.f;
-  RowState st{{neg_inf(), neg_inf()}, {0.f, 0.f}};
+  for (int mt = 0; mt < kMT; ++mt) {
+    st[mt] = RowState{{neg_inf(), neg_inf()}, {0.f, 0.f}};
+#pragma unroll
+    for (int n = 0; n < OT; ++n) o_acc[mt][n][0] = o_acc[mt][n][1] = o_acc[mt][n][2] = o_acc[mt][n][3] = 0.f;
+  }
   const uint32_t q_base = shared_addr(q_tile);
+  // The lanes' ldmatrix offsets of the block at (0, 0) (Q: this warp's rows), moved per block by
+  // ldmatrix_x4_swizzle128_offset.
+  const uint32_t q_lane = ldmatrix_x4_address(0, lane, warp * kWarpRows, 0, kRowBytes, kSwizzle128B);
+  const uint32_t k_lane = ldmatrix_x4_address_b_kmajor(0, lane, 0, 0, kRowBytes, kSwizzle128B);
+  const uint32_t v_lane = ldmatrix_x4_trans_address_b_mnmajor(0, lane, 0, 0, kRowBytes, kSwizzle128B);
 
   for (int j = 0; j < n_blocks; ++j) {
     produce(j + kStages - 1);  // refills the stage released at the end of iteration j - 1
@@ -841,47 +867,60 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
 
     const uint32_t k_base = shared_addr(k_tiles + cr.index * kKVBytes);
     const uint32_t v_base = shared_addr(v_tiles + cr.index * kKVBytes);
-    float s[NT][4];
+    float s[kMT][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int n = 0; n < NT; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
       const uint32_t slab = kk / 4, col = (kk % 4) * 16;
-      uint32_t a[4];
-      ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-          a, ldmatrix_x4_address(q_base + slab * kBlockM * kRowBytes, lane, warp * 16, col, kRowBytes, kSwizzle128B));
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
+            a[mt], q_base + slab * kBlockM * kRowBytes + ldmatrix_x4_swizzle128_offset(q_lane, 16 * mt, col));
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t b[4];
         ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-            b, ldmatrix_x4_address_b_kmajor(k_base + slab * kBlockN * kRowBytes, lane, np * 16, col, kRowBytes,
-                                            kSwizzle128B));
+            b, k_base + slab * kBlockN * kRowBytes + ldmatrix_x4_swizzle128_offset(k_lane, np * 16, col));
         const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-        mma_m16n8k16<kBf16>(s[2 * np], a, b0);
-        mma_m16n8k16<kBf16>(s[2 * np + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_m16n8k16<kBf16>(s[mt][2 * np], a[mt], b0);
+          mma_m16n8k16<kBf16>(s[mt][2 * np + 1], a[mt], b1);
+        }
       }
     }
 
     const int col0 = j * kBlockN;
-    const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > row0);
-    float alpha[2];
-    online_softmax<NT>(s, st, alpha, lane, row0, col0, sk, mask, causal, scale_log2);
-    rescale_rows<OT>(o_acc, alpha);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      const int r0 = row0 + 16 * mt;
+      const bool mask = col0 + kBlockN > sk || (causal && col0 + kBlockN - 1 > r0);
+      float alpha[2];
+      online_softmax<NT>(s[mt], st[mt], alpha, lane, r0, col0, sk, mask, causal, scale_log2);
+      rescale_rows<OT>(o_acc[mt], alpha);
+    }
 
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      uint32_t a[4];
-      mma_c_to_a_fragment<kBf16>(a, s[2 * kk], s[2 * kk + 1]);
+      uint32_t a[kMT][4];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) mma_c_to_a_fragment<kBf16>(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
 #pragma unroll
       for (int dp = 0; dp < kD / 16; ++dp) {
         const uint32_t slab = (dp * 16) / kSlabCols, col = (dp * 16) % kSlabCols;
         uint32_t b[4];
         ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
-            b, ldmatrix_x4_trans_address_b_mnmajor(v_base + slab * kBlockN * kRowBytes, lane, kk * 16, col, kRowBytes,
-                                                   kSwizzle128B));
+            b, v_base + slab * kBlockN * kRowBytes + ldmatrix_x4_swizzle128_offset(v_lane, kk * 16, col));
         const uint32_t b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
-        mma_m16n8k16<kBf16>(o_acc[2 * dp], a, b0);
-        mma_m16n8k16<kBf16>(o_acc[2 * dp + 1], a, b1);
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          mma_m16n8k16<kBf16>(o_acc[mt][2 * dp], a[mt], b0);
+          mma_m16n8k16<kBf16>(o_acc[mt][2 * dp + 1], a[mt], b1);
+        }
       }
     }
     ring.consumer_release(cr);  // every warp is done with this stage before the next iteration refills it
@@ -889,20 +928,23 @@ tmakit_attention_fwd_cp_async(const tmakit::uint16_t* __restrict__ q, const tmak
   }
   cp_async_wait_all();
 
-  float lse[2];
-  finish_rows<OT>(o_acc, st, lse);
   const int g = lane >> 2, t = lane & 3;
   float* lse_row = lse_out + (static_cast<long long>(batch) * heads + head) * sq;
   uint16_t* ob = o + batch * o_sb + head * o_sh;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = row0 + g + 8 * i;
-    if (r < sq) {
-      if (t == 0) lse_row[r] = lse[i];
+  for (int mt = 0; mt < kMT; ++mt) {
+    float lse[2];
+    finish_rows<OT>(o_acc[mt], st[mt], lse);
 #pragma unroll
-      for (int n = 0; n < OT; ++n)
-        *reinterpret_cast<uint32_t*>(ob + static_cast<long long>(r) * o_ss + 8 * n + 2 * t) =
-            pack_f32x2<kBf16>(o_acc[n][2 * i], o_acc[n][2 * i + 1]);
+    for (int i = 0; i < 2; ++i) {
+      const int r = row0 + 16 * mt + g + 8 * i;
+      if (r < sq) {
+        if (t == 0) lse_row[r] = lse[i];
+#pragma unroll
+        for (int n = 0; n < OT; ++n)
+          *reinterpret_cast<uint32_t*>(ob + static_cast<long long>(r) * o_ss + 8 * n + 2 * t) =
+              pack_f32x2<kBf16>(o_acc[mt][n][2 * i], o_acc[mt][n][2 * i + 1]);
+      }
     }
   }
 #else

@@ -683,35 +683,46 @@ constexpr int kWarpN = kBN / 4;
 constexpr int kN8 = kWarpN / 8;  // n8 tiles per warp
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> CpAsyncRing;  // warps read; the block barrier releases
 
-// Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges).
+// Issue the cp.async chunks of k-block kb into stage `st` (16 bytes each, zero fill past the edges). A thread
+// copies one 16-byte column chunk of every (256 / chunks a row)-th row: its source advances by a stride and its
+// destination by whole swizzle periods (8 rows), so no chunk recomputes the swizzle.
 __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, const half_bits* B, int M, int N, int K,
                                            long long lda, long long ldb, int m0, int n0, int kb) {
+  constexpr int kThreads = kWarps * 32;
   const int k0 = kb * kBK;
   uint8_t* a_st = st;
   uint8_t* b_st = st + kABytes;
+  // [rows, K] operands (A, and K-major B): 8 chunks a row, 32 rows a pass.
+  auto rows_by_k = [&](uint8_t* dst, const half_bits* base, long long ld, int row0, int rows, int limit) {
+    const int r = threadIdx.x >> 3, c = threadIdx.x & 7, gk = k0 + c * 8;
+    const uint32_t at = swizzle_offset(r * kRowBytes + c * 16, kSwizzle128B);
+    const half_bits* src = base + static_cast<long long>(row0 + r) * ld + gk;
 #pragma unroll
-  for (int it = 0; it < kBM * 8 / (kWarps * 32); ++it) {  // compile-time trip counts: fully unrolled
-    const int i = threadIdx.x + it * kWarps * 32;
-    const int r = i >> 3, c = i & 7;
-    const int gm = m0 + r, gk = k0 + c * 8;
-    const bool in = gm < M && gk < K;
-    const half_bits* src = in ? A + gm * lda + gk : A;
-    cp_async_cg_16(a_st + swizzle_offset(r * kRowBytes + c * 16, kSwizzle128B), src, in ? min(16, 2 * (K - gk)) : 0);
-  }
-  if constexpr (kBKMajor) {  // B stored [N, K]: BN rows of BK
-#pragma unroll
-    for (int it = 0; it < kBN * 8 / (kWarps * 32); ++it) {
-      const int i = threadIdx.x + it * kWarps * 32;
-      const int r = i >> 3, c = i & 7;
-      const int gn = n0 + r, gk = k0 + c * 8;
-      const bool in = gn < N && gk < K;
-      const half_bits* src = in ? B + gn * ldb + gk : B;
-      cp_async_cg_16(b_st + swizzle_offset(r * kRowBytes + c * 16, kSwizzle128B), src, in ? min(16, 2 * (K - gk)) : 0);
+    for (int it = 0; it < rows * 8 / kThreads; ++it) {  // compile-time trip counts: fully unrolled
+      const bool in = row0 + r + it * (kThreads / 8) < limit && gk < K;
+      cp_async_cg_16(dst + at + it * (kThreads / 8) * kRowBytes, in ? src : base, in ? min(16, 2 * (K - gk)) : 0);
+      src += (kThreads / 8) * ld;
     }
-  } else {  // B stored [K, N]: BK rows of BN, as BN/64 slabs
+  };
+  rows_by_k(a_st, A, lda, m0, kBM, M);
+  if constexpr (kBKMajor) {  // B stored [N, K]: BN rows of BK
+    rows_by_k(b_st, B, ldb, n0, kBN, N);
+  } else if constexpr (kThreads % (kBN / 8) == 0 && kThreads / (kBN / 8) % 8 == 0) {
+    // B stored [K, N]: BK rows of BN, as BN/64 slabs, whole swizzle periods (8 rows) a pass
+    constexpr int kRowsPass = kThreads / (kBN / 8);
+    const int r = threadIdx.x / (kBN / 8), c = threadIdx.x % (kBN / 8), gn = n0 + c * 8;
+    const uint32_t at = (c >> 3) * kBK * kRowBytes + swizzle_offset(r * kRowBytes + (c & 7) * 16, kSwizzle128B);
+    const half_bits* src = B + static_cast<long long>(k0 + r) * ldb + gn;
 #pragma unroll
-    for (int it = 0; it < kBK * (kBN / 8) / (kWarps * 32); ++it) {
-      const int i = threadIdx.x + it * kWarps * 32;
+    for (int it = 0; it < kBK / kRowsPass; ++it) {
+      const bool in = k0 + r + it * kRowsPass < K && gn < N;
+      cp_async_cg_16(b_st + at + it * kRowsPass * kRowBytes, in ? src : B, in ? min(16, 2 * (N - gn)) : 0);
+      src += kRowsPass * ldb;
+    }
+  } else {  // BN 192 and narrow widths (tma only on the host; compiled here for one source): per chunk
+#pragma unroll
+    for (int it = 0; it < kBK * (kBN / 8) / kThreads; ++it) {
+      const int i = threadIdx.x + it * kThreads;
       const int r = i / (kBN / 8), c = i % (kBN / 8);
       const int gk = k0 + r, gn = n0 + c * 8;
       const bool in = gk < K && gn < N;
@@ -768,22 +779,24 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   // Fragments of one k16 slice: A (4 m16 tiles) and B (kN8 / 2 pairs of n8 tiles), double-buffered so that the
   // slice kk + 1 (the next stage's first slice at kk = 3) is read by ldmatrix while slice kk is on the tensor cores.
   uint32_t fa[2][4][4], fb[2][kN8 / 2][4];
+  // The lanes' ldmatrix offsets of this warp's first A and B blocks, moved per block by
+  // ldmatrix_x4_swizzle128_offset (MN-major B: its first block's slab and column, 16 columns a pair of n8 tiles).
+  const uint32_t a_lane = ldmatrix_x4_address(0, lane, wm * 64, 0, kRowBytes, kSwizzle128B);
+  const uint32_t b_lane = kBKMajor ? ldmatrix_x4_address_b_kmajor(0, lane, wn * kWarpN, 0, kRowBytes, kSwizzle128B)
+                                   : ldmatrix_x4_trans_address_b_mnmajor(0, lane, 0, 0, kRowBytes, kSwizzle128B);
   auto load_frags = [&](uint32_t (&a)[4][4], uint32_t (&b)[kN8 / 2][4], uint32_t a_st, int kk) {
     const uint32_t b_st = a_st + kABytes;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-          a[i], ldmatrix_x4_address(a_st, lane, wm * 64 + i * 16, kk * 16, kRowBytes, kSwizzle128B));
+      ldmatrix_sync_aligned_m8n8_x4_shared_b16(a[i], a_st + ldmatrix_x4_swizzle128_offset(a_lane, i * 16, kk * 16));
 #pragma unroll
     for (int j = 0; j < kN8 / 2; ++j) {
-      const int nb = wn * kWarpN + j * 16;
       if constexpr (kBKMajor) {
-        ldmatrix_sync_aligned_m8n8_x4_shared_b16(
-            b[j], ldmatrix_x4_address_b_kmajor(b_st, lane, nb, kk * 16, kRowBytes, kSwizzle128B));
+        ldmatrix_sync_aligned_m8n8_x4_shared_b16(b[j], b_st + ldmatrix_x4_swizzle128_offset(b_lane, j * 16, kk * 16));
       } else {
+        const int nb = wn * kWarpN + j * 16;
         ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(
-            b[j], ldmatrix_x4_trans_address_b_mnmajor(b_st + (nb / 64) * kBK * kRowBytes, lane, kk * 16, nb % 64,
-                                                      kRowBytes, kSwizzle128B));
+            b[j], b_st + (nb / 64) * kBK * kRowBytes + ldmatrix_x4_swizzle128_offset(b_lane, kk * 16, nb % 64));
       }
     }
   };

@@ -72,7 +72,10 @@ def test_head_dims_beyond_256_are_refused_and_256_fits() -> None:
     cfg = default_config(Backend.TMA, 256)
     assert (cfg.block_n, cfg.stages) == (64, 2) and cfg.shared_mem <= 232448  # 64 KiB Q + 2 x 64 KiB K and V
     check_config(cfg, 232448)
-    check_config(default_config(Backend.CP_ASYNC, 256, shared_mem_limit=166912), 166912)  # sm_80: fewer keys
+    sm80 = default_config(Backend.CP_ASYNC, 256, shared_mem_limit=166912)  # sm_80: fewer keys
+    assert (sm80.warps, sm80.warp_rows, sm80.block_n) == (8, 16, 32)
+    check_config(sm80, 166912)
+    assert default_config(Backend.CP_ASYNC, 256, shared_mem_limit=232448).block_n == 64  # sm_90: 193 KiB
     small = default_config(Backend.CP_ASYNC, 256, shared_mem_limit=101376)  # sm_86/89: fewer warps too
     assert (small.warps, small.block_n) == (4, 32)
     check_config(small, 101376)
@@ -99,12 +102,15 @@ def test_config_shared_memory_matches_kernel_layout() -> None:
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
     assert "O staging tile: 32.0 KiB" in "\n".join(cfg.budget_lines())
     assert default_config(Backend.TMA, 256).o_bytes == 0  # D = 256: O is staged in the Q tile
-    c2 = default_config(Backend.CP_ASYNC, 64, warps=4, block_n=64)
+    c2 = default_config(Backend.CP_ASYNC, 64, warps=4, warp_rows=16, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
-    c3 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=232448)
-    assert (c3.block_m, c3.block_n, c3.threads) == (128, 128, 256)
-    c4 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=101376)  # sm_86/89: the largest tile that fits
-    assert c4.block_n == 64 and c4.shared_mem <= 101376
+    c3 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=232448)  # 4 warps of 32 rows, two blocks an SM
+    assert (c3.block_m, c3.block_n, c3.threads, c3.warp_rows) == (128, 64, 128, 32)
+    assert c3.shared_mem == 32768 + 2 * 32768 + 1024
+    c4 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=101376)  # sm_86/89: the same tile fits
+    assert c4 == c3 and c4.shared_mem <= 101376
+    c5 = default_config(Backend.CP_ASYNC, 64, shared_mem_limit=101376)
+    assert (c5.block_m, c5.block_n, c5.warps, c5.shared_mem) == (128, 128, 4, 16384 + 2 * 32768 + 1024)
     assert default_config(Backend.TMA, 64).stages == 4 and default_config(Backend.TMA, 128).stages == 2
 
 
@@ -135,6 +141,19 @@ def test_block_n_and_warps_rules() -> None:
     assert default_config(Backend.TMA, 64, sq=2190, bh=1, sms=132).warps == 16  # not causal
     with pytest.raises(InvalidArgumentError, match="warps.*must be 1, 2, 4 or 8"):
         check_config(default_config(Backend.CP_ASYNC, 64, warps=3), 232448)
+
+
+def test_warp_rows_rules() -> None:
+    """cp.async: warps of 16 or 32 query rows, the kernel's TMAKIT_ATTN_WARP_ROWS; refused on tma."""
+    for rows in (16, 32):
+        cfg = default_config(Backend.CP_ASYNC, 128, warps=4, warp_rows=rows)
+        assert (cfg.block_m, cfg.warp_rows, cfg.defines["TMAKIT_ATTN_WARP_ROWS"]) == (4 * rows, rows, rows)
+    assert default_config(Backend.CP_ASYNC, 128, warp_rows=16).warps == 8  # 16-row warps: 8 of them by default
+    assert "TMAKIT_ATTN_WARP_ROWS" not in default_config(Backend.TMA, 128).defines
+    with pytest.raises(InvalidArgumentError, match=r"warp_rows=24: must be 16 or 32 .*fix: use 32"):
+        default_config(Backend.CP_ASYNC, 128, warp_rows=24)
+    with pytest.raises(InvalidArgumentError, match=r"warp_rows=32: .*cp.async backend.*fix: leave warp_rows out"):
+        default_config(Backend.TMA, 128, warp_rows=32)
 
 
 def _fake(shape, typestr="<f2", ptr=0):
@@ -531,6 +550,34 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
             assert (out.float() - ref_o).abs().max().item() < 0.06, f"d{d} bn{block_n} s{stages} causal={causal} run {run}"
             torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3)
 
+
+
+@pytest.mark.requires_sm80
+@pytest.mark.parametrize("d, warps, warp_rows, block_n, stages", [
+    (128, 8, 16, 128, 2), (128, 4, 32, 64, 3), (128, 4, 32, 48, 2), (128, 2, 32, 32, 2), (64, 8, 32, 64, 2),
+    (64, 8, 16, 16, 2), (256, 4, 32, 32, 2), (256, 1, 16, 32, 2)])
+def test_every_cp_async_tile_plan_on_the_gpu(d, warps, warp_rows, block_n, stages) -> None:
+    """The cp.async twin's tile plans beside the defaults: warps of 16 rows and of 32 (two m16 tiles sharing each
+    K and V fragment), key blocks of 16-128 (a tile of fewer rows than a load pass), other ring depths and warp
+    counts, on causal and full problems with partial blocks, 3 runs each on poisoned outputs."""
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator(device="cuda").manual_seed(d + warps + warp_rows + block_n + stages)
+    for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
+        q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
+        ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
+        out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
+        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, block_n=block_n, stages=stages, warps=warps,
+                              warp_rows=warp_rows, backend="cp.async")
+        assert (plan.config.warps, plan.config.warp_rows, plan.config.block_n) == (warps, warp_rows, block_n)
+        for run in range(3):
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            plan()
+            torch.cuda.synchronize()
+            where = f"d{d} w{warps} r{warp_rows} bn{block_n} s{stages} causal={causal} run {run}"
+            assert not torch.isnan(out).any(), f"{where}: unwritten outputs"
+            assert (out.float() - ref_o).abs().max().item() < 0.06, where
+            torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"{where}: lse {m}")
 
 def test_attention_sweep_covers_what_it_promises() -> None:
     cases = _sweep(120, int(os.environ.get("TMAKIT_TEST_SEED", "20261126")))

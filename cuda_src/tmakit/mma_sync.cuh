@@ -126,6 +126,17 @@ __device__ __forceinline__ uint32_t ldmatrix_x4_trans_address_b_mnmajor(uint32_t
   return tile_base + swizzled_tile_offset(row, col, row_bytes, mode);
 }
 
+// The offset of the x4 block at (row0, col0) of a 128B-swizzled tile of 128-byte rows (64 b16 columns a slab),
+// from `lane_offset`, the lane's offset of the block at (0, 0) in the same order (any of the three functions
+// above, tile_base 0): row0 a multiple of 8, col0 a multiple of 16 below 64. Eight rows are 1024 bytes, one
+// period of the swizzle, so rows add; col0 moves by whole pairs of 16-byte chunks, so it flips chunk-index bits
+// (5-6) that the lane's own column (0 or 8: bit 4) never carries into, and the swizzle's XOR takes it as is.
+// One LOP3 a load where the functions above spend a swizzle each, which a register-bound mainloop recomputes for
+// every ldmatrix (docs/PERFORMANCE.md, the sm_80 twins).
+__device__ __forceinline__ uint32_t ldmatrix_x4_swizzle128_offset(uint32_t lane_offset, uint32_t row0, uint32_t col0) {
+  return (lane_offset ^ (col0 * 2u)) + row0 * 128u;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: D = A (16x16 bf16) * B (16x8 bf16) + C, f32. All 32
 // lanes call it with their fragments (layouts above).

@@ -83,7 +83,14 @@ class AttentionConfig:
     block_m: int  # query rows per block
     block_n: int  # keys per K/V stage
     stages: int  # K/V ring depth
-    warps: int  # cp.async path: warps of 16 query rows; tma: 12 or 16 (a producer and 2 or 3 consumer warpgroups)
+    warps: int  # cp.async path: warps of block_m / warps (16 or 32) query rows; tma: 12 or 16 (a producer and 2
+    # or 3 consumer warpgroups)
+
+    @property
+    def warp_rows(self) -> int:
+        """cp.async path: query rows per warp, one or two m16 tiles (each K and V fragment a warp loads feeds as
+        many mma); tma: 64 rows per consumer warpgroup."""
+        return self.block_m // self.warps if self.backend is Backend.CP_ASYNC else 64
 
     @property
     def threads(self) -> int:
@@ -118,6 +125,7 @@ class AttentionConfig:
                                    "TMAKIT_ATTN_BLOCK_N": self.block_n, "TMAKIT_ATTN_STAGES": self.stages}
         if self.backend is Backend.CP_ASYNC:
             d["TMAKIT_ATTN_WARPS"] = self.warps
+            d["TMAKIT_ATTN_WARP_ROWS"] = self.warp_rows
         else:
             d["TMAKIT_ATTN_CONSUMERS"] = self.warps // 4 - 1
             d.update(descriptor_defines(self))
@@ -179,7 +187,7 @@ def three_consumers(head_dim: int, sq: int | None, causal: bool) -> bool:
 
 
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
-                   stages: int | None = None, warps: int | None = None,
+                   stages: int | None = None, warps: int | None = None, warp_rows: int | None = None,
                    shared_mem_limit: int | None = None, sq: int | None = None,
                    causal: bool = False, bh: int | None = None, sms: int | None = None) -> AttentionConfig:
     """The default tile plan of a backend for a head dim (tuning arguments override each field). With
@@ -188,9 +196,13 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
     - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
     - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
-    - cp.async forced: 8 warps (128 query rows share each K/V tile) 1.06x 4 warps; 128 keys per stage 1.13x 64
-      keys (161 KiB: sm_80/sm_90; sm_86/89's 99 KiB take 64 keys).
-    - D=256 (not tuned): tma 64 keys x 2 stages (192 KiB); cp.async 32 keys (128 KiB with 8 warps).
+    - cp.async forced (4bfb9c1..: see docs/PERFORMANCE.md, the sm_80 twins): warps of 32 query rows (each K and V
+      fragment feeds two m16 tiles), 4 warps and 64 keys x 2 stages at D=128 (97 KiB, two blocks an SM: 369
+      TFLOP/s against 307 for 8 warps of 16 rows and 128 keys, 273 with 3 stages, 317 with 32 keys); 4 warps and
+      128 keys at D=64 (80 KiB: 308 against 242); at D=256, whose 32-row warps would hold 256 accumulators,
+      8 warps of 16 rows and 64 keys (193 KiB: 311 against 251 for 32 keys; sm_80's 163 KiB take 32 keys,
+      sm_86/89's 99 KiB 4 warps too). B4 H16 S4096 bf16, H100.
+    - D=256, tma: 64 keys x 2 stages (192 KiB; not tuned).
     - tma, D=64: three consumer warpgroups (192-row tiles, 16 warps) where the query length ``sq`` exceeds 640 rows
       (1.02-1.39x two consumers at S 715-11012); two below (S 575: 0.98x; S 137-154 fill a 192-row tile poorly),
       and two under a causal mask where the 192-row tiling leaves over 5% of the rows more empty than the 128-row
@@ -202,6 +214,10 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       128-row tiles': B1 H1 S2190 0.77x -> 0.99x SDPA, B3 H1 S1508 0.78x -> 1.01x, B1 H8 S2328 0.89x -> 1.08x, B3
       H5 S1342 1.00x -> 1.08x), H100, 6d41cc7.
     """
+    if warp_rows is not None and (backend is Backend.TMA or warp_rows not in (16, 32)):
+        raise InvalidArgumentError("warp_rows", warp_rows, "must be 16 or 32 query rows a warp, on the cp.async "
+                                   "backend (the tma backend's consumer warpgroups hold 64 rows each)",
+                                   "leave warp_rows out" if backend is Backend.TMA else "use 32")
     if backend is Backend.TMA:
         if warps not in (None, 12, 16) or (warps == 16 and head_dim != 64):
             raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
@@ -214,17 +230,18 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
         keys = 64 if head_dim == 256 or (dense_causal and sq <= _SHORT_CAUSAL) else 128
         return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or keys,
                                stages or (4 if head_dim == 64 else 2), warps)
-    w = warps or 8
+    rows = warp_rows or (16 if head_dim == 256 else 32)
+    w = warps or (8 if rows == 16 else 4)
     fits = lambda w_, n_: shared_mem_limit is None or AttentionConfig(  # noqa: E731
-        backend, head_dim, bf16, 16 * w_, n_, stages or 2, w_).shared_mem <= shared_mem_limit
+        backend, head_dim, bf16, rows * w_, n_, stages or 2, w_).shared_mem <= shared_mem_limit
     if block_n is None:
-        block_n = 32 if head_dim == 256 else 128  # D=256: a 64 KiB Q tile, 16 KiB per 32 keys of K or V
+        block_n = 128 if head_dim == 64 else 64  # D=256: a 64 KiB Q tile, 32 KiB per 64 keys of K or V
         while block_n > 32 and not fits(w, block_n):
             block_n //= 2
     if warps is None:
         while w > 4 and not fits(w, block_n):  # D=256 on 99 KiB (sm_86/89): 4 warps, a 32 KiB Q tile
             w //= 2
-    return AttentionConfig(backend, head_dim, bf16, 16 * w, block_n, stages or 2, w)
+    return AttentionConfig(backend, head_dim, bf16, rows * w, block_n, stages or 2, w)
 
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
@@ -654,7 +671,7 @@ def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
                    layout: str = "bhsd", backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
-                   warps: int | None = None, lse: Any = None, stream: Any = None,
+                   warps: int | None = None, warp_rows: int | None = None, lse: Any = None, stream: Any = None,
                    checked: bool | str | None = None) -> AttentionPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
@@ -671,7 +688,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     choice = choose_backend(backend, device=qv.device)
     limit = shared_mem_limit(choice.arch, qv.device)
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
-                         warps=warps, shared_mem_limit=limit, sq=Sq, bh=B * H if Sq == Sk else None,
+                         warps=warps, warp_rows=warp_rows, shared_mem_limit=limit, sq=Sq, bh=B * H if Sq == Sk else None,
                          sms=sm_count(qv.device) if choice.backend is Backend.TMA else None)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:

@@ -155,7 +155,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
                        kv_heads: int | None = None, causal: bool = False, dtype: Any = "bfloat16",
                        layout: str = "bhsd", arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
                        block_n: int | None = None, stages: int | None = None, warps: int | None = None,
-                       sms: int | None = None) -> AttentionDescription:
+                       warp_rows: int | None = None, sms: int | None = None) -> AttentionDescription:
     """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys and ``kv_heads`` heads, a
     divisor of ``heads``) on ``arch``: backend, tile plan and shared memory per stage (fitted to the
     architecture), the four TMA maps, the kernel variant, whether a decode packs its grouped query heads and how
@@ -178,7 +178,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     if choice.backend is Backend.TMA:
         sms = sms or _sm_count(choice.arch)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
-                                    stages=stages, warps=warps, shared_mem_limit=limit, sq=sq,
+                                    stages=stages, warps=warps, warp_rows=warp_rows, shared_mem_limit=limit, sq=sq,
                                     bh=b * h if sk == sq else None, sms=sms)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)

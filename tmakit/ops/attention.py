@@ -196,7 +196,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
     - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
     - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
-    - cp.async forced (4bfb9c1..: see docs/PERFORMANCE.md, the sm_80 twins): warps of 32 query rows (each K and V
+    - cp.async forced (f765238; docs/PERFORMANCE.md, the sm_80 twins): warps of 32 query rows (each K and V
       fragment feeds two m16 tiles), 4 warps and 64 keys x 2 stages at D=128 (97 KiB, two blocks an SM: 369
       TFLOP/s against 307 for 8 warps of 16 rows and 128 keys, 273 with 3 stages, 317 with 32 keys); 4 warps and
       128 keys at D=64 (80 KiB: 308 against 242); at D=256, whose 32-row warps would hold 256 accumulators,

@@ -87,7 +87,10 @@ def gemm(d: dict) -> dict:
     tiles = sorted({r["tile"] for r in rows if r["backend"] == "tma"})
     # each sweep problem's ratio by its label, for the prose (x_MxNxK)
     swept = {f"x_{r['shape']}": ratio(r["x cuBLAS"]) for r in d["rows"] if r.get("set") == "sweep"}
-    return {**swept, "run": run_line(d),
+    # the sm_80 twin's rows at 8192^3, for the prose (twin_k, twin_n: "TFLOP/s (ratio)")
+    twin = {f"twin_{r['b_major']}": f"{r['TFLOP/s']:.0f} TFLOP/s ({ratio(r['x cuBLAS'])} cuBLAS)" for r in rows
+            if r["backend"] == "cp.async" and r["shape"] == "8192^3"}
+    return {**swept, **twin, "run": run_line(d),
             "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B)",
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
@@ -107,7 +110,10 @@ def attention(d: dict) -> dict:
         out.append([shape, "tma" if r["backend"] == "tma" else f"{r['backend']} (forced)", "yes" if r["causal"] else "no",
                     sig(r["ms"]), f"{r['TFLOP/s']:.0f}", f"{r['SDPA TFLOP/s']:.0f}", ratio(r["x SDPA"]),
                     sci(r["rel err vs SDPA"])])
-    return {"run": run_line(d), "table": table(["shape", "backend", "causal", "ms", "TFLOP/s", "SDPA TFLOP/s", "vs SDPA",
+    # the sm_80 twin's named rows, for the prose (twin_S_causal|full: "TFLOP/s (ratio)")
+    twin = {f"twin_{r['S']}_{'causal' if r['causal'] else 'full'}": f"{r['TFLOP/s']:.0f} TFLOP/s ({ratio(r['x SDPA'])} SDPA)"
+            for r in d["rows"] if r.get("set") != "sweep" and r["backend"] == "cp.async"}
+    return {**twin, "run": run_line(d), "table": table(["shape", "backend", "causal", "ms", "TFLOP/s", "SDPA TFLOP/s", "vs SDPA",
                                                 "rel err vs SDPA"], out, {3, 4, 5, 6, 7}),
             "sweep": sweep(d, "SDPA")}
 

@@ -525,31 +525,39 @@ def test_attention_sweep(chunk) -> None:
                                        msg=lambda m: f"{where}: lse {m}")
 
 
+def _check_tile_plan(d: int, seed: int, **plan_kwargs) -> None:
+    """One tile plan on causal and full problems with partial blocks (777 queries, 1031 keys), 3 runs each on
+    poisoned outputs, against float32 attention."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
+        q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
+        ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
+        out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
+        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, **plan_kwargs)
+        for key in ("block_n", "stages", "warps", "warp_rows"):
+            if plan_kwargs.get(key) is not None:
+                assert getattr(plan.config, key) == plan_kwargs[key], f"{key}: the plan took {plan.config}"
+        for run in range(3):
+            out.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            plan()
+            torch.cuda.synchronize()
+            where = f"d{d} {plan_kwargs} causal={causal} run {run}"
+            assert not torch.isnan(out).any(), f"{where}: unwritten outputs"
+            assert (out.float() - ref_o).abs().max().item() < 0.06, where
+            torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"{where}: lse {m}")
+
+
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("d, block_n, stages, warps", [(64, 64, 2, None), (64, 128, 4, None), (64, 128, 4, 12),
                                                         (128, 64, 2, None), (128, 128, 2, None), (128, 64, 3, None),
                                                         (256, 64, 2, None)])
 def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
     """The tile plans beside the defaults (64-key blocks, other ring depths, D=64 with two consumer warpgroups
-    instead of three: their descriptors and barriers) on causal and full problems with partial blocks, 3 runs each
-    on poisoned outputs."""
-    torch = pytest.importorskip("torch")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    gen = torch.Generator(device="cuda").manual_seed(d + block_n + stages)
-    for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
-        q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
-        ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
-        out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
-        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, block_n=block_n, stages=stages, warps=warps,
-                              backend="tma")
-        for run in range(3):
-            out.fill_(float("nan"))
-            plan()
-            torch.cuda.synchronize()
-            assert not torch.isnan(out).any(), f"run {run}: unwritten outputs"
-            assert (out.float() - ref_o).abs().max().item() < 0.06, f"d{d} bn{block_n} s{stages} causal={causal} run {run}"
-            torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3)
-
+    instead of three: their descriptors and barriers)."""
+    _check_tile_plan(d, d + block_n + stages, block_n=block_n, stages=stages, warps=warps, backend="tma")
 
 
 @pytest.mark.requires_sm80
@@ -559,25 +567,9 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
 def test_every_cp_async_tile_plan_on_the_gpu(d, warps, warp_rows, block_n, stages) -> None:
     """The cp.async twin's tile plans beside the defaults: warps of 16 rows and of 32 (two m16 tiles sharing each
     K and V fragment), key blocks of 16-128 (a tile of fewer rows than a load pass), other ring depths and warp
-    counts, on causal and full problems with partial blocks, 3 runs each on poisoned outputs."""
-    torch = pytest.importorskip("torch")
-    gen = torch.Generator(device="cuda").manual_seed(d + warps + warp_rows + block_n + stages)
-    for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
-        q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
-        ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
-        out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
-        plan = plan_attention(q, k, v, out, lse=lse, causal=causal, block_n=block_n, stages=stages, warps=warps,
-                              warp_rows=warp_rows, backend="cp.async")
-        assert (plan.config.warps, plan.config.warp_rows, plan.config.block_n) == (warps, warp_rows, block_n)
-        for run in range(3):
-            out.fill_(float("nan"))
-            lse.fill_(float("nan"))
-            plan()
-            torch.cuda.synchronize()
-            where = f"d{d} w{warps} r{warp_rows} bn{block_n} s{stages} causal={causal} run {run}"
-            assert not torch.isnan(out).any(), f"{where}: unwritten outputs"
-            assert (out.float() - ref_o).abs().max().item() < 0.06, where
-            torch.testing.assert_close(lse, ref_lse, rtol=1e-3, atol=2e-3, msg=lambda m: f"{where}: lse {m}")
+    counts."""
+    _check_tile_plan(d, d + warps + warp_rows + block_n + stages, block_n=block_n, stages=stages, warps=warps,
+                     warp_rows=warp_rows, backend="cp.async")
 
 def test_attention_sweep_covers_what_it_promises() -> None:
     cases = _sweep(120, int(os.environ.get("TMAKIT_TEST_SEED", "20261126")))

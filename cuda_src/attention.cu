@@ -780,7 +780,8 @@ typedef Pipeline<kStages, CpAsyncBlockProducer, 32> Ring;  // warps read; the bl
 // Issue this thread's cp.async chunks of a `Rows`-row tile starting at sequence row s0 (rows past `len` are
 // zero-filled: src-size 0), into the same swizzled slab image the TMA box would leave. A thread copies one column
 // chunk of every kStep-th row: its source advances by a stride and, where kStep is a multiple of the swizzle's
-// 8-row period, its destination by a constant (no swizzle per chunk).
+// 8-row period, its destination by a constant (no swizzle per chunk). Other steps (1-2 warps at D = 256, one at
+// D <= 128) swizzle each row and stay a loop: unrolled, their per-row offsets and pointers spill.
 template <int Rows>
 __device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, long long row_stride, int s0, int len) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per row
@@ -789,7 +790,7 @@ __device__ __forceinline__ void load_tile(uint8_t* tile, const uint16_t* base, l
   const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
   const uint16_t* src = base + static_cast<long long>(s0 + r0) * row_stride + c * 8;
   const long long step = kStep * row_stride;
-#pragma unroll
+#pragma unroll(kStep % 8 == 0 ? (Rows + kStep - 1) / kStep : 1)
   for (int n = 0; n < (Rows + kStep - 1) / kStep; ++n) {
     const int r = r0 + n * kStep;
     if (Rows % kStep != 0 && r >= Rows) break;  // a tile of fewer rows than a pass (16 keys at D = 64, 8 warps)

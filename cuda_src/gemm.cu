@@ -719,7 +719,8 @@ __device__ __forceinline__ void load_stage(uint8_t* st, const half_bits* A, cons
       cp_async_cg_16(b_st + at + it * kRowsPass * kRowBytes, in ? src : B, in ? min(16, 2 * (N - gn)) : 0);
       src += kRowsPass * ldb;
     }
-  } else {  // BN 192 and narrow widths (tma only on the host; compiled here for one source): per chunk
+  } else {  // passes of other than whole swizzle periods (BN 192, most narrow widths: tma only on the host,
+           // compiled here for one source): per chunk
 #pragma unroll
     for (int it = 0; it < kBK * (kBN / 8) / kThreads; ++it) {
       const int i = threadIdx.x + it * kThreads;

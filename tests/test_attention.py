@@ -154,6 +154,11 @@ def test_warp_rows_rules() -> None:
         default_config(Backend.CP_ASYNC, 128, warp_rows=24)
     with pytest.raises(InvalidArgumentError, match=r"warp_rows=32: .*cp.async backend.*fix: leave warp_rows out"):
         default_config(Backend.TMA, 128, warp_rows=32)
+    with pytest.raises(InvalidArgumentError, match=r"warp_rows=16.0: must be 16 or 32"):
+        default_config(Backend.CP_ASYNC, 128, warp_rows=16.0)
+    with pytest.raises(InvalidArgumentError, match=r"block_m=96: must be 16 or 32 query rows for each of the 4 warps"):
+        check_config(attn_mod.AttentionConfig(Backend.CP_ASYNC, 128, True, 96, 64, 2, 4), 232448)
+    check_config(default_config(Backend.CP_ASYNC, 128, warp_rows=16), 232448)
 
 
 def _fake(shape, typestr="<f2", ptr=0):

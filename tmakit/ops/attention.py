@@ -214,7 +214,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       128-row tiles': B1 H1 S2190 0.77x -> 0.99x SDPA, B3 H1 S1508 0.78x -> 1.01x, B1 H8 S2328 0.89x -> 1.08x, B3
       H5 S1342 1.00x -> 1.08x), H100, 6d41cc7.
     """
-    if warp_rows is not None and (backend is Backend.TMA or warp_rows not in (16, 32)):
+    if warp_rows is not None and (backend is Backend.TMA or type(warp_rows) is not int or warp_rows not in (16, 32)):
         raise InvalidArgumentError("warp_rows", warp_rows, "must be 16 or 32 query rows a warp, on the cp.async "
                                    "backend (the tma backend's consumer warpgroups hold 64 rows each)",
                                    "leave warp_rows out" if backend is Backend.TMA else "use 32")
@@ -267,6 +267,9 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 2 or 3")
     if cfg.backend is Backend.CP_ASYNC and cfg.warps not in (1, 2, 4, 8):
         raise InvalidArgumentError("warps", cfg.warps, "must be 1, 2, 4 or 8", "use 4")
+    if cfg.backend is Backend.CP_ASYNC and cfg.block_m not in (16 * cfg.warps, 32 * cfg.warps):
+        raise InvalidArgumentError("block_m", cfg.block_m, f"must be 16 or 32 query rows for each of the {cfg.warps} "
+                                   "warps (the kernel's TMAKIT_ATTN_WARP_ROWS)", f"use {32 * cfg.warps}")
     if cfg.shared_mem > limit:
         o_tile = f" and the {cfg.o_bytes / 1024:g} KiB O staging tile" if cfg.o_bytes else ""
         raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages, the "

@@ -543,7 +543,17 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       // previous block's, packed) and O are touched again only after wait_group<0>. The consumer warpgroups
       // also overlap each other. After each wait the accumulators it completed are fenced, so no read of them
       // moves above the wait.
-      if (w.n_blocks > w.j0) {
+      // Under the causal mask this warpgroup's own 64 rows see key blocks [j0, end) only: the blocks after end,
+      // which its rows mask whole (the tile's later rows see them), are waited for and released below, not
+      // computed; nor are any of a warpgroup whose rows all lie past the queries (the last tile's), whose O is
+      // never stored. Its index is broadcast from lane 0 so that ptxas knows `end` is warp-uniform: the loop's
+      // counter and bound then stay in uniform registers, as the tile's own numbers do (from threadIdx.x, they
+      // took general registers, which spilled 36-64 bytes at D = 64's 160 registers a consumer).
+      const int first_row = w.m0 + __shfl_sync(0xffffffffu, cw, 0) * 64;
+      const int end = first_row >= w.sq ? w.j0
+                      : causal          ? min(w.n_blocks, key_blocks(first_row, 64, w.sk, causal))
+                                        : w.n_blocks;
+      if (end > w.j0) {
         bars.k_ring.consumer_wait(kc);
         issue_s(kc.index);
         wgmma_wait_group<0>();
@@ -552,7 +562,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         kc.advance();
         softmax(w.j0);  // O is still zero: no rescale
         pack_p();
-        for (int j = w.j0 + 1; j < w.n_blocks; ++j) {
+        for (int j = w.j0 + 1; j < end; ++j) {
           bars.k_ring.consumer_wait(kc);
           issue_s(kc.index);
           bars.v_ring.consumer_wait(vc);
@@ -574,6 +584,19 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         wgmma_wait_group<0>();
         wgmma_fence_operands(o);
         bars.v_ring.consumer_release(vc);
+        vc.advance();
+      }
+      // The blocks this warpgroup masks whole, each released after its FULL phase (an EMPTY arrival for a use not
+      // yet loaded would count toward the stage's previous use and free it before the other consumers read it),
+      // and only once the whole warpgroup has seen that phase (the warpgroup's named barrier): the release lets
+      // the producer run the stage on, and a thread still waiting would find it two phases on.
+      for (int j = max(end, w.j0); j < w.n_blocks; ++j) {
+        bars.k_ring.consumer_wait(kc);
+        bars.v_ring.consumer_wait(vc);
+        NamedBarrier(1 + cw, 128).sync();
+        bars.k_ring.consumer_release(kc);
+        bars.v_ring.consumer_release(vc);
+        kc.advance();
         vc.advance();
       }
       if constexpr (kOwnOBuffer) release_q();  // every S of this tile has completed

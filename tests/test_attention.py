@@ -22,6 +22,7 @@ from tmakit.backend import Backend
 from tmakit.build import compile_cuda
 from tmakit.errors import InvalidArgumentError
 from tmakit.ops import plan_attention
+from tmakit.ops import describe_attention
 
 attn_mod = importlib.import_module("tmakit.ops.attention")  # the module (tmakit.ops.attention is the function)
 check_config, default_config = attn_mod.check_config, attn_mod.default_config
@@ -76,8 +77,8 @@ def test_head_dims_beyond_256_are_refused_and_256_fits() -> None:
     assert (sm80.warps, sm80.warp_rows, sm80.block_n) == (8, 16, 32)
     check_config(sm80, 166912)
     assert default_config(Backend.CP_ASYNC, 256, shared_mem_limit=232448).block_n == 64  # sm_90: 193 KiB
-    small = default_config(Backend.CP_ASYNC, 256, shared_mem_limit=101376)  # sm_86/89: fewer warps too
-    assert (small.warps, small.block_n) == (4, 32)
+    small = default_config(Backend.CP_ASYNC, 256, shared_mem_limit=101376)  # sm_86/89: 8 warps of 16 keys
+    assert (small.warps, small.block_n) == (8, 16)
     check_config(small, 101376)
     with pytest.raises(InvalidArgumentError, match=r"head_dim=512: must be one of \(64, 128, 256\).*D=512 needs"):
         check_config(default_config(Backend.TMA, 512), 232448)
@@ -129,18 +130,84 @@ def test_block_n_and_warps_rules() -> None:
     warps = {s: default_config(Backend.TMA, 64, sq=s, causal=True).warps for s in (755, 1024, 1300, 2048, 4096)}
     assert warps == {755: 16, 1024: 12, 1300: 16, 2048: 16, 4096: 16}
     assert default_config(Backend.TMA, 64, sq=1024).warps == 16 and default_config(Backend.TMA, 128, sq=1024).warps == 12
-    # a dense causal D=64 plan (batch x heads and SMs given): 64 keys a stage up to S 512; two consumers from S 1024
-    # where the 192-row tiles are at most one per SM
-    dense = lambda s, bh, **kw: default_config(Backend.TMA, 64, sq=s, causal=True, bh=bh, sms=132, **kw)  # noqa: E731
+    # a dense causal D=64 plan (batch x heads and SMs given): 64 keys a stage up to S 512
+    dense = lambda s, bh, causal=True, **kw: default_config(Backend.TMA, 64, sq=s, causal=causal, bh=bh, sms=132,  # noqa: E731
+                                                            **kw)
     assert [dense(s, 64).block_n for s in (143, 512, 513, 4096)] == [64, 64, 128, 128]
     assert dense(300, 64, block_n=128).block_n == 128
     assert default_config(Backend.TMA, 64, sq=300, causal=True).block_n == 128  # no bh: not a dense plan
     assert default_config(Backend.TMA, 64, sq=300, bh=64, sms=132).block_n == 128  # not causal
-    assert (dense(2190, 1).warps, dense(1508, 3).warps, dense(1342, 15).warps) == (12, 12, 12)  # 12, 24, 105 tiles
-    assert (dense(2300, 20).warps, dense(734, 32).warps, dense(1300, 11, warps=16).warps) == (16, 16, 16)
-    assert default_config(Backend.TMA, 64, sq=2190, bh=1, sms=132).warps == 16  # not causal
+    # a dense D=64 plan: three consumers where 1.3 x the 192-row tiles' turns < the 128-row tiles' turns
+    for s, bh, causal, warps in (
+            (1327, 24, False, 12),  # 168 tiles of 192 rows (2 turns) against 264 of 128 (2 turns)
+            (150, 72, False, 16),  # 72 (1 turn) against 144 (2)
+            (1633, 30, False, 12),  # 270 (3) against 390 (3)
+            (4331, 180, False, 16),  # many turns: 4140 (32) against 6120 (47)
+            (734, 32, True, 16),  # 128 (1) against 192 (2), S < 1024
+            (2328, 8, True, 12),  # 104 (1) against 152 (2), but causal from S 1024: the heaviest tile sets the time
+            (1175, 130, True, 16),  # 910 (7) against 1300 (10)
+            (715, 234, True, 16), (2190, 1, True, 12), (2190, 1, False, 12)):
+        assert dense(s, bh, causal).warps == warps, (s, bh, causal)
+    assert dense(1300, 11, warps=16).warps == 16  # asked for
+    assert attn_mod.three_consumers_by_turns(1327, 24, 132, False) is False
     with pytest.raises(InvalidArgumentError, match="warps.*must be 1, 2, 4 or 8"):
         check_config(default_config(Backend.CP_ASYNC, 64, warps=3), 232448)
+
+
+# (arch, head dim) -> (warps, warp_rows, block_n) of the cp.async default, with the architecture's shared memory per
+# block and per SM: 8 warps an SM where a tile of at least half the default's keys allows it.
+_TWIN_DEFAULTS = {("sm_90", 128): (4, 32, 64), ("sm_90", 64): (4, 32, 128), ("sm_90", 256): (8, 16, 64),
+                  ("sm_80", 128): (4, 32, 48), ("sm_80", 64): (4, 32, 128), ("sm_80", 256): (8, 16, 32),
+                  ("sm_86", 128): (4, 32, 64), ("sm_86", 64): (4, 32, 64), ("sm_86", 256): (8, 16, 16),
+                  ("sm_89", 128): (4, 32, 64), ("sm_89", 64): (4, 32, 64), ("sm_89", 256): (8, 16, 16)}
+
+
+@pytest.mark.parametrize("arch, d", sorted(_TWIN_DEFAULTS))
+def test_twin_default_keeps_eight_warps_an_sm(arch, d) -> None:
+    from tmakit.device import device_limits
+    from tmakit.ops.attention import blocks_per_sm
+
+    limits = device_limits(arch=arch)
+    cfg = default_config(Backend.CP_ASYNC, d, shared_mem_limit=limits.smem_per_block_optin,
+                         shared_mem_per_sm=limits.smem_per_sm)
+    assert (cfg.warps, cfg.warp_rows, cfg.block_n) == _TWIN_DEFAULTS[arch, d]
+    check_config(cfg, limits.smem_per_block_optin)
+    resident = blocks_per_sm(cfg.shared_mem, limits.smem_per_sm)
+    assert resident >= 1 and cfg.accumulators <= 192
+    # 8 warps an SM wherever a tile of at least half the default keys allows it
+    half = default_config(Backend.CP_ASYNC, d, block_n=(128 if d == 64 else 64) // 2, warps=cfg.warps,
+                          warp_rows=cfg.warp_rows)
+    if blocks_per_sm(half.shared_mem, limits.smem_per_sm) * half.warps >= 8:
+        assert resident * cfg.warps >= 8
+    # the A100's 48-key tile fits twice exactly: 2 x (81 KiB + the driver's 1 KiB) = 164 KiB
+    if (arch, d) == ("sm_80", 128):
+        assert 2 * (cfg.shared_mem + 1024) == limits.smem_per_sm
+
+
+def test_spilling_warp_plans_are_steered_or_refused() -> None:
+    # a block_n whose 32-row warps would hold over 192 accumulators takes 16-row warps (8 of them) by default
+    steered = default_config(Backend.CP_ASYNC, 128, block_n=128)
+    assert (steered.warp_rows, steered.warps, steered.accumulators) == (16, 8, 128)
+    assert default_config(Backend.CP_ASYNC, 128, block_n=64).warp_rows == 32  # 192: the default, no spill
+    assert default_config(Backend.CP_ASYNC, 64, block_n=128).warp_rows == 32
+    for d, n, rows, acc, fix in ((128, 80, 32, 208, "use warp_rows=16 or block_n <= 64"),
+                                 (128, 128, 32, 256, "use warp_rows=16 or block_n <= 64"),
+                                 (64, 128, 32, 192, None), (256, 32, 32, 288, "use warp_rows=16"),
+                                 (256, 16, 32, 272, "use warp_rows=16"), (256, 64, 16, 160, None)):
+        cfg = default_config(Backend.CP_ASYNC, d, block_n=n, warp_rows=rows, warps=4)
+        assert cfg.accumulators == acc
+        if fix is None:
+            check_config(cfg, 232448)
+            continue
+        with pytest.raises(InvalidArgumentError, match=rf"warp_rows=32: holds {acc} fp32 accumulators a thread at "
+                           rf"D={d} with block_n={n} .*spill.*fix: {fix}$"):
+            check_config(cfg, 232448)
+        # the fix yields a plan that passes
+        fixed = default_config(Backend.CP_ASYNC, d, block_n=n, warp_rows=16, warps=4)
+        check_config(fixed, 232448)
+    # describe_attention refuses the same way before the shared-memory budget (D=256 on sm_86)
+    with pytest.raises(InvalidArgumentError, match=r"warp_rows=32: holds .*fix: use warp_rows=16$"):
+        describe_attention(1, 8, 1024, 256, arch="sm_86", warp_rows=32)
 
 
 def test_warp_rows_rules() -> None:
@@ -568,7 +635,7 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
 @pytest.mark.requires_sm80
 @pytest.mark.parametrize("d, warps, warp_rows, block_n, stages", [
     (128, 8, 16, 128, 2), (128, 4, 32, 64, 3), (128, 4, 32, 48, 2), (128, 2, 32, 32, 2), (64, 8, 32, 64, 2),
-    (64, 8, 16, 16, 2), (256, 4, 32, 32, 2), (256, 1, 16, 32, 2)])
+    (64, 4, 32, 64, 2), (64, 8, 16, 16, 2), (256, 8, 16, 16, 2), (256, 4, 16, 32, 2), (256, 1, 16, 32, 2)])
 def test_every_cp_async_tile_plan_on_the_gpu(d, warps, warp_rows, block_n, stages) -> None:
     """The cp.async twin's tile plans beside the defaults: warps of 16 rows and of 32 (two m16 tiles sharing each
     K and V fragment), key blocks of 16-128 (a tile of fewer rows than a load pass), other ring depths and warp

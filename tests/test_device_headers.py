@@ -247,6 +247,12 @@ def _mma_probe() -> str:
     return SOURCE
 
 
+def _offset_probe() -> str:
+    from test_mma_sync import OFFSET_SOURCE  # the GPU test's check of ldmatrix_x4_swizzle128_offset
+
+    return OFFSET_SOURCE
+
+
 _BULK = "cp.async.bulk.tensor.{n}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
 # The one table of "this build emits these instructions (and not those)": (source, arch, defines, PTX that must
 # appear, PTX that must not, SASS that must appear where cuobjdump is on the PATH). Each kernel also compiles for
@@ -275,6 +281,7 @@ INSTRUCTIONS = {
     "mma_probe_sm90a": (_mma_probe, "sm_90a", None, ["mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
                         "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"], [],
                         ["HMMA.16816.F32.BF16", "LDSM.16.MT88.4", "LDSM.16.M88.4"]),
+    "offset_probe_sm80": (_offset_probe, "sm_80", None, ["st.global.u32"], ["ldmatrix"], []),
 }
 
 

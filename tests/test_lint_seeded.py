@@ -112,3 +112,38 @@ def test_expect_tx_and_copies_under_the_same_conditions_balance(guard, flagged):
     balanced pair by pair, they lint clean; an expect_tx under a condition its load does not share is an error
     (tx.conditional: when the condition is false the copy's bytes land on no expect_tx)."""
     _assert_flagged_or_clean(UNROLLED_LOADS, "unrolled_loads", {"EXPECT_GUARD": guard}, "tx.conditional", flagged)
+
+
+GROUP_RELEASE = r"""
+extern "C" __global__ void __launch_bounds__(384) group_release(const __grid_constant__ TMap a, int k_tiles) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ u64 full, empty;
+  if (threadIdx.x == 0) { bar_init(&full, 1); bar_init(&empty, 2); fence_init(); }
+  __syncthreads();
+  const int group = threadIdx.x / 128;
+  if (group < 2) {  // two consumer warpgroups, each releasing through its thread 0
+#pragma unroll 1
+    for (int k = 0; k < k_tiles; ++k) {
+      wait(&full, k & 1);
+      GROUP_SYNC;
+      if (threadIdx.x == 128 * group) arrive(&empty);
+    }
+  } else if (threadIdx.x == 256) {
+#pragma unroll 1
+    for (int k = 0; k < k_tiles; ++k) {
+      wait(&empty, (k & 1) ^ 1);
+      expect(&full, 8192);
+      load2d(smem, &a, 0, k * 64, &full);
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("sync, flagged", [('asm volatile("bar.sync %0, 128;" :: "r"(1 + group) : "memory")', False),
+                                           ("(void)0", True)])
+def test_a_warpgroup_named_barrier_orders_its_waiters_before_the_release(sync, flagged):
+    """Two consumer warpgroups wait on FULL and release through one thread each: clean when each warpgroup first
+    meets on a named barrier of its own 128 threads (bar.sync 1 + warpgroup, 128), flagged by
+    phase.lagging_waiter without it."""
+    _assert_flagged_or_clean(GROUP_RELEASE, "group_release", {"GROUP_SYNC": sync}, "phase.lagging_waiter", flagged)

@@ -75,3 +75,61 @@ def test_mma_sync_fragments_on_hardware(dtype: str, mode: int, row_bytes: int) -
     af, kf, nf = (t.float().numpy() for t in (a, bk, bn))
     np.testing.assert_allclose(c1.cpu().numpy(), af @ kf.T, rtol=1e-5, atol=1e-4)
     np.testing.assert_allclose(c2.cpu().numpy(), af @ nf, rtol=1e-5, atol=1e-4)
+
+
+# ldmatrix_x4_swizzle128_offset against the three address functions it shortcuts: for every lane, each function's
+# offset of block (row0, col0) of a 128B-swizzled tile of 128-byte rows, and the helper's from block (0, 0).
+OFFSET_SOURCE = r"""
+#include "tmakit/mma_sync.cuh"
+extern "C" __global__ void offset_probe(unsigned* out) {
+  const int lane = threadIdx.x;
+  for (int f = 0; f < 3; ++f) {
+    for (unsigned r = 0; r < 16; ++r) {
+      for (unsigned c = 0; c < 4; ++c) {
+        const unsigned row0 = 8u * r, col0 = 16u * c;
+        unsigned first, direct;
+        if (f == 0) {
+          first = tmakit::ldmatrix_x4_address(0, lane, 0, 0, 128, 3);
+          direct = tmakit::ldmatrix_x4_address(0, lane, row0, col0, 128, 3);
+        } else if (f == 1) {  // (n0, k0): the block's first coordinate is its row
+          first = tmakit::ldmatrix_x4_address_b_kmajor(0, lane, 0, 0, 128, 3);
+          direct = tmakit::ldmatrix_x4_address_b_kmajor(0, lane, row0, col0, 128, 3);
+        } else {  // (k0, n0)
+          first = tmakit::ldmatrix_x4_trans_address_b_mnmajor(0, lane, 0, 0, 128, 3);
+          direct = tmakit::ldmatrix_x4_trans_address_b_mnmajor(0, lane, row0, col0, 128, 3);
+        }
+        const int at = (((f * 16 + r) * 4 + c) * 32 + lane) * 2;
+        out[at] = tmakit::ldmatrix_x4_swizzle128_offset(first, row0, col0);
+        out[at + 1] = direct;
+      }
+    }
+  }
+}
+"""
+
+
+def _swizzle128_reference(f: int, lane: int, row0: int, col0: int) -> int:
+    """The byte offset a lane passes for block (row0, col0): its matrix's row and column in each function's
+    order, then the 128B swizzle (16-byte chunk index XOR row mod 8)."""
+    m, i = lane >> 3, lane & 7
+    if f == 1:  # K-major B: matrices (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15)
+        row, col = row0 + i + 8 * (m >> 1), col0 + 8 * (m & 1)
+    else:  # A and .trans MN-major B: (0-7, 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+        row, col = row0 + i + 8 * (m & 1), col0 + 8 * (m >> 1)
+    byte = col * 2
+    return row * 128 + (((byte >> 4) ^ (row & 7)) << 4) + (byte & 15)
+
+
+@pytest.mark.requires_sm80
+def test_swizzle128_offset_helper_matches_every_address_function() -> None:
+    torch = pytest.importorskip("torch")
+    from tmakit.build import load_module
+
+    out = torch.full((3 * 16 * 4 * 32 * 2,), -1, dtype=torch.int32, device="cuda")  # poisoned
+    load_module(OFFSET_SOURCE).kernel("offset_probe")(out, grid=(1, 1, 1), block=(32, 1, 1))
+    torch.cuda.synchronize()
+    got = out.cpu().numpy().astype(np.int64).reshape(3, 16, 4, 32, 2)
+    ref = np.array([[[[_swizzle128_reference(f, lane, 8 * r, 16 * c) for lane in range(32)] for c in range(4)]
+                     for r in range(16)] for f in range(3)])
+    np.testing.assert_array_equal(got[..., 1], ref)  # the address functions, as the mma test reads them
+    np.testing.assert_array_equal(got[..., 0], ref)  # the helper, from each lane's block (0, 0)

@@ -71,6 +71,10 @@ _THREE_CONSUMERS_ABOVE = 640  # tma, D=64: query rows above which 192-row tiles 
 _EMPTIER_TILES = 0.05  # tma, D=64, causal: 128-row tiles where 192-row ones leave this share of S more rows empty
 _SHORT_CAUSAL = 512  # tma, D=64, causal, a dense plan: up to this S, 64 keys a stage (default_config's docstring)
 _FEW_TILES_FROM = 1024  # tma, D=64, causal, a dense plan: from this S, two consumers where 192-row tiles are few
+_TURN_192 = 1.3  # tma, D=64, a dense plan: a turn of 192-row tiles against one of 128-row tiles (default_config)
+_ACCUMULATORS = 192  # cp.async: fp32 S and O fragment values a thread holds within 255 registers (check_config)
+_WARPS_AN_SM = 8  # cp.async: resident warps the default tile plan keeps an SM (default_config's docstring)
+_RESERVED_PER_BLOCK = 1024  # shared memory the driver reserves per resident block (sm_80 and later)
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,12 @@ class AttentionConfig:
         """cp.async path: query rows per warp, one or two m16 tiles (each K and V fragment a warp loads feeds as
         many mma); tma: 64 rows per consumer warpgroup."""
         return self.block_m // self.warps if self.backend is Backend.CP_ASYNC else 64
+
+    @property
+    def accumulators(self) -> int:
+        """cp.async path: fp32 accumulator values a thread holds, S (block_n keys) and O (head_dim columns) for
+        each of its warp's m16 tiles: warp_rows x (block_n + head_dim) / 32."""
+        return self.warp_rows * (self.block_n + self.head_dim) // 32
 
     @property
     def threads(self) -> int:
@@ -174,6 +184,17 @@ def descriptor_defines(cfg: AttentionConfig) -> dict[str, str]:
             "TMAKIT_ATTN_DESC_V": descriptor_define(v)}
 
 
+def three_consumers_by_turns(sq: int, bh: int, sms: int, causal: bool) -> bool:
+    """tma, D=64, a dense plan (``bh`` sequences of ``sq`` rows on ``sms`` SMs): 192-row tiles (three consumer
+    warpgroups) where their turns of the persistent grid, each _TURN_192 of a 128-row tile's, cost less than the
+    128-row tiles' turns; under a causal mask from S _FEW_TILES_FROM, two wherever the 192-row tiles fit one turn
+    (the heaviest tile, half as long again at 192 rows, sets the time)."""
+    turns = lambda rows: -(-bh * -(-sq // rows) // sms)  # noqa: E731
+    if causal and sq >= _FEW_TILES_FROM and turns(192) == 1:
+        return False
+    return turns(192) * _TURN_192 < turns(128)
+
+
 def three_consumers(head_dim: int, sq: int | None, causal: bool) -> bool:
     """tma: 192-row tiles (three consumer warpgroups) at D = 64 above _THREE_CONSUMERS_ABOVE query rows, except
     under a causal mask where their last tile would be emptier than a 128-row tiling's by more than
@@ -188,10 +209,16 @@ def three_consumers(head_dim: int, sq: int | None, causal: bool) -> bool:
 
 def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_n: int | None = None,
                    stages: int | None = None, warps: int | None = None, warp_rows: int | None = None,
-                   shared_mem_limit: int | None = None, sq: int | None = None,
-                   causal: bool = False, bh: int | None = None, sms: int | None = None) -> AttentionConfig:
+                   shared_mem_limit: int | None = None, shared_mem_per_sm: int | None = None,
+                   sq: int | None = None, causal: bool = False, bh: int | None = None,
+                   sms: int | None = None) -> AttentionConfig:
     """The default tile plan of a backend for a head dim (tuning arguments override each field). With
-    ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it.
+    ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it; with
+    ``shared_mem_per_sm`` too, a block of fewer than 8 warps first takes the largest tile of at least half the
+    default's keys (a multiple of 16) with which 8 warps' blocks fit an SM (A100: 48 keys at D=128, where 64 keys
+    leave one block of 4 warps an SM; sm_86/89: 64 keys at D=64). A ``block_n`` whose 32-row warps would hold
+    more than 192 fp32 accumulators (``AttentionConfig.accumulators``) takes 16-row warps unless ``warp_rows``
+    says otherwise.
 
     Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
     - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
@@ -201,18 +228,24 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
       TFLOP/s against 307 for 8 warps of 16 rows and 128 keys, 273 with 3 stages, 317 with 32 keys); 4 warps and
       128 keys at D=64 (80 KiB: 308 against 242); at D=256, whose 32-row warps would hold 256 accumulators,
       8 warps of 16 rows and 64 keys (193 KiB: 311 against 251 for 32 keys; sm_80's 163 KiB take 32 keys,
-      sm_86/89's 99 KiB 4 warps too). B4 H16 S4096 bf16, H100.
+      sm_86/89's 99 KiB 16). B4 H16 S4096 bf16, H100.
+    - cp.async at other architectures' occupancy, emulated on the H100 by padding each block's shared memory to
+      the blocks an SM of 164 KiB (A100) or 100 KiB (sm_86/89) holds (docs/PERFORMANCE.md, the sm_80 twins): A100,
+      D=128, 48 keys (two blocks) 343 / 304 TFLOP/s (full / causal) against 64 keys (one block) 273 / 249; sm_86,
+      D=64, 64 keys (two blocks) 291 against 128 keys (one) 225; sm_86, D=256, 8 warps of 16 keys 199 against 4
+      warps of 32 keys 178.
     - D=256, tma: 64 keys x 2 stages (192 KiB; not tuned).
-    - tma, D=64: three consumer warpgroups (192-row tiles, 16 warps) where the query length ``sq`` exceeds 640 rows
-      (1.02-1.39x two consumers at S 715-11012); two below (S 575: 0.98x; S 137-154 fill a 192-row tile poorly),
-      and two under a causal mask where the 192-row tiling leaves over 5% of the rows more empty than the 128-row
-      one (S 1024: 0.88x SDPA with two against 0.78x with three, B4 and B16 H16; S 2048 and 4096, 3% emptier,
-      keep three: 0.91x / 0.96x against 0.90x / 0.94x).
-    - tma, D=64, causal, a dense plan (``bh``, its batch x heads, and the GPU's ``sms`` given): 64 keys a stage up to
-      S 512 (8 sweep cases of seeds 1-59, S 143-474: 1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x); two
-      consumers from S 1024 where the 192-row tiles are at most one per SM (their critical path 1.5 times the
-      128-row tiles': B1 H1 S2190 0.77x -> 0.99x SDPA, B3 H1 S1508 0.78x -> 1.01x, B1 H8 S2328 0.89x -> 1.08x, B3
-      H5 S1342 1.00x -> 1.08x), H100, 6d41cc7.
+    - tma, D=64, a dense plan (``bh``, its batch x heads, and the GPU's ``sms`` given): three consumer warpgroups
+      (192-row tiles, 16 warps) by turns of the persistent grid (``three_consumers_by_turns``): where ceil(192-row
+      tiles / sms) x 1.3 < ceil(128-row tiles / sms); under a causal mask from S 1024, two wherever the 192-row
+      tiles fit one turn. Fitted with the consumers' causal skip (cuda_src/attention.cu) on 100 D=64 cases of the
+      sweeps of seeds 1-12 (H100, both options timed against SDPA): geomean 1.159x against 1.110x for the rules
+      before, 99.8% of the better option's (docs/PERFORMANCE.md, attention forward).
+    - tma, D=64, otherwise (no ``bh``: cross-attention): three consumers where the query length ``sq`` exceeds 640
+      rows (1.02-1.39x two consumers at S 715-11012), two below and under a causal mask where the 192-row tiling
+      leaves over 5% of the rows more empty than the 128-row one.
+    - tma, D=64, causal, a dense plan: 64 keys a stage up to S 512 (8 sweep cases of seeds 1-59, S 143-474:
+      1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x), H100, 6d41cc7.
     """
     if warp_rows is not None and (backend is Backend.TMA or type(warp_rows) is not int or warp_rows not in (16, 32)):
         raise InvalidArgumentError("warp_rows", warp_rows, "must be 16 or 32 query rows a warp, on the cp.async "
@@ -223,30 +256,51 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
             raise InvalidArgumentError("warps", warps, "must be 12 (a producer warpgroup and two consumer warpgroups "
                                        "of 64 query rows) or, at D=64, 16 (three consumers: 160 registers each "
                                        "hold D=64's accumulators, not wider ones)", "leave warps out")
-        dense_causal = head_dim == 64 and causal and sq is not None and bh is not None and sms is not None
-        few_tiles = dense_causal and sq >= _FEW_TILES_FROM and bh * -(-sq // 192) <= sms
-        warps = warps or (16 if three_consumers(head_dim, sq, causal) and not few_tiles else 12)
+        dense = head_dim == 64 and sq is not None and bh is not None and sms is not None
+        dense_causal = dense and causal
+        if warps is None:
+            three = three_consumers_by_turns(sq, bh, sms, causal) if dense else three_consumers(head_dim, sq, causal)
+            warps = 16 if three else 12
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
         keys = 64 if head_dim == 256 or (dense_causal and sq <= _SHORT_CAUSAL) else 128
         return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or keys,
                                stages or (4 if head_dim == 64 else 2), warps)
     rows = warp_rows or (16 if head_dim == 256 else 32)
+    if warp_rows is None and block_n is not None and rows * (block_n + head_dim) // 32 > _ACCUMULATORS:
+        rows = 16  # 32-row warps would spill at this block_n (check_config refuses them when asked for)
     w = warps or (8 if rows == 16 else 4)
-    fits = lambda w_, n_: shared_mem_limit is None or AttentionConfig(  # noqa: E731
-        backend, head_dim, bf16, rows * w_, n_, stages or 2, w_).shared_mem <= shared_mem_limit
+    cfg = lambda w_, n_: AttentionConfig(backend, head_dim, bf16, rows * w_, n_, stages or 2, w_)  # noqa: E731
+    fits = lambda w_, n_: shared_mem_limit is None or cfg(w_, n_).shared_mem <= shared_mem_limit  # noqa: E731
     if block_n is None:
-        block_n = 128 if head_dim == 64 else 64  # D=256: a 64 KiB Q tile, 32 KiB per 64 keys of K or V
-        while block_n > 32 and not fits(w, block_n):
-            block_n //= 2
+        start = 128 if head_dim == 64 else 64  # D=256: a 64 KiB Q tile, 32 KiB per 64 keys of K or V
+        wanted = _WARPS_AN_SM // w  # blocks an SM for 8 warps; an 8-warp block needs only fit
+        if shared_mem_per_sm is not None and wanted > 1:
+            block_n = next((n for n in range(start, start // 2 - 1, -16) if fits(w, n) and blocks_per_sm(
+                cfg(w, n).shared_mem, shared_mem_per_sm) >= wanted), None)
+        if block_n is None:
+            block_n = start
+            while block_n > 16 and not fits(w, block_n):
+                block_n //= 2
     if warps is None:
-        while w > 4 and not fits(w, block_n):  # D=256 on 99 KiB (sm_86/89): 4 warps, a 32 KiB Q tile
+        while w > 4 and not fits(w, block_n):  # (no architecture in the table needs it with 16-key blocks)
             w //= 2
     return AttentionConfig(backend, head_dim, bf16, rows * w, block_n, stages or 2, w)
+
+
+def blocks_per_sm(shared_mem: int, per_sm: int) -> int:
+    """Blocks of ``shared_mem`` dynamic shared memory bytes an SM of ``per_sm`` bytes holds at once (the driver
+    reserves 1 KiB per block on sm_80 and later)."""
+    return per_sm // (shared_mem + _RESERVED_PER_BLOCK)
 
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
     return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
+
+
+def shared_mem_per_sm(arch: Arch, device: int | None) -> int:
+    """Bytes of shared memory an SM holds for its resident blocks: the device's, or the architecture's."""
+    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_sm
 
 
 def check_config(cfg: AttentionConfig, limit: int) -> None:
@@ -270,6 +324,13 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
     if cfg.backend is Backend.CP_ASYNC and cfg.block_m not in (16 * cfg.warps, 32 * cfg.warps):
         raise InvalidArgumentError("block_m", cfg.block_m, f"must be 16 or 32 query rows for each of the {cfg.warps} "
                                    "warps (the kernel's TMAKIT_ATTN_WARP_ROWS)", f"use {32 * cfg.warps}")
+    if cfg.backend is Backend.CP_ASYNC and cfg.accumulators > _ACCUMULATORS:
+        widest = _ACCUMULATORS * 32 // cfg.warp_rows - cfg.head_dim
+        fix = "use warp_rows=16" + (f" or block_n <= {widest}" if widest >= 16 else "")
+        raise InvalidArgumentError("warp_rows", cfg.warp_rows, f"holds {cfg.accumulators} fp32 accumulators a "
+                                   f"thread at D={cfg.head_dim} with block_n={cfg.block_n} (warp_rows x (block_n + "
+                                   f"D) / 32: S and O for each m16 tile); above {_ACCUMULATORS} they spill past "
+                                   "255 registers (92-1200 bytes) and the kernel runs at half speed", fix)
     if cfg.shared_mem > limit:
         o_tile = f" and the {cfg.o_bytes / 1024:g} KiB O staging tile" if cfg.o_bytes else ""
         raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages, the "
@@ -691,7 +752,8 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     choice = choose_backend(backend, device=qv.device)
     limit = shared_mem_limit(choice.arch, qv.device)
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
-                         warps=warps, warp_rows=warp_rows, shared_mem_limit=limit, sq=Sq, bh=B * H if Sq == Sk else None,
+                         warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
+                         shared_mem_per_sm=shared_mem_per_sm(choice.arch, qv.device), sq=Sq, bh=B * H if Sq == Sk else None,
                          sms=sm_count(qv.device) if choice.backend is Backend.TMA else None)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:
@@ -724,4 +786,5 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
 
 
 __all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",
-           "default_config", "descriptor_defines", "plan_attention", "shared_mem_limit", "stage_descriptors"]
+           "blocks_per_sm", "default_config", "descriptor_defines", "plan_attention", "shared_mem_limit",
+           "shared_mem_per_sm", "stage_descriptors"]

@@ -178,7 +178,8 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     if choice.backend is Backend.TMA:
         sms = sms or _sm_count(choice.arch)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
-                                    stages=stages, warps=warps, warp_rows=warp_rows, shared_mem_limit=limit, sq=sq,
+                                    stages=stages, warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
+                                    shared_mem_per_sm=_attention.shared_mem_per_sm(choice.arch, None), sq=sq,
                                     bh=b * h if sk == sq else None, sms=sms)
     _attention.check_config(cfg, limit)
     limits = device_limits(arch=choice.arch)

@@ -184,10 +184,20 @@ def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs, 
             not k.cfg.reachable_without(w.index, x.index, warp_syncs, forward_only=True):
         return False  # every laggard shares a warp with a signaller, and the warp synchronises in between
     signal_groups = {t // 128 for t in tx}
-    if all(t // 128 in signal_groups for t in others) and \
-            all(not k.cfg.reachable_without(w.index, x.index, cut, forward_only=True) for cut in warpgroup):
-        return False  # every laggard shares a warpgroup with a signaller, which saw a wgmma of the whole group complete
+    if all(t // 128 in signal_groups for t in others):
+        if all(not k.cfg.reachable_without(w.index, x.index, cut, forward_only=True) for cut in warpgroup):
+            return False  # every laggard shares a warpgroup with a signaller, which saw a wgmma of the group complete
+        # or a barrier of one warpgroup's 128 threads between (bar.sync id, 128: each warpgroup its own id, as
+        # consumer warpgroups name theirs)
+        group_syncs = {s.index for s in cta_syncs if _count(s) == 128}
+        if group_syncs and not k.cfg.reachable_without(w.index, x.index, group_syncs, forward_only=True):
+            return False
     return True
+
+
+def _count(sync) -> int | None:
+    count = sync.info.get("count")
+    return None if count is None else evaluate(count, {})
 
 
 def _covers(sync, threads: frozenset[int]) -> bool:

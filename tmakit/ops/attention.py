@@ -28,13 +28,15 @@ two 64-column slabs per tile.
 Measured on the H100: benchmarks/results/attention.md and docs/PERFORMANCE.md (beside torch SDPA in the same run).
 
 The tma kernel is persistent: at most one CTA per SM (192 KiB of shared memory at D=128, 384 threads; 512 at D=64
-above 640 query rows) claims work tiles (64 query rows per consumer warpgroup, one head) from a per-plan counter.
+where three consumers take fewer turns, default_config) claims work tiles (64 query rows per consumer warpgroup,
+one head) from a per-plan counter.
   producer warpgroup (24 registers; one thread): per tile, wait q_empty -> the Q tile; per key block j, wait
     empty -> expect_tx + the boxes of K into k_full -> the same for V. It runs ahead across tiles.
   each consumer warpgroup (64 query rows; 240 registers, 160 with three consumers): S_0, softmax_0; then per key
     block j: S_j = Q K_j^T (wgmma SS) and O += P_{j-1} V_{j-1} (wgmma RS) issued together, wait for S_j,
     softmax_j (mask on the diagonal / tail block, row max by quad shuffles, ex2, P packed to 16 bits) while the
-    tensor cores run P V, wait for it, O *= alpha; last P V; then every consumer thread arrives on q_empty (the
+    tensor cores run P V, wait for it, O *= alpha; last P V; under the causal mask the key blocks its own rows
+    mask whole it waits for and releases without computing; then every consumer thread arrives on q_empty (the
     next tile's Q loads) and O / l goes out through its staging buffer by TMA stores, lse by plain stores.
   The bounded waits' trap is out of line (cuda_src/tmakit/mbarrier.cuh): inlined, ptxas allocated the consumers
   within the 168-register launch share and ignored setmaxnreg, which kept S, P and O from living together.

@@ -205,9 +205,15 @@ def test_spilling_warp_plans_are_steered_or_refused() -> None:
         # the fix yields a plan that passes
         fixed = default_config(Backend.CP_ASYNC, d, block_n=n, warp_rows=16, warps=4)
         check_config(fixed, 232448)
-    # describe_attention refuses the same way before the shared-memory budget (D=256 on sm_86)
+    # describe_attention refuses the same way before the shared-memory budget (D=256 on sm_86), with a fix that fits
     with pytest.raises(InvalidArgumentError, match=r"warp_rows=32: holds .*fix: use warp_rows=16$"):
         describe_attention(1, 8, 1024, 256, arch="sm_86", warp_rows=32)
+    with pytest.raises(InvalidArgumentError, match=r"warp_rows=32: holds .*fix: use warp_rows=16 with block_n=32$"):
+        describe_attention(1, 8, 1024, 256, arch="sm_86", warp_rows=32, block_n=64)
+    describe_attention(1, 8, 1024, 256, arch="sm_86", warp_rows=16, block_n=32)  # the fix, applied
+    with pytest.raises(InvalidArgumentError, match=r"fix: use warp_rows=16 or block_n <= 64$"):
+        describe_attention(1, 8, 1024, 128, arch="sm_80", warp_rows=32, block_n=96)
+    describe_attention(1, 8, 1024, 128, arch="sm_80", warp_rows=32, block_n=64)
 
 
 def test_warp_rows_rules() -> None:

@@ -140,10 +140,16 @@ extern "C" __global__ void __launch_bounds__(384) group_release(const __grid_con
 """
 
 
-@pytest.mark.parametrize("sync, flagged", [('asm volatile("bar.sync %0, 128;" :: "r"(1 + group) : "memory")', False),
-                                           ("(void)0", True)])
+@pytest.mark.parametrize("sync, flagged", [
+    ('asm volatile("bar.sync %0, 128;" :: "r"(1 + group) : "memory")', False),
+    ("(void)0", True),
+    # one id for both warpgroups: any four of their warps complete it, a laggard may still be waiting
+    ('asm volatile("bar.sync %0, 128;" :: "r"(1 + (group >> 8)) : "memory")', True),
+    # one id a warp pair across the warpgroups: no warpgroup meets whole
+    ('asm volatile("bar.sync %0, 128;" :: "r"(1 + ((threadIdx.x / 32) & 1)) : "memory")', True)])
 def test_a_warpgroup_named_barrier_orders_its_waiters_before_the_release(sync, flagged):
     """Two consumer warpgroups wait on FULL and release through one thread each: clean when each warpgroup first
     meets on a named barrier of its own 128 threads (bar.sync 1 + warpgroup, 128), flagged by
-    phase.lagging_waiter without it."""
+    phase.lagging_waiter without it, or where the 128-thread barrier's id is shared between warpgroups or does
+    not follow them."""
     _assert_flagged_or_clean(GROUP_RELEASE, "group_release", {"GROUP_SYNC": sync}, "phase.lagging_waiter", flagged)

@@ -240,6 +240,17 @@ class Kernel:
             out[size] = int(mask.sum())
         return out
 
+    def thread_values(self, expr: Expr, threads: frozenset[int], size: int, rank: int = 0) -> list[int] | None:
+        """The value of ``expr`` for each thread of ``threads`` (in sorted order), or None where it depends on more
+        than the thread and the rank."""
+        tid = np.array(sorted(threads), dtype=np.int64)
+        env = {"%tid.x": tid, "%tid.y": 0, "%tid.z": 0, "%ntid.x": size, "%ntid.y": 1, "%ntid.z": 1,
+               **self.rank_env(rank)}
+        v = _vec(expr, env)
+        if v is None:
+            return None
+        return [int(x) for x in np.broadcast_to(np.asarray(v), tid.shape)]
+
     def thread_set(self, inst: Inst, size: int, rank: int = 0) -> frozenset[int] | None:
         mask = self._thread_mask(inst, size, rank)
         return None if mask is None else frozenset(np.nonzero(mask)[0].tolist())

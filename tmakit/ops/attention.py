@@ -44,7 +44,7 @@ one head) from a per-plan counter.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -327,8 +327,16 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
         raise InvalidArgumentError("block_m", cfg.block_m, f"must be 16 or 32 query rows for each of the {cfg.warps} "
                                    "warps (the kernel's TMAKIT_ATTN_WARP_ROWS)", f"use {32 * cfg.warps}")
     if cfg.backend is Backend.CP_ASYNC and cfg.accumulators > _ACCUMULATORS:
-        widest = _ACCUMULATORS * 32 // cfg.warp_rows - cfg.head_dim
-        fix = "use warp_rows=16" + (f" or block_n <= {widest}" if widest >= 16 else "")
+        # the fixes offered fit the shared memory too: 16-row warps (their block_n halved until it fits), or this
+        # warp's widest key block that holds no more accumulators
+        keys = cfg.block_n
+        while keys > 16 and replace(cfg, block_m=16 * cfg.warps, block_n=keys).shared_mem > limit:
+            keys //= 2
+        fixes = ["use warp_rows=16" + (f" with block_n={keys}" if keys != cfg.block_n else "")]
+        widest = (_ACCUMULATORS * 32 // cfg.warp_rows - cfg.head_dim) // 16 * 16
+        if widest >= 16 and replace(cfg, block_n=widest).shared_mem <= limit:
+            fixes.append(f"block_n <= {widest}")
+        fix = " or ".join(fixes)
         raise InvalidArgumentError("warp_rows", cfg.warp_rows, f"holds {cfg.accumulators} fp32 accumulators a "
                                    f"thread at D={cfg.head_dim} with block_n={cfg.block_n} (warp_rows x (block_n + "
                                    f"D) / 32: S and O for each m16 tile); above {_ACCUMULATORS} they spill past "

@@ -12,7 +12,8 @@
   two phases on and wait for a parity that never comes again (NVIDIA/cutlass#3654, triton-lang/triton#10035).
   A wgmma.mma_async issued after the wait and completed (wgmma.wait_group) before the signal synchronises the
   signaller's warpgroup: the tensor cores run it only once all four warps have issued it (PTX ISA 9.7.15.5.2,
-  "all threads in the warpgroup"), so a warpgroup's thread 0 may release for its warpgroup.
+  "all threads in the warpgroup"), so a warpgroup's thread 0 may release for its warpgroup. So does a named
+  barrier of 128 threads (bar.sync id, 128) that each waiting warpgroup reaches whole under an id of its own.
 """
 from __future__ import annotations
 
@@ -187,17 +188,38 @@ def _hazard(k: Kernel, w, x, size: int, producers, body, cta_syncs, warp_syncs, 
     if all(t // 128 in signal_groups for t in others):
         if all(not k.cfg.reachable_without(w.index, x.index, cut, forward_only=True) for cut in warpgroup):
             return False  # every laggard shares a warpgroup with a signaller, which saw a wgmma of the group complete
-        # or a barrier of one warpgroup's 128 threads between (bar.sync id, 128: each warpgroup its own id, as
-        # consumer warpgroups name theirs)
-        group_syncs = {s.index for s in cta_syncs if _count(s) == 128}
+        # or a barrier of each warpgroup's own 128 threads between (bar.sync id, 128, the id one per warpgroup
+        # and reached by all of its threads, as consumer warpgroups name theirs)
+        group_syncs = {s.index for s in cta_syncs if _per_warpgroup(k, s, tw, size)}
         if group_syncs and not k.cfg.reachable_without(w.index, x.index, group_syncs, forward_only=True):
             return False
     return True
 
 
-def _count(sync) -> int | None:
+def _per_warpgroup(k: Kernel, sync, waiters: frozenset[int], size: int) -> bool:
+    """Whether ``sync`` is a 128-thread named barrier that each waiter's warpgroup reaches whole, under an id of
+    its own: then it orders that warpgroup's waiters before its signaller, and nothing else."""
     count = sync.info.get("count")
-    return None if count is None else evaluate(count, {})
+    if count is None or evaluate(count, {}) != 128 or sync.info.get("id") is None:
+        return False
+    groups = {t // 128 for t in waiters}
+    members = frozenset(t for g in groups for t in range(128 * g, 128 * g + 128))
+    reached = k.thread_set(sync.inst, size)
+    ids = k.thread_values(sync.info["id"], members, size)
+    if reached is None or not members <= reached or ids is None or (size % 128 and max(groups) == size // 128):
+        return False
+    by_group: dict[int, set[int]] = {}
+    for t, i in zip(sorted(members), ids):
+        by_group.setdefault(t // 128, set()).add(i)
+    if any(len(v) != 1 for v in by_group.values()):
+        return False
+    first = [min(v) for v in by_group.values()]
+    if len(set(first)) != len(first):
+        return False  # two warpgroups on one id: any four of their warps complete it
+    # and no thread outside these warpgroups syncs on one of their ids
+    others = reached - members
+    rest = k.thread_values(sync.info["id"], frozenset(others), size) if others else []
+    return rest is not None and not set(rest) & set(first)
 
 
 def _covers(sync, threads: frozenset[int]) -> bool:

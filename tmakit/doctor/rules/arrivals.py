@@ -192,6 +192,8 @@ def _skipped_release(k: Kernel, waits, arrives) -> None:
             continue
         edge_ok = k.edges_for(min(releasers))  # follow the paths one releasing thread can take
         for latch, _ in k.cfg.back_edges(loop):
+            if latch == w.inst.block:
+                continue  # the wait's own retry (ptxas may give the spin loop the trip loop's header)
             end = k.cfg.blocks[latch].end - 1
             if end != w.index and end not in blocked and \
                     k.cfg.reachable_without(w.index, end, blocked, forward_only=True, edge_ok=edge_ok):

@@ -165,7 +165,7 @@ _TWIN_DEFAULTS = {("sm_90", 128): (4, 32, 64), ("sm_90", 64): (4, 32, 128), ("sm
 @pytest.mark.parametrize("arch, d", sorted(_TWIN_DEFAULTS))
 def test_twin_default_keeps_eight_warps_an_sm(arch, d) -> None:
     from tmakit.device import device_limits
-    from tmakit.ops.attention import blocks_per_sm
+    from tmakit.device import blocks_per_sm
 
     limits = device_limits(arch=arch)
     cfg = default_config(Backend.CP_ASYNC, d, shared_mem_limit=limits.smem_per_block_optin,

@@ -62,6 +62,15 @@ _TABLE = {
 }
 
 
+RESERVED_SMEM_PER_BLOCK = 1024  # shared memory the driver reserves for each resident block (sm_80 and later)
+
+
+def blocks_per_sm(shared_mem: int, per_sm: int) -> int:
+    """Blocks of ``shared_mem`` dynamic shared memory bytes an SM of ``per_sm`` bytes (``smem_per_sm``) holds at
+    once: each takes RESERVED_SMEM_PER_BLOCK more."""
+    return per_sm // (shared_mem + RESERVED_SMEM_PER_BLOCK)
+
+
 def planning_architectures() -> list[str]:
     """The architectures the planning table knows (``device_limits(arch=...)``)."""
     return [Arch(*key).sm for key in sorted(_TABLE)]
@@ -126,4 +135,4 @@ def device_limits(device: int | None = None, *, arch: Any = None) -> DeviceLimit
     return limits
 
 
-__all__ = ["DeviceLimits", "device_limits", "planning_architectures"]
+__all__ = ["DeviceLimits", "RESERVED_SMEM_PER_BLOCK", "blocks_per_sm", "device_limits", "planning_architectures"]

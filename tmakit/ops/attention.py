@@ -53,7 +53,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
-from ..device import device_limits
+from ..device import DeviceLimits, blocks_per_sm, device_limits
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
@@ -76,7 +76,6 @@ _FEW_TILES_FROM = 1024  # tma, D=64, causal, a dense plan: from this S, two cons
 _TURN_192 = 1.3  # tma, D=64, a dense plan: a turn of 192-row tiles against one of 128-row tiles (default_config)
 _ACCUMULATORS = 192  # cp.async: fp32 S and O fragment values a thread holds within 255 registers (check_config)
 _WARPS_AN_SM = 8  # cp.async: resident warps the default tile plan keeps an SM (default_config's docstring)
-_RESERVED_PER_BLOCK = 1024  # shared memory the driver reserves per resident block (sm_80 and later)
 
 
 @dataclass(frozen=True)
@@ -289,20 +288,14 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     return AttentionConfig(backend, head_dim, bf16, rows * w, block_n, stages or 2, w)
 
 
-def blocks_per_sm(shared_mem: int, per_sm: int) -> int:
-    """Blocks of ``shared_mem`` dynamic shared memory bytes an SM of ``per_sm`` bytes holds at once (the driver
-    reserves 1 KiB per block on sm_80 and later)."""
-    return per_sm // (shared_mem + _RESERVED_PER_BLOCK)
+def _limits(arch: Arch, device: int | None) -> DeviceLimits:
+    """The device's limits, or the architecture's without a GPU."""
+    return device_limits(device if _driver.gpu_available() else None, arch=arch)
 
 
 def shared_mem_limit(arch: Arch, device: int | None) -> int:
     """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
-
-
-def shared_mem_per_sm(arch: Arch, device: int | None) -> int:
-    """Bytes of shared memory an SM holds for its resident blocks: the device's, or the architecture's."""
-    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_sm
+    return _limits(arch, device).smem_per_block_optin
 
 
 def check_config(cfg: AttentionConfig, limit: int) -> None:
@@ -760,10 +753,11 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
         raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
     choice = choose_backend(backend, device=qv.device)
-    limit = shared_mem_limit(choice.arch, qv.device)
+    limits = _limits(choice.arch, qv.device)
+    limit = limits.smem_per_block_optin
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
                          warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
-                         shared_mem_per_sm=shared_mem_per_sm(choice.arch, qv.device), sq=Sq, bh=B * H if Sq == Sk else None,
+                         shared_mem_per_sm=limits.smem_per_sm, sq=Sq, bh=B * H if Sq == Sk else None,
                          sms=sm_count(qv.device) if choice.backend is Backend.TMA else None)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:
@@ -796,5 +790,4 @@ def attention(q: Any, k: Any, v: Any, out: Any = None, **options: Any) -> tuple[
 
 
 __all__ = ["AttentionConfig", "AttentionPlan", "HEAD_DIMS", "attention", "attention_tensor_maps", "check_config",
-           "blocks_per_sm", "default_config", "descriptor_defines", "plan_attention", "shared_mem_limit",
-           "shared_mem_per_sm", "stage_descriptors"]
+           "default_config", "descriptor_defines", "plan_attention", "shared_mem_limit", "stage_descriptors"]

@@ -174,15 +174,15 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     name = _half(dtype)
     layout = _attention._parse_layout(layout)
     choice = choose_backend(backend, arch=arch)
-    limit = _attention.shared_mem_limit(choice.arch, None)
+    limits = device_limits(arch=choice.arch)
+    limit = limits.smem_per_block_optin
     if choice.backend is Backend.TMA:
         sms = sms or _sm_count(choice.arch)
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
                                     stages=stages, warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
-                                    shared_mem_per_sm=_attention.shared_mem_per_sm(choice.arch, None), sq=sq,
-                                    bh=b * h if sk == sq else None, sms=sms)
+                                    shared_mem_per_sm=limits.smem_per_sm, sq=sq, bh=b * h if sk == sq else None,
+                                    sms=sms)
     _attention.check_config(cfg, limit)
-    limits = device_limits(arch=choice.arch)
     work = _attention.TileGeometry(cfg, b, h, hkv, sq, causal)  # the plans' own tile decisions
     packed = work.packed
     splits: int | None = 1

@@ -35,7 +35,7 @@ from typing import Any
 from .. import _driver
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
-from ..device import device_limits
+from ..device import RESERVED_SMEM_PER_BLOCK, blocks_per_sm, device_limits
 from ..dtypes import dtype_from_any
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
@@ -344,10 +344,11 @@ def _dst_box(c: ArrayView, rows: int, esize: int, class_rows: int) -> Any:
 
 
 def _min_blocks(plan: TilePlan, shared_mem: int, optin_limit: int) -> int:
-    """Blocks per SM that shared memory allows (an SM holds the opt-in limit plus 1 KiB, and each block takes
-    1 KiB more, reserved by the driver), at most three and at most what leaves 64 registers a thread: the
-    kernel's register cap (__launch_bounds__), so that registers do not stop a block shared memory would take."""
-    return max(1, min(3, (optin_limit + 1024) // (shared_mem + 1024), 65536 // (plan.threads * 64)))
+    """Blocks per SM that shared memory allows (an SM holds the opt-in limit plus the driver's 1 KiB a block),
+    at most three and at most what leaves 64 registers a thread: the kernel's register cap (__launch_bounds__), so
+    that registers do not stop a block shared memory would take."""
+    per_sm = optin_limit + RESERVED_SMEM_PER_BLOCK
+    return max(1, min(3, blocks_per_sm(shared_mem, per_sm), 65536 // (plan.threads * 64)))
 
 
 def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None,

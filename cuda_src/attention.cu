@@ -4,7 +4,8 @@
 //
 //   tmakit_attention_fwd_tma (sm_90a): persistent (at most one CTA per SM, work tiles of 128 query rows of one
 //     head claimed from an atomic counter) with three warpgroups. Warpgroup 0 is the producer (setmaxnreg down;
-//     one elected thread issues TMA): per tile the Q tile (BLOCK_M = 64 rows a consumer), then K and V tiles of BLOCK_N keys
+//     one elected thread issues TMA): per tile the Q tile (BLOCK_M = 64 rows a consumer; two Q slots where they fit, so
+//     the next tile's Q loads while this one is computed), then K and V tiles of BLOCK_N keys
 //     through two tmakit::Pipeline rings of STAGES stages (TmaProducer) that run on across tiles, one for K and one
 //     for V, so that a K stage is refilled as soon as S = Q K^T has read it. Warpgroups 1.. are consumers
 //     (setmaxnreg up), each owning 64 query rows: S = Q K^T by wgmma SS (both K-major), online softmax in fp32
@@ -243,10 +244,20 @@ constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 
+// Q slots (TMAKIT_ATTN_Q_SLOTS, the host's AttentionConfig.q_slots): with two, the producer loads the next work
+// tile's Q (and, not waiting for this tile's Q to be released, its first K and V blocks) while this tile is
+// computed, so a tile's first S does not wait for loads at the tile boundary (short sequences have few key blocks
+// a tile to hide them); one where two do not fit (D = 256, whose O is staged in the Q tile).
+#ifndef TMAKIT_ATTN_Q_SLOTS
+#define TMAKIT_ATTN_Q_SLOTS (TMAKIT_ATTN_HEAD_DIM <= 128 ? 2 : 1)
+#endif
+constexpr int kQSlots = TMAKIT_ATTN_Q_SLOTS;
+static_assert(kQSlots == 1 || kQSlots == 2, "one or two Q slots");
+
 struct SharedBarriers {
-  Mbarrier q_full;   // the Q tile of the CTA's current work tile has landed
-  Mbarrier q_empty;  // both consumer warpgroups are done with it: the next tile's Q may be loaded
-  int tile;          // the work tile q_full's phase brings (-1: none left), written before the producer arrives
+  Mbarrier q_full[kQSlots];   // the Q tile of a slot's work tile has landed
+  Mbarrier q_empty[kQSlots];  // every consumer is done with it: the slot may take another tile's Q
+  int tile[kQSlots];          // the work tile q_full's phase brings (-1: none left), written before the producer arrives
   Ring k_ring;  // K stages: released once S = Q K^T has read them
   Ring v_ring;  // V stages: released once O += P V has read them
 };
@@ -254,8 +265,9 @@ struct SharedBarriers {
 // O is staged for its TMA stores in a buffer of its own where it fits (D <= 128), so that the next work tile's Q
 // loads while this one's O is stored; at D = 256 it is staged in the Q tile's bytes.
 constexpr bool kOwnOBuffer = kD <= 128;
-// Dynamic shared memory: [Q | K stages | V stages | O (kOwnOBuffer) | barriers], 1024-byte aligned tiles.
-constexpr uint32_t kSmemTiles = kQBytes + 2u * kStages * kKVBytes + (kOwnOBuffer ? kQBytes : 0u);
+static_assert(kOwnOBuffer || kQSlots == 1, "O staged in the Q tile: one Q slot");
+// Dynamic shared memory: [Q slots | K stages | V stages | O (kOwnOBuffer) | barriers], 1024-byte aligned tiles.
+constexpr uint32_t kSmemTiles = kQSlots * kQBytes + 2u * kStages * kKVBytes + (kOwnOBuffer ? kQBytes : 0u);
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
 
@@ -321,7 +333,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_shared(smem_raw, 1024);
   uint8_t* q_tile = smem;
-  uint8_t* k_tiles = smem + kQBytes;
+  uint8_t* k_tiles = smem + kQSlots * kQBytes;
   uint8_t* v_tiles = k_tiles + kStages * kKVBytes;
   uint8_t* o_tile = kOwnOBuffer ? v_tiles + kStages * kKVBytes : q_tile;
   SharedBarriers& bars = *reinterpret_cast<SharedBarriers*>(smem + kSmemTiles);
@@ -391,8 +403,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     prefetch_tensormap(&k_map);
     prefetch_tensormap(&v_map);
     prefetch_tensormap(&o_map);
-    bars.q_full.init(1);
-    bars.q_empty.init(128 * kConsumers);  // every consumer thread
+    for (int i = 0; i < kQSlots; ++i) {
+      bars.q_full[i].init(1);
+      bars.q_empty[i].init(128 * kConsumers);  // every consumer thread
+    }
     bars.k_ring.init(1, kConsumers);  // FULL: the arming thread; EMPTY: the consumer warpgroups
     bars.v_ring.init(1, kConsumers);
   }
@@ -412,9 +426,10 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
         const int t = atomicAdd(tile_counter, 1);
         if (t >= tiles) {
           griddepcontrol_launch_dependents();  // no more loads: a pdl launch after this one may take the free SMs
-          if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);
-          bars.tile = -1;  // the consumers' last phase: no tile
-          bars.q_full.arrive();
+          const int slot = done % kQSlots;
+          if (done >= kQSlots) bars.q_empty[slot].wait_parity((done / kQSlots - 1) & 1);
+          bars.tile[slot] = -1;  // the consumers' last phase: no tile
+          bars.q_full[slot].arrive();
           if (atomicAdd(tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {  // every CTA is past its claims
             tile_counter[0] = 0;
             tile_counter[1] = 0;
@@ -433,12 +448,14 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
           fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch);
           fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch + 1);
         }
-        if (done > 0) bars.q_empty.wait_parity((done - 1) & 1);  // the previous tile's S (and O staging) are done
-        bars.tile = t;
-        bars.q_full.arrive_expect_tx(kQBytes);  // releases the tile's number with the arrival
+        // the slot's previous tile: its S (and O staging) are done
+        const int slot = done % kQSlots;
+        if (done >= kQSlots) bars.q_empty[slot].wait_parity((done / kQSlots - 1) & 1);
+        bars.tile[slot] = t;
+        bars.q_full[slot].arrive_expect_tx(kQBytes);  // releases the tile's number with the arrival
         for (int h = 0; h < kSlabs; ++h)
-          cp_async_bulk_tensor_g2s<4>(q_tile + h * kBlockM * kRowBytes, w.qm,
-                                      tile_coords(h, w.q_row0 + w.m0, w.head, w.coord_batch), bars.q_full);
+          cp_async_bulk_tensor_g2s<4>(q_tile + slot * kQBytes + h * kBlockM * kRowBytes, w.qm,
+                                      tile_coords(h, w.q_row0 + w.m0, w.head, w.coord_batch), bars.q_full[slot]);
         ++done;
         // Paged: the pages of key block j into a K or V stage (`tail`: the sequence's last page's map).
         auto load_pages = [&](uint8_t* stage, const TensorMapDesc* map, const TensorMapDesc* tail, int j,
@@ -483,7 +500,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = warpgroup - 1;  // consumer warpgroup: rows cw*64 .. cw*64+63
     constexpr int NT = kBlockN / 8, OT = kD / 8;
-    const uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;
+    uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;  // this warpgroup's Q rows in the tile's slot
     constexpr int KT = kBlockN / 16;  // k16 slices of P
     float o[OT][4];
     float s[NT][4];
@@ -519,12 +536,15 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     // This thread is done with the Q tile and the tile number (its warpgroup's last S has completed, or its O
     // stores have read the Q bytes). Every consumer thread arrives, so the producer starts the next tile only
     // once each has read this one's number and seen this q_full phase (none can find q_full two phases on).
-    auto release_q = [&]() { bars.q_empty.arrive(); };
+    int slot = 0;  // the current tile's Q slot
+    auto release_q = [&]() { bars.q_empty[slot].arrive(); };
     StorePipeline<1> store(o_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
     Ring::State kc = make_consumer_start_state<kStages>(), vc = make_consumer_start_state<kStages>();
     for (int done = 0;; ++done) {
-      bars.q_full.wait_parity(done & 1);
-      const int t = bars.tile;
+      slot = done % kQSlots;
+      bars.q_full[slot].wait_parity((done / kQSlots) & 1);
+      q_base = shared_addr(q_tile + slot * kQBytes) + cw * kQConsumerBytes;
+      const int t = bars.tile[slot];
       if (t < 0) break;
       const Tile w = tile_at(t);
       const int row0 = w.m0 + cw * 64 + warp_in_group * 16;  // this warp's first query row

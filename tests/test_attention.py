@@ -98,11 +98,21 @@ def test_shared_memory_budget_refuses_too_many_stages() -> None:
 
 def test_config_shared_memory_matches_kernel_layout() -> None:
     cfg = default_config(Backend.TMA, 128)
-    # Q, the K/V stages, O's staging tile; Q's FULL and EMPTY barriers, the K and V rings' FULL/EMPTY
-    assert cfg.shared_mem == 32768 + 2 * 65536 + 32768 + 8 * (2 + 2 * 2 * 2) + 1024
+    # two Q slots, the K/V stages, O's staging tile; each Q slot's FULL and EMPTY barriers, the K and V rings'
+    # FULL/EMPTY: 225.1 KiB of the kernel's 227
+    assert cfg.q_slots == 2 and cfg.defines["TMAKIT_ATTN_Q_SLOTS"] == 2
+    assert cfg.shared_mem == 2 * 32768 + 2 * 65536 + 32768 + 8 * (2 * 2 + 2 * 2 * 2) + 1024 <= 227 * 1024
+    assert "Q tile 128 x 128: 32.0 KiB x 2 slots" in "\n".join(cfg.budget_lines())
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
     assert "O staging tile: 32.0 KiB" in "\n".join(cfg.budget_lines())
-    assert default_config(Backend.TMA, 256).o_bytes == 0  # D = 256: O is staged in the Q tile
+    d256 = default_config(Backend.TMA, 256)
+    assert d256.o_bytes == 0 and d256.q_slots == 1  # D = 256: O is staged in the (one) Q tile
+    assert d256.shared_mem == 65536 + 2 * 65536 + 8 * (2 + 2 * 2 * 2) + 1024
+    # D = 64: two slots with the default 4 stages (two or three consumers); one where a fifth stage leaves no room
+    assert default_config(Backend.TMA, 64, warps=16).q_slots == default_config(Backend.TMA, 64, warps=12).q_slots == 2
+    five = default_config(Backend.TMA, 64, warps=16, stages=5)
+    assert five.q_slots == 1 and five.shared_mem == 24576 + 5 * 32768 + 24576 + 8 * (2 + 4 * 5) + 1024
+    assert default_config(Backend.CP_ASYNC, 128).q_slots == 1
     c2 = default_config(Backend.CP_ASYNC, 64, warps=4, warp_rows=16, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
     c3 = default_config(Backend.CP_ASYNC, 128, shared_mem_limit=232448)  # 4 warps of 32 rows, two blocks an SM

@@ -27,11 +27,14 @@ two 64-column slabs per tile.
 
 Measured on the H100: benchmarks/results/attention.md and docs/PERFORMANCE.md (beside torch SDPA in the same run).
 
-The tma kernel is persistent: at most one CTA per SM (192 KiB of shared memory at D=128, 384 threads; 512 at D=64
+The tma kernel is persistent: at most one CTA per SM (225 KiB of shared memory at D=128, 384 threads; 512 at D=64
 where three consumers take fewer turns, default_config) claims work tiles (64 query rows per consumer warpgroup,
 one head) from a per-plan counter.
-  producer warpgroup (24 registers; one thread): per tile, wait q_empty -> the Q tile; per key block j, wait
-    empty -> expect_tx + the boxes of K into k_full -> the same for V. It runs ahead across tiles.
+  producer warpgroup (24 registers; one thread): per tile, wait q_empty of its Q slot -> the Q tile; per key
+    block j, wait empty -> expect_tx + the boxes of K into k_full -> the same for V. It runs ahead across tiles:
+    with two Q slots (``AttentionConfig.q_slots``: D <= 128) the next tile's Q and first K/V blocks load while
+    this tile is computed (with one, they waited for this tile's last S: short sequences, whose tiles have few
+    key blocks to hide that, ran 0.83-0.94x SDPA; docs/PERFORMANCE.md, attention forward (9)).
   each consumer warpgroup (64 query rows; 240 registers, 160 with three consumers): S_0, softmax_0; then per key
     block j: S_j = Q K_j^T (wgmma SS) and O += P_{j-1} V_{j-1} (wgmma RS) issued together, wait for S_j,
     softmax_j (mask on the diagonal / tail block, row max by quad shuffles, ex2, P packed to 16 bits) while the
@@ -69,6 +72,7 @@ LAYOUTS = ("bhsd", "bshd")
 _SLAB = 64  # columns per 128-byte swizzled slab
 _BARRIER_BYTES = 8  # one mbarrier
 _ALIGN_SLACK = 1024  # dynamic shared memory is 16-byte aligned; the tiles need 1024
+_KERNEL_SMEM = 227 * 1024  # the tma kernel's bound on its shared memory (sm_90's opt-in limit a block)
 _THREE_CONSUMERS_ABOVE = 640  # tma, D=64: query rows above which 192-row tiles pay (default_config's docstring)
 _EMPTIER_TILES = 0.05  # tma, D=64, causal: 128-row tiles where 192-row ones leave this share of S more rows empty
 _SHORT_CAUSAL = 512  # tma, D=64, causal, a dense plan: up to this S, 64 keys a stage (default_config's docstring)
@@ -119,10 +123,22 @@ class AttentionConfig:
     @property
     def shared_mem(self) -> int:
         """Dynamic shared memory per block (bytes), as the kernel lays it out."""
-        tiles = self.q_bytes + self.stages * self.stage_bytes
-        if self.backend is Backend.TMA:  # O's staging buffer; Q's two barriers, the K and V rings' FULL and EMPTY
-            return tiles + self.o_bytes + _BARRIER_BYTES * (2 + 4 * self.stages) + _ALIGN_SLACK
+        return self._shared_mem(self.q_slots)
+
+    def _shared_mem(self, q_slots: int) -> int:
+        tiles = q_slots * self.q_bytes + self.stages * self.stage_bytes
+        if self.backend is Backend.TMA:  # O's staging buffer; each Q slot's two barriers, the K and V rings' FULL and EMPTY
+            return tiles + self.o_bytes + _BARRIER_BYTES * (2 * q_slots + 4 * self.stages) + _ALIGN_SLACK
         return tiles + _ALIGN_SLACK
+
+    @property
+    def q_slots(self) -> int:
+        """tma: Q tiles the kernel holds, two where they fit beside the ring and O's buffer in its 227 KiB (D <= 128
+        with the default stages): the next work tile's Q and first K/V blocks then load while this tile is computed
+        (cuda_src/attention.cu, TMAKIT_ATTN_Q_SLOTS); else one."""
+        if self.backend is not Backend.TMA or not self.o_bytes:
+            return 1
+        return 2 if self._shared_mem(2) <= _KERNEL_SMEM else 1
 
     @property
     def o_bytes(self) -> int:
@@ -139,6 +155,7 @@ class AttentionConfig:
             d["TMAKIT_ATTN_WARP_ROWS"] = self.warp_rows
         else:
             d["TMAKIT_ATTN_CONSUMERS"] = self.warps // 4 - 1
+            d["TMAKIT_ATTN_Q_SLOTS"] = self.q_slots
             d.update(descriptor_defines(self))
         return d
 
@@ -149,7 +166,8 @@ class AttentionConfig:
     def budget_lines(self) -> list[str]:
         """The shared-memory budget, one line per part (what the example prints)."""
         kib = lambda n: f"{n / 1024:.1f} KiB"  # noqa: E731
-        return [f"Q tile {self.block_m} x {self.head_dim}: {kib(self.q_bytes)}",
+        slots = f" x {self.q_slots} slots" if self.q_slots > 1 else ""
+        return [f"Q tile {self.block_m} x {self.head_dim}: {kib(self.q_bytes)}{slots}",
                 f"per stage (K + V tiles of {self.block_n} keys): {kib(self.stage_bytes)} x {self.stages} stages",
                 *([f"O staging tile: {kib(self.o_bytes)}"] if self.o_bytes else []),
                 f"total dynamic shared memory per block: {kib(self.shared_mem)}"]

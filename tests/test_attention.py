@@ -694,3 +694,17 @@ def test_example_runs(capsys) -> None:
                          "--layout", "bshd", "--check"]) == 0
     text = capsys.readouterr().out
     assert "per stage (K + V tiles of" in text and ("PASSED" in text or "no CUDA GPU here" in text)
+
+
+def test_one_q_slot_where_each_cta_takes_one_work_tile() -> None:
+    # a second Q slot loads the next work tile's Q; where the persistent grid's CTAs take one tile each there is none
+    from tmakit.ops import describe_attention
+    many = describe_attention(17, 19, 327, 128, arch="sm_90a", sms=132)  # 969 tiles of 128 rows
+    assert many.config.q_slots == 2 and many.defines["TMAKIT_ATTN_Q_SLOTS"] == 2
+    one = describe_attention(4, 2, 832, 64, arch="sm_90a", sms=132)  # 56 tiles: one a CTA
+    assert one.config.one_q_slot and one.config.q_slots == 1 and one.defines["TMAKIT_ATTN_Q_SLOTS"] == 1
+    assert one.config.shared_mem == 16384 + 4 * 32768 + 16384 + 8 * (2 + 4 * 4) + 1024
+    assert describe_attention(4, 2, 832, 64, arch="sm_90a", sms=20).config.q_slots == 2  # two turns on 20 SMs
+    # a decode whose keys are split: the splits' ranges are the work tiles (B2 H8 decode: 16 tiles x 16 ranges)
+    split = describe_attention(2, 8, 1, 128, kv_seqlen=65536, arch="sm_90a", sms=132)
+    assert split.kv_splits > 1 and split.config.q_slots == 2

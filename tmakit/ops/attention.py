@@ -94,6 +94,7 @@ class AttentionConfig:
     stages: int  # K/V ring depth
     warps: int  # cp.async path: warps of block_m / warps (16 or 32) query rows; tma: 12 or 16 (a producer and 2
     # or 3 consumer warpgroups)
+    one_q_slot: bool = False  # tma: one Q slot even where two fit (``PersistentTiles.q_slots_config``)
 
     @property
     def warp_rows(self) -> int:
@@ -136,7 +137,7 @@ class AttentionConfig:
         """tma: Q tiles the kernel holds, two where they fit beside the ring and O's buffer in its 227 KiB (D <= 128
         with the default stages): the next work tile's Q and first K/V blocks then load while this tile is computed
         (cuda_src/attention.cu, TMAKIT_ATTN_Q_SLOTS); else one."""
-        if self.backend is not Backend.TMA or not self.o_bytes:
+        if self.backend is not Backend.TMA or not self.o_bytes or self.one_q_slot:
             return 1
         return 2 if self._shared_mem(2) <= _KERNEL_SMEM else 1
 
@@ -560,6 +561,15 @@ class PersistentTiles:
         m, h, b = self.tiles
         return launch_grid((m * self.kv_splits, h, b), self.config, self.device)
 
+    def q_slots_config(self, keys: int | None, sms: int) -> AttentionConfig:
+        """The plan's config, with one Q slot where each CTA of the persistent grid takes at most one work tile
+        (``keys``: a tile's keys at most, for the key splits; None: no splits): a second slot would hold no next
+        tile there, and measured 0.94-0.99x one on such problems (H100 and H200: B4 H2 S832 D64, B6 H3 S677 D128
+        causal; docs/PERFORMANCE.md, attention forward (9))."""
+        m, h, b = self.tiles
+        splits = self.splits_for(keys, sms) if keys is not None else 1
+        return replace(self.config, one_q_slot=m * h * b * splits <= sms)
+
     def splits_for(self, keys: int, sms: int) -> int:
         """The key splits ``choose_kv_splits`` gives these work tiles with ``keys`` keys a tile (at most) on
         ``sms`` SMs (what ``split_keys`` plans, and ``describe_attention`` says without a GPU)."""
@@ -645,6 +655,8 @@ class AttentionPlan(PersistentTiles):
         self.batch, self.heads, self.sq, self.sk, self.head_dim, self.kv_heads = dims
         self.out, self.lse, self.device, self._stream = out, lse, device, stream
         self.maps: tuple = ()
+        if cfg.backend is Backend.TMA:
+            cfg = self.config = self.q_slots_config(self.sk, sm_count(device))
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **cfg.defines)
         self._launch: Any = None
         self._checked = checked  # the hang doctor's bounded waits (Kernel.bind(checked=)); None: TMAKIT_CHECK

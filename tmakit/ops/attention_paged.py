@@ -26,7 +26,7 @@ from ..arrays import ArrayView
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
-from ._kernels import kernel
+from ._kernels import kernel, sm_count
 from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, persistent_args, tile_counter, out_like_q,
                         _bhsd_view, _empty_like, _tile_map, lse_buffer, query_heads_as_rows, tma_plan_config)
 
@@ -81,6 +81,7 @@ class PagedAttentionPlan(DeviceMapsPlan):
         (self.batch, self.sq, self.heads, self.kv_heads, self.head_dim, self.pages, self.page_size,
          self.max_pages) = dims
         self.out, self.lse, self.device, self._stream, self._checked = out, lse, device, stream, checked
+        cfg = self.config = self.q_slots_config(self.max_pages * self.page_size, sm_count(device))
         defines = {**cfg.defines, "TMAKIT_ATTN_PAGED": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_paged_maps", choice, device, **defines)

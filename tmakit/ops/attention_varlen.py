@@ -25,7 +25,7 @@ from ..arrays import ArrayView
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError
 from . import _checks
-from ._kernels import kernel
+from ._kernels import kernel, sm_count
 from .attention import (DTYPES, HEAD_DIMS, DeviceMapsPlan, persistent_args, tile_counter, out_like_q,
                         _empty_like, attention_tensor_maps, lse_buffer, tma_plan_config)
 
@@ -85,6 +85,7 @@ class VarlenAttentionPlan(DeviceMapsPlan):
         self.config, self.backend, self.causal, self.scale = cfg, choice, causal, scale
         self.batch, self.heads, self.kv_heads, self.total_q, self.total_k, self.head_dim = dims
         self.max_seqlen_q, self.out, self.lse, self.device, self._stream = max_seqlen_q, out, lse, device, stream
+        cfg = self.config = self.q_slots_config(None, sm_count(device))
         defines = {**cfg.defines, "TMAKIT_ATTN_VARLEN": 1}
         self._kernel = kernel("attention.cu", cfg.entry, choice, device, **defines)
         self._maps_kernel = kernel("attention.cu", "tmakit_attention_varlen_maps", choice, device, **defines)

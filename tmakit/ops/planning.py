@@ -189,6 +189,8 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         splits = work.splits_for(sk, sms) if sms else None
+        if sms:
+            cfg = work.config = work.q_slots_config(sk, sms)
 
         def tensor(s: int, heads: int) -> ArrayView:
             return _attention._bhsd_view(_view((b, heads, s, d) if layout == "bhsd" else (b, s, heads, d), 2, name),

@@ -73,8 +73,12 @@ def test_the_ops_plan_with_the_table_without_a_gpu():
     import importlib
 
     gemm, attention = (importlib.import_module(f"tmakit.ops.{m}") for m in ("gemm", "attention"))
-    assert gemm.shared_mem_limit(Arch(8, 6), None) == attention.shared_mem_limit(Arch(8, 6), None) == 99 * 1024
-    assert gemm.shared_mem_limit(Arch(9, 0), None) == device_limits(arch="sm_90").smem_per_block_optin
+    device = importlib.import_module("tmakit.device")
+    # one home: the ops' planning limit is tmakit.device's
+    assert gemm.shared_mem_limit is attention.shared_mem_limit is device.shared_mem_limit
+    assert device.shared_mem_limit(Arch(8, 6), None) == 99 * 1024
+    assert device.shared_mem_limit(Arch(9, 0), None) == device_limits(arch="sm_90").smem_per_block_optin
+    assert device.plan_limits(Arch(9, 0), None) == device_limits(arch="sm_90")
 
 
 def _strings(path: Path) -> set[str]:

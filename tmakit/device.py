@@ -135,4 +135,16 @@ def device_limits(device: int | None = None, *, arch: Any = None) -> DeviceLimit
     return limits
 
 
-__all__ = ["DeviceLimits", "RESERVED_SMEM_PER_BLOCK", "blocks_per_sm", "device_limits", "planning_architectures"]
+def plan_limits(arch: Any, device: int | None) -> DeviceLimits:
+    """The limits a plan for ``arch`` on GPU ``device`` works within: the GPU's where one is present, else the
+    architecture's from the planning table (the ops plan without a GPU as ``describe_*`` do)."""
+    return device_limits(device if _driver.gpu_available() else None, arch=arch)
+
+
+def shared_mem_limit(arch: Any, device: int | None) -> int:
+    """Bytes of dynamic shared memory a block may opt into (``plan_limits``)."""
+    return plan_limits(arch, device).smem_per_block_optin
+
+
+__all__ = ["DeviceLimits", "RESERVED_SMEM_PER_BLOCK", "blocks_per_sm", "device_limits", "plan_limits",
+           "planning_architectures", "shared_mem_limit"]

@@ -52,11 +52,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
-from ..device import DeviceLimits, blocks_per_sm, device_limits
+from ..device import blocks_per_sm, plan_limits, shared_mem_limit
 from ..device_array import DeviceArray
 from ..errors import InvalidArgumentError, UnsupportedDeviceError
 from ..tensormap import describe_tensor
@@ -305,16 +304,6 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
         while w > 4 and not fits(w, block_n):  # (no architecture in the table needs it with 16-key blocks)
             w //= 2
     return AttentionConfig(backend, head_dim, bf16, rows * w, block_n, stages or 2, w)
-
-
-def _limits(arch: Arch, device: int | None) -> DeviceLimits:
-    """The device's limits, or the architecture's without a GPU."""
-    return device_limits(device if _driver.gpu_available() else None, arch=arch)
-
-
-def shared_mem_limit(arch: Arch, device: int | None) -> int:
-    """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    return _limits(arch, device).smem_per_block_optin
 
 
 def check_config(cfg: AttentionConfig, limit: int) -> None:
@@ -783,7 +772,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
         raise InvalidArgumentError("scale", scale, "must be a positive finite number", "leave it out for 1/sqrt(D)")
     choice = choose_backend(backend, device=qv.device)
-    limits = _limits(choice.arch, qv.device)
+    limits = plan_limits(choice.arch, qv.device)
     limit = limits.smem_per_block_optin
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
                          warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,

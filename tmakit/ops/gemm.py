@@ -24,7 +24,7 @@ from .. import _driver
 from ..arch import Arch
 from ..arrays import ArrayView
 from ..backend import Backend, BackendChoice, choose_backend
-from ..device import device_limits
+from ..device import shared_mem_limit
 from ..errors import InvalidArgumentError
 from ..tensormap import describe_tensor
 from ..layout.wgmma import descriptor_define, wgmma_descriptors
@@ -130,11 +130,6 @@ class GemmConfig:
     @property
     def entry(self) -> str:
         return "tmakit_gemm_tma" if self.backend is Backend.TMA else "tmakit_gemm_cp_async"
-
-
-def shared_mem_limit(arch: Arch, device: int | None) -> int:
-    """Bytes of dynamic shared memory a block may opt into: the device's, or the architecture's without one."""
-    return device_limits(device if _driver.gpu_available() else None, arch=arch).smem_per_block_optin
 
 
 # Per-problem tile choice (tma): the kernel is persistent with a static round robin, so a problem takes

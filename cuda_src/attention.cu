@@ -37,7 +37,8 @@
 //
 // Compile-time parameters (defines): TMAKIT_ATTN_HEAD_DIM (64 | 128 | 256), TMAKIT_ATTN_BF16 (1 bf16, 0 fp16),
 // TMAKIT_ATTN_BLOCK_N (keys per stage), TMAKIT_ATTN_STAGES, TMAKIT_ATTN_CONSUMERS (tma: consumer warpgroups, 2 or 3;
-// BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_WARPS and TMAKIT_ATTN_WARP_ROWS (cp.async path: warps of 16 or 32 rows), and
+// BLOCK_M = 64 per warpgroup), TMAKIT_ATTN_Q_SLOTS (tma: 1 or 2 Q tiles), TMAKIT_ATTN_WARPS and TMAKIT_ATTN_WARP_ROWS
+// (cp.async path: warps of 16 or 32 rows), TMAKIT_ATTN_SHARED_MEM (the host's size of the layout, asserted), and
 // the wgmma descriptors of a stage at shared address 0 (tmakit/ops/attention.py: descriptor_defines):
 // TMAKIT_ATTN_DESC_Q (Q's D/16 k16 slices for the rows 0-63, then for 64-127), TMAKIT_ATTN_DESC_K (D/16 slices),
 // TMAKIT_ATTN_DESC_V (BLOCK_N/16 slices). The defaults are the derivation's for the default configuration.
@@ -244,14 +245,19 @@ constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 
+// O is staged for its TMA stores in a buffer of its own where it fits (D <= 128), so that the next work tile's Q
+// loads while this one's O is stored; at D = 256 it is staged in the Q tile's bytes.
+constexpr bool kOwnOBuffer = kD <= 128;
 // Q slots (TMAKIT_ATTN_Q_SLOTS, the host's AttentionConfig.q_slots): with two, the producer loads the next work
 // tile's Q (and, not waiting for this tile's Q to be released, its first K and V blocks) while this tile is
 // computed, so a tile's first S does not wait for loads at the tile boundary (short sequences have few key blocks
-// a tile to hide them); one where two do not fit (D = 256, whose O is staged in the Q tile).
-#ifndef TMAKIT_ATTN_Q_SLOTS
-#define TMAKIT_ATTN_Q_SLOTS (TMAKIT_ATTN_HEAD_DIM <= 128 ? 2 : 1)
-#endif
+// a tile to hide them). One where O is staged in the Q tile (D = 256), where two do not fit, or where the host
+// asks for one (each CTA takes one work tile). Without the define: two where they fit.
+#ifdef TMAKIT_ATTN_Q_SLOTS
 constexpr int kQSlots = TMAKIT_ATTN_Q_SLOTS;
+#else
+constexpr int kQSlots = kOwnOBuffer && 3u * kQBytes + 2u * kStages * kKVBytes + 2048u <= 227u * 1024u ? 2 : 1;
+#endif
 static_assert(kQSlots == 1 || kQSlots == 2, "one or two Q slots");
 
 struct SharedBarriers {
@@ -262,14 +268,14 @@ struct SharedBarriers {
   Ring v_ring;  // V stages: released once O += P V has read them
 };
 
-// O is staged for its TMA stores in a buffer of its own where it fits (D <= 128), so that the next work tile's Q
-// loads while this one's O is stored; at D = 256 it is staged in the Q tile's bytes.
-constexpr bool kOwnOBuffer = kD <= 128;
 static_assert(kOwnOBuffer || kQSlots == 1, "O staged in the Q tile: one Q slot");
 // Dynamic shared memory: [Q slots | K stages | V stages | O (kOwnOBuffer) | barriers], 1024-byte aligned tiles.
 constexpr uint32_t kSmemTiles = kQSlots * kQBytes + 2u * kStages * kKVBytes + (kOwnOBuffer ? kQBytes : 0u);
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
+#if defined(TMAKIT_ATTN_SHARED_MEM) && defined(__CUDA_ARCH__)  // the host pass of nvcc sees the other engine's layout
+static_assert(kSmemBytes == TMAKIT_ATTN_SHARED_MEM, "AttentionConfig.shared_mem differs from this layout");
+#endif
 
 // The wgmma descriptors of a stage at shared address 0 (tmakit.wgmma_descriptors from the tensor maps): Q as A
 // (K-major; slice kk of consumer 0's rows, items kD/16 .. of consumer 1's), K as B (K-major), V as B (MN-major:
@@ -500,7 +506,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = warpgroup - 1;  // consumer warpgroup: rows cw*64 .. cw*64+63
     constexpr int NT = kBlockN / 8, OT = kD / 8;
-    uint32_t q_base = shared_addr(q_tile) + cw * kQConsumerBytes;  // this warpgroup's Q rows in the tile's slot
+    uint32_t q_base = 0;  // this warpgroup's Q rows in the current tile's slot (set per tile)
     constexpr int KT = kBlockN / 16;  // k16 slices of P
     float o[OT][4];
     float s[NT][4];
@@ -534,8 +540,9 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
       for (int kk = 0; kk < KT; ++kk) mma_c_to_a_fragment<kBf16>(p[kk], s[2 * kk], s[2 * kk + 1]);
     };
     // This thread is done with the Q tile and the tile number (its warpgroup's last S has completed, or its O
-    // stores have read the Q bytes). Every consumer thread arrives, so the producer starts the next tile only
-    // once each has read this one's number and seen this q_full phase (none can find q_full two phases on).
+    // stores have read the Q bytes). Every consumer thread arrives, so the producer loads the slot's next tile
+    // (the next one, or with two slots the one after) only once each has read this one's number and seen this
+    // q_full phase (none can find q_full two phases on).
     int slot = 0;  // the current tile's Q slot
     auto release_q = [&]() { bars.q_empty[slot].arrive(); };
     StorePipeline<1> store(o_tile + cw * 64 * kRowBytes, 0u, NamedBarrier(1 + cw, 128));
@@ -818,6 +825,9 @@ constexpr uint32_t kQBytes = kBlockM * kD * 2;
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;
 constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
+#if defined(TMAKIT_ATTN_SHARED_MEM) && defined(__CUDA_ARCH__)  // the host pass of nvcc sees the other engine's layout
+static_assert(kSmemBytes == TMAKIT_ATTN_SHARED_MEM, "AttentionConfig.shared_mem differs from this layout");
+#endif
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> Ring;  // warps read; the block barrier releases
 
 // Issue this thread's cp.async chunks of a `Rows`-row tile starting at sequence row s0 (rows past `len` are

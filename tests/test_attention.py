@@ -98,20 +98,24 @@ def test_shared_memory_budget_refuses_too_many_stages() -> None:
 
 def test_config_shared_memory_matches_kernel_layout() -> None:
     cfg = default_config(Backend.TMA, 128)
-    # two Q slots, the K/V stages, O's staging tile; each Q slot's FULL and EMPTY barriers, the K and V rings'
-    # FULL/EMPTY: 225.1 KiB of the kernel's 227
+    # two Q slots, the K/V stages, O's staging tile; each Q slot's FULL and EMPTY barriers and tile number (8 bytes
+    # for the two int32), the K and V rings' FULL/EMPTY: 225.1 KiB of the kernel's 227. The kernel asserts the same
+    # sum (TMAKIT_ATTN_SHARED_MEM) whenever the plans' builds compile (the lint tests compile them on the CPU).
     assert cfg.q_slots == 2 and cfg.defines["TMAKIT_ATTN_Q_SLOTS"] == 2
-    assert cfg.shared_mem == 2 * 32768 + 2 * 65536 + 32768 + 8 * (2 * 2 + 2 * 2 * 2) + 1024 <= 227 * 1024
+    assert cfg.shared_mem == 2 * 32768 + 2 * 65536 + 32768 + 8 * (2 * 2 + 2 * 2 * 2) + 8 + 1024 <= 227 * 1024
+    assert cfg.defines["TMAKIT_ATTN_SHARED_MEM"] == cfg.shared_mem
     assert "Q tile 128 x 128: 32.0 KiB x 2 slots" in "\n".join(cfg.budget_lines())
     assert "per stage (K + V tiles of 128 keys): 64.0 KiB x 2 stages" in "\n".join(cfg.budget_lines())
     assert "O staging tile: 32.0 KiB" in "\n".join(cfg.budget_lines())
     d256 = default_config(Backend.TMA, 256)
     assert d256.o_bytes == 0 and d256.q_slots == 1  # D = 256: O is staged in the (one) Q tile
-    assert d256.shared_mem == 65536 + 2 * 65536 + 8 * (2 + 2 * 2 * 2) + 1024
-    # D = 64: two slots with the default 4 stages (two or three consumers); one where a fifth stage leaves no room
+    assert d256.shared_mem == 65536 + 2 * 65536 + 8 * (2 + 2 * 2 * 2) + 8 + 1024
+    # D = 64: two slots with the default 4 stages (two or three consumers); with three consumers a fifth stage
+    # leaves no room for a second
     assert default_config(Backend.TMA, 64, warps=16).q_slots == default_config(Backend.TMA, 64, warps=12).q_slots == 2
     five = default_config(Backend.TMA, 64, warps=16, stages=5)
-    assert five.q_slots == 1 and five.shared_mem == 24576 + 5 * 32768 + 24576 + 8 * (2 + 4 * 5) + 1024
+    assert five.q_slots == 1 and five.shared_mem == 24576 + 5 * 32768 + 24576 + 8 * (2 + 4 * 5) + 8 + 1024
+    assert default_config(Backend.TMA, 64, warps=12, stages=5).q_slots == 2  # 16 KiB Q tiles: 214 KiB
     assert default_config(Backend.CP_ASYNC, 128).q_slots == 1
     c2 = default_config(Backend.CP_ASYNC, 64, warps=4, warp_rows=16, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
@@ -520,9 +524,10 @@ def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
 
 
 @pytest.mark.requires_sm90
+@pytest.mark.parametrize("q_slots", [None, 2], ids=["slots-auto", "slots-2"])
 @pytest.mark.parametrize("b, h, hkv, d, sq, sk, layout, dtype", SPLIT_CASES,
                          ids=[f"b{c[0]}-h{c[1]}-kv{c[2]}-d{c[3]}-q{c[4]}-k{c[5]}-{c[6]}" for c in SPLIT_CASES])
-def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype) -> None:
+def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype, q_slots) -> None:
     """Split keys (each split's O and lse into a workspace, then the combine kernel): against float32 attention on K
     and V repeated per query head, NaN-poisoned out and lse, three runs, and again after a re-point."""
     torch = pytest.importorskip("torch")
@@ -537,8 +542,10 @@ def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype)
 
     q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
     out, lse = torch.empty_like(q), torch.empty((b, h, sq), device="cuda")
-    plan = plan_attention(q, k, v, out, layout=layout, lse=lse)
+    plan = plan_attention(q, k, v, out, layout=layout, lse=lse, q_slots=q_slots if d <= 128 else None)
     assert plan.kv_splits > 1, f"{plan.tiles} tiles, {plan.kv_splits} splits"
+    if q_slots and d <= 128:
+        assert plan.config.q_slots == 2
     assert plan.packed == (sq == 1 and hkv < h)
     for run in range(4):
         if run == 3:  # re-pointed: the combine writes the new out and lse
@@ -613,18 +620,18 @@ def test_attention_sweep(chunk) -> None:
                                        msg=lambda m: f"{where}: lse {m}")
 
 
-def _check_tile_plan(d: int, seed: int, **plan_kwargs) -> None:
-    """One tile plan on causal and full problems with partial blocks (777 queries, 1031 keys), 3 runs each on
-    poisoned outputs, against float32 attention."""
+def _check_tile_plan(d: int, seed: int, batch: int = 2, **plan_kwargs) -> None:
+    """One tile plan on causal and full problems with partial blocks (``batch`` x 3 heads, 777 queries, 1031 keys),
+    3 runs each on poisoned outputs, against float32 attention."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     gen = torch.Generator(device="cuda").manual_seed(seed)
     for causal, dtype in ((False, torch.bfloat16), (True, torch.float16)):
-        q, k, v = (torch.randn(2, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
+        q, k, v = (torch.randn(batch, 3, s, d, generator=gen, device="cuda").to(dtype) for s in (777, 1031, 1031))
         ref_o, ref_lse = reference(q, k, v, causal, 1.0 / math.sqrt(d), "bhsd")
-        out, lse = torch.empty_like(q), torch.empty(2, 3, 777, device="cuda")
+        out, lse = torch.empty_like(q), torch.empty(batch, 3, 777, device="cuda")
         plan = plan_attention(q, k, v, out, lse=lse, causal=causal, **plan_kwargs)
-        for key in ("block_n", "stages", "warps", "warp_rows"):
+        for key in ("block_n", "stages", "warps", "warp_rows", "q_slots"):
             if plan_kwargs.get(key) is not None:
                 assert getattr(plan.config, key) == plan_kwargs[key], f"{key}: the plan took {plan.config}"
         for run in range(3):
@@ -646,6 +653,18 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
     """The tile plans beside the defaults (64-key blocks, other ring depths, D=64 with two consumer warpgroups
     instead of three: their descriptors and barriers)."""
     _check_tile_plan(d, d + block_n + stages, block_n=block_n, stages=stages, warps=warps, backend="tma")
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("d, block_n, stages, warps", [(64, 64, 2, None), (64, 128, 4, None), (64, 128, 4, 12),
+                                                        (128, 64, 2, None), (128, 128, 2, None), (128, 64, 3, None)])
+def test_tma_tile_plans_with_two_q_slots_on_the_gpu(d, block_n, stages, warps) -> None:
+    """The same plans holding two Q slots, asked for: on a one-turn problem (2 x 3 heads: at most 42 tiles, one a CTA,
+    where the default is one slot) and on one of several turns (24 x 3 heads: 336-504 tiles), where each CTA walks
+    its tiles through both slots in turn."""
+    for batch in (2, 24):
+        _check_tile_plan(d, d + block_n + stages + batch, batch=batch, block_n=block_n, stages=stages, warps=warps,
+                         backend="tma", q_slots=2)
 
 
 @pytest.mark.requires_sm80
@@ -702,9 +721,31 @@ def test_one_q_slot_where_each_cta_takes_one_work_tile() -> None:
     many = describe_attention(17, 19, 327, 128, arch="sm_90a", sms=132)  # 969 tiles of 128 rows
     assert many.config.q_slots == 2 and many.defines["TMAKIT_ATTN_Q_SLOTS"] == 2
     one = describe_attention(4, 2, 832, 64, arch="sm_90a", sms=132)  # 56 tiles: one a CTA
-    assert one.config.one_q_slot and one.config.q_slots == 1 and one.defines["TMAKIT_ATTN_Q_SLOTS"] == 1
-    assert one.config.shared_mem == 16384 + 4 * 32768 + 16384 + 8 * (2 + 4 * 4) + 1024
+    assert one.config.slots == 1 and one.config.q_slots == 1 and one.defines["TMAKIT_ATTN_Q_SLOTS"] == 1
+    assert one.config.shared_mem == 16384 + 4 * 32768 + 16384 + 8 * (2 + 4 * 4) + 8 + 1024
+    # asked for, the slots stay whatever the tiles: two on the one-turn problem, one on the many-turn one
+    assert describe_attention(4, 2, 832, 64, arch="sm_90a", sms=132, q_slots=2).config.q_slots == 2
+    assert describe_attention(17, 19, 327, 128, arch="sm_90a", sms=132, q_slots=1).config.q_slots == 1
     assert describe_attention(4, 2, 832, 64, arch="sm_90a", sms=20).config.q_slots == 2  # two turns on 20 SMs
     # a decode whose keys are split: the splits' ranges are the work tiles (B2 H8 decode: 16 tiles x 16 ranges)
     split = describe_attention(2, 8, 1, 128, kv_seqlen=65536, arch="sm_90a", sms=132)
     assert split.kv_splits > 1 and split.config.q_slots == 2
+
+
+def test_q_slots_asked_for_are_checked() -> None:
+    from tmakit.ops import describe_attention
+    for bad in (0, 3, True, 2.0):
+        with pytest.raises(InvalidArgumentError, match=r"q_slots.*must be 1 or 2"):
+            default_config(Backend.TMA, 128, q_slots=bad)
+    with pytest.raises(InvalidArgumentError, match=r"q_slots.*on the tma backend.*leave q_slots out"):
+        default_config(Backend.CP_ASYNC, 128, q_slots=2)
+    # D = 256 stages O in the Q tile: one slot only
+    with pytest.raises(InvalidArgumentError, match=r"q_slots.*must be 1 at D=256: O is staged in the Q tile"):
+        check_config(default_config(Backend.TMA, 256, q_slots=2), 232448)
+    # two asked for where they do not fit: named, with the fix
+    with pytest.raises(InvalidArgumentError, match=r"q_slots.*two 32 KiB Q tiles \(q_slots=2\) and the 32 KiB O "
+                       r"staging tile need 289\.\d KiB.*use q_slots=1"):
+        check_config(default_config(Backend.TMA, 128, stages=3, q_slots=2), 232448)
+    # left out, a block smaller than the kernel's 227 KiB takes one slot where two would not fit it (sm_120: 99 KiB)
+    small = describe_attention(4, 16, 4096, 64, arch="sm_120", block_n=64, stages=3, warps=16)
+    assert small.config.q_slots == 1 and small.config.shared_mem <= 99 * 1024

@@ -123,10 +123,16 @@ def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor, out_f32):
     assert {f.rule for f in report.findings} <= {"tx.unknown"}, str(report)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_attention_lints_clean_with_its_plans_maps(head_dim):
+@pytest.mark.parametrize("head_dim, tuning", [(64, {}), (128, {}), (128, {"q_slots": 1}),
+                                               (64, {"warps": 12, "block_n": 64, "stages": 2, "q_slots": 2}),
+                                               (128, {"block_n": 64, "stages": 3})],
+                         ids=["d64", "d128", "d128-one-slot", "d64-two-consumers-64-keys", "d128-64-keys-3-stages"])
+def test_attention_lints_clean_with_its_plans_maps(head_dim, tuning):
+    """The default builds and others the plans make (one Q slot, two slots with other rings): each compiles with
+    its size asserted (TMAKIT_ATTN_SHARED_MEM) and lints clean against its maps."""
     attention = importlib.import_module("tmakit.ops.attention")
-    cfg = attention.default_config(Backend.TMA, head_dim, True)
+    cfg = attention.default_config(Backend.TMA, head_dim, True, **tuning)
+    assert cfg.q_slots == tuning.get("q_slots", 2)
 
     def tmap(rows: int):
         return describe_tensor(shape=(2, 4, 1024, head_dim), dtype="bf16", box=(1, 1, rows, 64), swizzle="128B")

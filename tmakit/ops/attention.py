@@ -39,8 +39,9 @@ one head) from a per-plan counter.
     block j: S_j = Q K_j^T (wgmma SS) and O += P_{j-1} V_{j-1} (wgmma RS) issued together, wait for S_j,
     softmax_j (mask on the diagonal / tail block, row max by quad shuffles, ex2, P packed to 16 bits) while the
     tensor cores run P V, wait for it, O *= alpha; last P V; under the causal mask the key blocks its own rows
-    mask whole it waits for and releases without computing; then every consumer thread arrives on q_empty (the
-    next tile's Q loads) and O / l goes out through its staging buffer by TMA stores, lse by plain stores.
+    mask whole it waits for and releases without computing; then every consumer thread arrives on its slot's
+    q_empty (the slot's next tile's Q may load) and O / l goes out through its staging buffer by TMA stores, lse by
+    plain stores.
   The bounded waits' trap is out of line (cuda_src/tmakit/mbarrier.cuh): inlined, ptxas allocated the consumers
   within the 168-register launch share and ignored setmaxnreg, which kept S, P and O from living together.
 """
@@ -93,7 +94,7 @@ class AttentionConfig:
     stages: int  # K/V ring depth
     warps: int  # cp.async path: warps of block_m / warps (16 or 32) query rows; tma: 12 or 16 (a producer and 2
     # or 3 consumer warpgroups)
-    one_q_slot: bool = False  # tma: one Q slot even where two fit (``PersistentTiles.q_slots_config``)
+    slots: int | None = None  # tma: the Q slots asked for (1 or 2); None: ``q_slots`` decides
 
     @property
     def warp_rows(self) -> int:
@@ -127,18 +128,24 @@ class AttentionConfig:
 
     def _shared_mem(self, q_slots: int) -> int:
         tiles = q_slots * self.q_bytes + self.stages * self.stage_bytes
-        if self.backend is Backend.TMA:  # O's staging buffer; each Q slot's two barriers, the K and V rings' FULL and EMPTY
-            return tiles + self.o_bytes + _BARRIER_BYTES * (2 * q_slots + 4 * self.stages) + _ALIGN_SLACK
+        if self.backend is Backend.TMA:
+            # O's staging buffer; each Q slot's two barriers and its tile number (int32, padded to 8 bytes), the K
+            # and V rings' FULL and EMPTY (the kernel's SharedBarriers; it checks the sum: TMAKIT_ATTN_SHARED_MEM)
+            bars = _BARRIER_BYTES * (2 * q_slots + 4 * self.stages) + -(-4 * q_slots // 8) * 8
+            return tiles + self.o_bytes + bars + _ALIGN_SLACK
         return tiles + _ALIGN_SLACK
 
     @property
     def q_slots(self) -> int:
-        """tma: Q tiles the kernel holds, two where they fit beside the ring and O's buffer in its 227 KiB (D <= 128
-        with the default stages): the next work tile's Q and first K/V blocks then load while this tile is computed
-        (cuda_src/attention.cu, TMAKIT_ATTN_Q_SLOTS); else one."""
-        if self.backend is not Backend.TMA or not self.o_bytes or self.one_q_slot:
+        """tma: Q tiles the kernel holds (cuda_src/attention.cu, TMAKIT_ATTN_Q_SLOTS): ``slots`` where asked for,
+        else two where they fit beside the ring and O's buffer in the kernel's 227 KiB (D <= 128 with the default
+        stages), so the next work tile's Q and first K/V blocks load while this tile is computed; else one. Plans
+        ask for one where the tiles fit one turn (``PersistentTiles.q_slots_config``) or two exceed the device."""
+        if self.backend is not Backend.TMA:
             return 1
-        return 2 if self._shared_mem(2) <= _KERNEL_SMEM else 1
+        if self.slots is not None:
+            return self.slots
+        return 2 if self.o_bytes and self._shared_mem(2) <= _KERNEL_SMEM else 1
 
     @property
     def o_bytes(self) -> int:
@@ -157,6 +164,7 @@ class AttentionConfig:
             d["TMAKIT_ATTN_CONSUMERS"] = self.warps // 4 - 1
             d["TMAKIT_ATTN_Q_SLOTS"] = self.q_slots
             d.update(descriptor_defines(self))
+        d["TMAKIT_ATTN_SHARED_MEM"] = self.shared_mem  # the kernel asserts its layout is this size
         return d
 
     @property
@@ -230,7 +238,7 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
                    stages: int | None = None, warps: int | None = None, warp_rows: int | None = None,
                    shared_mem_limit: int | None = None, shared_mem_per_sm: int | None = None,
                    sq: int | None = None, causal: bool = False, bh: int | None = None,
-                   sms: int | None = None) -> AttentionConfig:
+                   sms: int | None = None, q_slots: int | None = None) -> AttentionConfig:
     """The default tile plan of a backend for a head dim (tuning arguments override each field). With
     ``shared_mem_limit`` (bytes per block), the cp.async path takes the largest K/V tile that fits it; with
     ``shared_mem_per_sm`` too, a block of fewer than 8 warps first takes the largest tile of at least half the
@@ -240,7 +248,8 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     says otherwise.
 
     Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
-    - tma, D=128: 128 keys x 2 stages (161 KiB); 3 stages ran 0.96-0.98x as fast (one block per SM either way).
+    - tma, D=128: 128 keys x 2 stages (225 KiB with two Q slots and O's buffer); 3 stages ran 0.96-0.98x as fast
+      (one block per SM either way; measured with one Q slot).
     - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
     - cp.async forced (f765238; docs/PERFORMANCE.md, the sm_80 twins): warps of 32 query rows (each K and V
       fragment feeds two m16 tiles), 4 warps and 64 keys x 2 stages at D=128 (97 KiB, two blocks an SM: 369
@@ -266,6 +275,9 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     - tma, D=64, causal, a dense plan: 64 keys a stage up to S 512 (8 sweep cases of seeds 1-59, S 143-474:
       1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x), H100, 6d41cc7.
     """
+    if q_slots is not None and (backend is not Backend.TMA or type(q_slots) is not int or q_slots not in (1, 2)):
+        raise InvalidArgumentError("q_slots", q_slots, "must be 1 or 2 Q tiles a CTA holds, on the tma backend",
+                                   "leave q_slots out" if backend is not Backend.TMA else "use 1 or 2")
     if warp_rows is not None and (backend is Backend.TMA or type(warp_rows) is not int or warp_rows not in (16, 32)):
         raise InvalidArgumentError("warp_rows", warp_rows, "must be 16 or 32 query rows a warp, on the cp.async "
                                    "backend (the tma backend's consumer warpgroups hold 64 rows each)",
@@ -282,8 +294,11 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
             warps = 16 if three else 12
         # D=256: 64 keys a stage (a 128-key K and V stage alone is 128 KiB beside the 64 KiB Q tile)
         keys = 64 if head_dim == 256 or (dense_causal and sq <= _SHORT_CAUSAL) else 128
-        return AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or keys,
-                               stages or (4 if head_dim == 64 else 2), warps)
+        tma = AttentionConfig(backend, head_dim, bf16, 64 * (warps // 4 - 1), block_n or keys,
+                              stages or (4 if head_dim == 64 else 2), warps, q_slots)
+        if q_slots is None and tma.q_slots > 1 and shared_mem_limit is not None and tma.shared_mem > shared_mem_limit:
+            tma = replace(tma, slots=1)  # two fit the kernel's 227 KiB, not this device's block
+        return tma
     rows = warp_rows or (16 if head_dim == 256 else 32)
     if warp_rows is None and block_n is not None and rows * (block_n + head_dim) // 32 > _ACCUMULATORS:
         rows = 16  # 32-row warps would spill at this block_n (check_config refuses them when asked for)
@@ -342,12 +357,19 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
                                    f"thread at D={cfg.head_dim} with block_n={cfg.block_n} (warp_rows x (block_n + "
                                    f"D) / 32: S and O for each m16 tile); above {_ACCUMULATORS} they spill past "
                                    "255 registers (92-1200 bytes) and the kernel runs at half speed", fix)
+    if cfg.backend is Backend.TMA and cfg.q_slots > 1 and not cfg.o_bytes:
+        raise InvalidArgumentError("q_slots", cfg.q_slots, f"must be 1 at D={cfg.head_dim}: O is staged in the Q "
+                                   "tile there, which a second slot's next tile would overwrite", "use q_slots=1")
     if cfg.shared_mem > limit:
         o_tile = f" and the {cfg.o_bytes / 1024:g} KiB O staging tile" if cfg.o_bytes else ""
-        raise InvalidArgumentError("stages", cfg.stages, f"{need}; {cfg.stages} stages, the "
-                                   f"{cfg.q_bytes / 1024:g} KiB Q tile{o_tile} need {cfg.shared_mem / 1024:.1f} KiB, "
-                                   f"{limit / 1024:.1f} KiB available per block",
-                                   "use fewer stages or a smaller block_n")
+        q_tiles = f"two {cfg.q_bytes / 1024:g} KiB Q tiles (q_slots=2)" if cfg.q_slots > 1 else \
+            f"{cfg.q_bytes / 1024:g} KiB Q tile"
+        fix = "use q_slots=1, fewer stages or a smaller block_n" if cfg.q_slots > 1 else \
+            "use fewer stages or a smaller block_n"
+        asked = cfg.slots == 2  # the slots asked for are the parameter to name; else the stages
+        raise InvalidArgumentError("q_slots" if asked else "stages", 2 if asked else cfg.stages,
+                                   f"{need}; {cfg.stages} stages, the {q_tiles}{o_tile} need "
+                                   f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block", fix)
 
 
 def _dims(v: ArrayView, layout: str) -> tuple[int, int, int, int]:
@@ -457,7 +479,8 @@ def _empty_like(q: Any, shape: tuple[int, ...], float32: bool) -> Any:
 
 
 def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: list[tuple[ArrayView, str]], backend: Any,
-                    *, block_n: int | None = None, stages: int | None = None, sq: int | None = None) -> tuple:
+                    *, block_n: int | None = None, stages: int | None = None, sq: int | None = None,
+                    q_slots: int | None = None) -> tuple:
     """The checks and tile plan that the TMA-only attention plans (variable lengths, paged cache) share:
     ``(choice, config, scale)`` after checking ``causal``, ``scale`` (None: 1/sqrt(D)), the backend (``what`` names
     the reason it must be tma) and the 16-byte alignment of every (view, name)."""
@@ -477,7 +500,7 @@ def tma_plan_config(what: str, causal: Any, scale: Any, head_dim: int, views: li
                                        "pass an aligned tensor")
     limit = shared_mem_limit(choice.arch, device)
     cfg = default_config(choice.backend, head_dim, views[0][0].dtype_name == "bfloat16", causal=causal,
-                         block_n=block_n, stages=stages, shared_mem_limit=limit, sq=sq)
+                         block_n=block_n, stages=stages, shared_mem_limit=limit, sq=sq, q_slots=q_slots)
     check_config(cfg, limit)
     return choice, cfg, float(scale)
 
@@ -552,12 +575,14 @@ class PersistentTiles:
 
     def q_slots_config(self, keys: int | None, sms: int) -> AttentionConfig:
         """The plan's config, with one Q slot where each CTA of the persistent grid takes at most one work tile
-        (``keys``: a tile's keys at most, for the key splits; None: no splits): a second slot would hold no next
-        tile there, and measured 0.94-0.99x one on such problems (H100 and H200: B4 H2 S832 D64, B6 H3 S677 D128
-        causal; docs/PERFORMANCE.md, attention forward (9))."""
+        (``keys``: a tile's keys at most, for the key splits; None: no splits) and the slots were not asked for: a
+        second slot would hold no next tile there, and measured 0.94-0.99x one on such problems (H100 and H200:
+        B4 H2 S832 D64, B6 H3 S677 D128 causal; docs/PERFORMANCE.md, attention forward (9))."""
+        if self.config.slots is not None:
+            return self.config
         m, h, b = self.tiles
         splits = self.splits_for(keys, sms) if keys is not None else 1
-        return replace(self.config, one_q_slot=m * h * b * splits <= sms)
+        return replace(self.config, slots=1) if m * h * b * splits <= sms else self.config
 
     def splits_for(self, keys: int, sms: int) -> int:
         """The key splits ``choose_kv_splits`` gives these work tiles with ``keys`` keys a tile (at most) on
@@ -757,10 +782,13 @@ def attention_tensor_maps(q: ArrayView, k: ArrayView, v: ArrayView, o: ArrayView
 
 def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = False, scale: float | None = None,
                    layout: str = "bhsd", backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
-                   warps: int | None = None, warp_rows: int | None = None, lse: Any = None, stream: Any = None,
-                   checked: bool | str | None = None) -> AttentionPlan:
+                   warps: int | None = None, warp_rows: int | None = None, q_slots: int | None = None,
+                   lse: Any = None, stream: Any = None, checked: bool | str | None = None) -> AttentionPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
-    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK)."""
+    ``checked=True``: the hang doctor's bounded mbarrier waits (a hang raises HangError; default TMAKIT_CHECK).
+    Tuning (``default_config``): ``block_n``, ``stages``, ``warps``, ``warp_rows`` (cp.async) and ``q_slots`` (tma:
+    the Q tiles a CTA holds, 1 or 2; default two where they fit and the work tiles take more than one turn of the
+    persistent grid, ``AttentionConfig.q_slots``)."""
     layout = _parse_layout(layout)
     if not isinstance(causal, bool):
         raise InvalidArgumentError("causal", causal, "must be True or False", "pass causal=True for a causal mask")
@@ -777,7 +805,7 @@ def plan_attention(q: Any, k: Any, v: Any, out: Any = None, *, causal: bool = Fa
     cfg = default_config(choice.backend, D, qv.dtype_name == "bfloat16", causal=causal, block_n=block_n, stages=stages,
                          warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
                          shared_mem_per_sm=limits.smem_per_sm, sq=Sq, bh=B * H if Sq == Sk else None,
-                         sms=sm_count(qv.device) if choice.backend is Backend.TMA else None)
+                         sms=sm_count(qv.device) if choice.backend is Backend.TMA else None, q_slots=q_slots)
     check_config(cfg, limit)
     if choice.backend is Backend.TMA:
         for view, name in ((qv, "q"), (kv, "k"), (vv, "v")) + (((ov, "out"),) if ov is not None else ()):

@@ -124,15 +124,16 @@ class PagedAttentionPlan(DeviceMapsPlan):
 
 def plan_attention_paged(q: Any, k_cache: Any, v_cache: Any, block_table: Any, seqlens_k: Any, out: Any = None, *,
                          causal: bool = False, scale: float | None = None, lse: Any = None, backend: Any = "auto",
-                         stages: int | None = None, stream: Any = None,
+                         stages: int | None = None, q_slots: int | None = None, stream: Any = None,
                          checked: bool | str | None = None) -> PagedAttentionPlan:
-    """Check the arguments, compile the variant and bind both launches (not run)."""
+    """Check the arguments, compile the variant and bind both launches (not run). ``q_slots``: as
+    ``plan_attention``'s."""
     qv, kv, vv, tv, lv, ov, dims = _check_inputs(q, k_cache, v_cache, block_table, seqlens_k, out)
     b, sq, h, hk, d, pages, page_size, max_pages = dims
     views = [(qv, "q"), (kv, "k_cache"), (vv, "v_cache")] + ([(ov, "out")] if ov is not None else [])
     choice, cfg, scale = tma_plan_config("paged attention reads the cache page by page through TMA boxes and "
                                          "device-built maps", causal, scale, d, views, backend, stages=stages,
-                                         sq=sq)
+                                         sq=sq, q_slots=q_slots)
     if cfg.block_n % page_size:
         raise InvalidArgumentError("k_cache", f"page size {page_size}", f"must divide the key block of head dim {d} "
                                    f"({cfg.block_n} keys)", f"use pages of at most {cfg.block_n} keys")

@@ -122,8 +122,10 @@ class VarlenAttentionPlan(DeviceMapsPlan):
 def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_k: Any, max_seqlen_q: int,
                           out: Any = None, *, causal: bool = False, scale: float | None = None, lse: Any = None,
                           backend: Any = "auto", block_n: int | None = None, stages: int | None = None,
-                          stream: Any = None, checked: bool | str | None = None) -> VarlenAttentionPlan:
-    """Check the arguments, compile the variant and bind both launches (not run)."""
+                          q_slots: int | None = None, stream: Any = None,
+                          checked: bool | str | None = None) -> VarlenAttentionPlan:
+    """Check the arguments, compile the variant and bind both launches (not run). ``q_slots``: as
+    ``plan_attention``'s."""
     qv, kv, vv, cq, ck, ov, dims = _check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, out)
     batch, h, hk, tq, tk, d = dims
     if isinstance(max_seqlen_q, bool) or not isinstance(max_seqlen_q, int) or not 1 <= max_seqlen_q <= tq:
@@ -132,7 +134,7 @@ def plan_attention_varlen(q: Any, k: Any, v: Any, cu_seqlens_q: Any, cu_seqlens_
     views = [(qv, "q"), (kv, "k"), (vv, "v")] + ([(ov, "out")] if ov is not None else [])
     choice, cfg, scale = tma_plan_config("variable-length attention builds each sequence's tensor maps on the device "
                                          "(tensormap.replace)", causal, scale, d, views, backend, block_n=block_n,
-                                         stages=stages, sq=max_seqlen_q)
+                                         stages=stages, sq=max_seqlen_q, q_slots=q_slots)
     if batch > 65535 or h > 65535:
         raise InvalidArgumentError("cu_seqlens_q", f"{batch} sequences, {h} heads", "must be at most 65535 each",
                                    "split the batch")

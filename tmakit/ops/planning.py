@@ -155,12 +155,14 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
                        kv_heads: int | None = None, causal: bool = False, dtype: Any = "bfloat16",
                        layout: str = "bhsd", arch: Any = _DEFAULT_ARCH, backend: Any = "auto",
                        block_n: int | None = None, stages: int | None = None, warps: int | None = None,
-                       warp_rows: int | None = None, sms: int | None = None) -> AttentionDescription:
+                       warp_rows: int | None = None, sms: int | None = None,
+                       q_slots: int | None = None) -> AttentionDescription:
     """What ``plan_attention`` decides for contiguous q (and k, v of ``kv_seqlen`` keys and ``kv_heads`` heads, a
     divisor of ``heads``) on ``arch``: backend, tile plan and shared memory per stage (fitted to the
     architecture), the four TMA maps, the kernel variant, whether a decode packs its grouped query heads and how
     many ranges the keys are split into on ``sms`` SMs (default: GPU 0's count when it is of ``arch``, else the
-    usual count of the architecture's TMA parts, as ``describe_gemm``; None before sm_90)."""
+    usual count of the architecture's TMA parts, as ``describe_gemm``; None before sm_90). ``q_slots``: as
+    ``plan_attention``'s (left out, the plan's rule by its work tiles on those SMs)."""
     b, h, sq = _positive("batch", batch), _positive("heads", heads), _positive("seqlen", seqlen)
     hkv = _positive("kv_heads", kv_heads) if kv_heads is not None else h
     if h % hkv:
@@ -181,7 +183,7 @@ def describe_attention(batch: int, heads: int, seqlen: int, head_dim: int, *, kv
     cfg = _attention.default_config(choice.backend, d, name == "bfloat16", causal=causal, block_n=block_n,
                                     stages=stages, warps=warps, warp_rows=warp_rows, shared_mem_limit=limit,
                                     shared_mem_per_sm=limits.smem_per_sm, sq=sq, bh=b * h if sk == sq else None,
-                                    sms=sms)
+                                    sms=sms, q_slots=q_slots)
     _attention.check_config(cfg, limit)
     work = _attention.TileGeometry(cfg, b, h, hkv, sq, causal)  # the plans' own tile decisions
     packed = work.packed

@@ -273,7 +273,10 @@ static_assert(kOwnOBuffer || kQSlots == 1, "O staged in the Q tile: one Q slot")
 constexpr uint32_t kSmemTiles = kQSlots * kQBytes + 2u * kStages * kKVBytes + (kOwnOBuffer ? kQBytes : 0u);
 constexpr uint32_t kSmemBytes = kSmemTiles + sizeof(SharedBarriers) + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
-#if defined(TMAKIT_ATTN_SHARED_MEM) && defined(__CUDA_ARCH__)  // the host pass of nvcc sees the other engine's layout
+// The host's size of this layout (AttentionConfig.shared_mem), checked in the engine its defines are for: tma
+// configs pass TMAKIT_ATTN_Q_SLOTS, cp.async ones TMAKIT_ATTN_WARP_ROWS (a multi-architecture nvcc compile builds
+// the other engine's layout in its other passes).
+#if defined(TMAKIT_ATTN_SHARED_MEM) && defined(TMAKIT_ATTN_Q_SLOTS)
 static_assert(kSmemBytes == TMAKIT_ATTN_SHARED_MEM, "AttentionConfig.shared_mem differs from this layout");
 #endif
 
@@ -825,7 +828,7 @@ constexpr uint32_t kQBytes = kBlockM * kD * 2;
 constexpr uint32_t kKVBytes = kBlockN * kD * 2;
 constexpr uint32_t kSmemBytes = kQBytes + 2u * kStages * kKVBytes + 1024;
 static_assert(kSmemBytes <= 227u * 1024u, "the tiles exceed a block's shared memory");
-#if defined(TMAKIT_ATTN_SHARED_MEM) && defined(__CUDA_ARCH__)  // the host pass of nvcc sees the other engine's layout
+#if defined(TMAKIT_ATTN_SHARED_MEM) && !defined(TMAKIT_ATTN_Q_SLOTS)  // a cp.async config (see the tma layout's)
 static_assert(kSmemBytes == TMAKIT_ATTN_SHARED_MEM, "AttentionConfig.shared_mem differs from this layout");
 #endif
 typedef Pipeline<kStages, CpAsyncBlockProducer, 32> Ring;  // warps read; the block barrier releases

@@ -15,7 +15,9 @@ import random
 import re
 import secrets
 import zlib
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from tmakit.backend import Backend
@@ -115,7 +117,7 @@ def test_config_shared_memory_matches_kernel_layout() -> None:
     assert default_config(Backend.TMA, 64, warps=16).q_slots == default_config(Backend.TMA, 64, warps=12).q_slots == 2
     five = default_config(Backend.TMA, 64, warps=16, stages=5)
     assert five.q_slots == 1 and five.shared_mem == 24576 + 5 * 32768 + 24576 + 8 * (2 + 4 * 5) + 8 + 1024
-    assert default_config(Backend.TMA, 64, warps=12, stages=5).q_slots == 2  # 16 KiB Q tiles: 214 KiB
+    assert default_config(Backend.TMA, 64, warps=12, stages=5).q_slots == 2  # 16 KiB Q tiles: 209.2 KiB
     assert default_config(Backend.CP_ASYNC, 128).q_slots == 1
     c2 = default_config(Backend.CP_ASYNC, 64, warps=4, warp_rows=16, block_n=64)
     assert (c2.block_m, c2.block_n, c2.threads, c2.shared_mem) == (64, 64, 128, 8192 + 2 * 16384 + 1024)
@@ -510,7 +512,10 @@ SPLIT_CASES = [
     (3, 8, 2, 64, 1, 4097, "bhsd", "float16"),
     (1, 1, 1, 128, 48, 20000, "bhsd", "bfloat16"),  # a short query: 48 rows of one tile, 16 splits
     (2, 3, 3, 64, 64, 3000, "bshd", "bfloat16"),
+    (2, 8, 8, 128, 1, 65536, "bhsd", "bfloat16"),  # 16 tiles x 16 splits: more work items than SMs
 ]
+# each case as planned, and those of D <= 128 with two Q slots asked for (D = 256 holds one)
+SPLIT_RUNS = [(*c, None) for c in SPLIT_CASES] + [(*c, 2) for c in SPLIT_CASES if c[3] <= 128]
 
 
 def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
@@ -524,9 +529,9 @@ def test_keys_are_split_for_few_tiles_and_long_keys() -> None:
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("q_slots", [None, 2], ids=["slots-auto", "slots-2"])
-@pytest.mark.parametrize("b, h, hkv, d, sq, sk, layout, dtype", SPLIT_CASES,
-                         ids=[f"b{c[0]}-h{c[1]}-kv{c[2]}-d{c[3]}-q{c[4]}-k{c[5]}-{c[6]}" for c in SPLIT_CASES])
+@pytest.mark.parametrize("b, h, hkv, d, sq, sk, layout, dtype, q_slots", SPLIT_RUNS,
+                         ids=[f"b{c[0]}-h{c[1]}-kv{c[2]}-d{c[3]}-q{c[4]}-k{c[5]}-{c[6]}-slots{c[8] or 'auto'}"
+                              for c in SPLIT_RUNS])
 def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype, q_slots) -> None:
     """Split keys (each split's O and lse into a workspace, then the combine kernel): against float32 attention on K
     and V repeated per query head, NaN-poisoned out and lse, three runs, and again after a re-point."""
@@ -542,10 +547,9 @@ def test_split_keys_match_float32_attention(b, h, hkv, d, sq, sk, layout, dtype,
 
     q, k, v = make(sq, h), make(sk, hkv), make(sk, hkv)
     out, lse = torch.empty_like(q), torch.empty((b, h, sq), device="cuda")
-    plan = plan_attention(q, k, v, out, layout=layout, lse=lse, q_slots=q_slots if d <= 128 else None)
+    plan = plan_attention(q, k, v, out, layout=layout, lse=lse, q_slots=q_slots)
     assert plan.kv_splits > 1, f"{plan.tiles} tiles, {plan.kv_splits} splits"
-    if q_slots and d <= 128:
-        assert plan.config.q_slots == 2
+    assert q_slots is None or plan.config.q_slots == q_slots
     assert plan.packed == (sq == 1 and hkv < h)
     for run in range(4):
         if run == 3:  # re-pointed: the combine writes the new out and lse
@@ -660,7 +664,7 @@ def test_every_tma_tile_plan_on_the_gpu(d, block_n, stages, warps) -> None:
                                                         (128, 64, 2, None), (128, 128, 2, None), (128, 64, 3, None)])
 def test_tma_tile_plans_with_two_q_slots_on_the_gpu(d, block_n, stages, warps) -> None:
     """The same plans holding two Q slots, asked for: on a one-turn problem (2 x 3 heads: at most 42 tiles, one a CTA,
-    where the default is one slot) and on one of several turns (24 x 3 heads: 336-504 tiles), where each CTA walks
+    where the default is one slot) and on one of several turns (24 x 3 heads: 360-504 tiles), where each CTA walks
     its tiles through both slots in turn."""
     for batch in (2, 24):
         _check_tile_plan(d, d + block_n + stages + batch, batch=batch, block_n=block_n, stages=stages, warps=warps,
@@ -734,17 +738,23 @@ def test_one_q_slot_where_each_cta_takes_one_work_tile() -> None:
 
 def test_q_slots_asked_for_are_checked() -> None:
     from tmakit.ops import describe_attention
-    for bad in (0, 3, True, 2.0):
+    for bad in (0, 3, -1, True, 2.0, "2", [2]):
         with pytest.raises(InvalidArgumentError, match=r"q_slots.*must be 1 or 2"):
             default_config(Backend.TMA, 128, q_slots=bad)
-    with pytest.raises(InvalidArgumentError, match=r"q_slots.*on the tma backend.*leave q_slots out"):
-        default_config(Backend.CP_ASYNC, 128, q_slots=2)
+    assert default_config(Backend.TMA, 128, q_slots=np.int64(1)).q_slots == 1  # an int of any kind
+    with pytest.raises(InvalidArgumentError, match=r"q_slots=1: is the tma backend's.*this plan runs cp.async"):
+        default_config(Backend.CP_ASYNC, 128, q_slots=1)
+    with pytest.raises(InvalidArgumentError, match=r"q_slots=3: must be 1 or 2, on the tma backend"):
+        check_config(replace(default_config(Backend.TMA, 128), slots=3), 232448)  # a config built by hand
     # D = 256 stages O in the Q tile: one slot only
     with pytest.raises(InvalidArgumentError, match=r"q_slots.*must be 1 at D=256: O is staged in the Q tile"):
         check_config(default_config(Backend.TMA, 256, q_slots=2), 232448)
-    # two asked for where they do not fit: named, with the fix
-    with pytest.raises(InvalidArgumentError, match=r"q_slots.*two 32 KiB Q tiles \(q_slots=2\) and the 32 KiB O "
-                       r"staging tile need 289\.\d KiB.*use q_slots=1"):
+    # two asked for where only one fits: q_slots is named, with its fix; where neither fits, the stages are
+    with pytest.raises(InvalidArgumentError, match=r"q_slots=2: .*two 24 KiB Q tiles \(q_slots=2\) and the 24 KiB O "
+                       r"staging tile need 233\.\d KiB.*fix: use q_slots=1$"):
+        check_config(default_config(Backend.TMA, 64, warps=16, stages=5, q_slots=2), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"stages=3: .*two 32 KiB Q tiles \(q_slots=2\).*need 289\.\d KiB.*"
+                       r"fix: use fewer stages or a smaller block_n"):
         check_config(default_config(Backend.TMA, 128, stages=3, q_slots=2), 232448)
     # left out, a block smaller than the kernel's 227 KiB takes one slot where two would not fit it (sm_120: 99 KiB)
     small = describe_attention(4, 16, 4096, 64, arch="sm_120", block_n=64, stages=3, warps=16)

@@ -138,9 +138,12 @@ def _check_paged(case: dict, i: int):
     q = torch.randn(b, sq, h, d, device="cuda", generator=gen).to(tdt)
     out = torch.empty_like(q)
     lse = torch.empty(b, h, sq, device="cuda")
-    # every other case holds two Q slots whatever its tiles (its default follows them)
+    # every other pair of cases holds two Q slots whatever its tiles (its default follows them): decodes and
+    # prefills alike (the cases alternate), and the packed split decode 102
+    slots = 2 if d <= 128 and (i // 2) % 2 else None
     plan = plan_attention_paged(q, k_cache, v_cache, table.cuda(), torch.tensor(lens, dtype=torch.int32).cuda(), out,
-                                causal=causal, lse=lse, q_slots=2 if d <= 128 and i % 2 else None)
+                                causal=causal, lse=lse, q_slots=slots)
+    assert slots is None or plan.config.q_slots == slots
     scale = 1.0 / math.sqrt(d)
     refs = []
     for s, n in enumerate(lens):

@@ -93,8 +93,9 @@ def test_varlen_matches_float32_attention_per_sequence(i) -> None:
     out = torch.empty_like(q)
     lse = torch.empty(h, tq, device="cuda")
     # every other case holds two Q slots whatever its tiles (its default follows them)
-    plan = plan_attention_varlen(q, k, v, cq, ck, max(lq), out, causal=causal, lse=lse,
-                                 q_slots=2 if d <= 128 and i % 2 else None)
+    slots = 2 if d <= 128 and i % 2 else None
+    plan = plan_attention_varlen(q, k, v, cq, ck, max(lq), out, causal=causal, lse=lse, q_slots=slots)
+    assert slots is None or plan.config.q_slots == slots
     scale = 1.0 / math.sqrt(d)
     refs = []
     for b in range(len(lq)):

@@ -74,6 +74,19 @@ def test_options_and_streams_are_part_of_the_key(fake_launch):
     assert len(fake_launch) == 4 and _info()["hits"] == 1
 
 
+def test_an_option_of_another_type_is_another_key(fake_launch):
+    # True == 1 and 16384.0 == 16384: the plan made for the one must not answer the other, which plans afresh
+    # (and is refused where the op refuses it)
+    dst, src = device_view(0x10000, (64, 64)), device_view(0x20000, (64, 64))
+    ops.copy(dst, src, chunk_bytes=16384)
+    with pytest.raises(InvalidArgumentError, match="chunk_bytes"):
+        ops.copy(dst, src, chunk_bytes=16384.0)  # the call site's last plan: the fast path
+    ops.copy(dst, src, stream=7)
+    with pytest.raises(InvalidArgumentError, match="chunk_bytes"):
+        ops.copy(dst, src, chunk_bytes=16384.0)  # by key
+    assert _info()["plans"] == 2
+
+
 def test_tmakit_check_is_part_of_the_key(fake_launch, monkeypatch):
     dst, src = device_view(0x10000, (64, 64)), device_view(0x20000, (64, 64))
     ops.copy(dst, src)

@@ -70,7 +70,7 @@ class PlanCache:
             last = self._last
             # a tmakit Stream goes through the key, where its handle is read (a closed one is refused)
             if last is not None and last[0] is op and last[1] is stream and type(stream) is not Stream and \
-                    last[3] == check and last[2] == options:
+                    last[3] == check and last[2] == options and _same_types(last[2], options):
                 try:
                     result = rerun(last[4], views)
                 except InvalidArgumentError:
@@ -125,8 +125,14 @@ class PlanCache:
             handle = stream_handle(stream)
             if type(stream) is not Stream:  # tmakit's own read fast, and one closed must be refused, not recalled
                 self._stream = (stream, handle)
-        return (op, handle, tuple(options.items()), check,
+        # each option with its type: True == 1 and 2.0 == 2, but a plan made for one must not answer the other
+        return (op, handle, tuple((k, v.__class__, v) for k, v in options.items()), check,
                 *[None if v is None else (v.shape, v.strides, v.dtype_name, v.device, v.ptr & 255) for v in views])
+
+
+def _same_types(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two equal option dicts hold values of the same types, option by option."""
+    return all(type(x) is type(b.get(k)) for k, x in a.items())
 
 
 _CACHE = PlanCache()

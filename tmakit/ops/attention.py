@@ -94,7 +94,7 @@ class AttentionConfig:
     stages: int  # K/V ring depth
     warps: int  # cp.async path: warps of block_m / warps (16 or 32) query rows; tma: 12 or 16 (a producer and 2
     # or 3 consumer warpgroups)
-    slots: int | None = None  # tma: the Q slots asked for (1 or 2); None: ``q_slots`` decides
+    slots: int | None = None  # tma: the Q slots set (1 or 2: asked for, or by the plan's rules); None: ``q_slots`` decides
 
     @property
     def warp_rows(self) -> int:
@@ -248,8 +248,8 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     says otherwise.
 
     Measured on the H100 (benchmarks/attention.py --tune; bf16, B=4, H=16, S=4096):
-    - tma, D=128: 128 keys x 2 stages (225 KiB with two Q slots and O's buffer); 3 stages ran 0.96-0.98x as fast
-      (one block per SM either way; measured with one Q slot).
+    - tma, D=128: 128 keys x 2 stages (225 KiB with two Q slots and O's buffer); 3 stages, measured before O had a
+      buffer of its own, ran 0.96-0.98x as fast, and no longer fit beside it.
     - tma, D=64: 128 keys x 4 stages, 1.05x the 2-stage ring.
     - cp.async forced (f765238; docs/PERFORMANCE.md, the sm_80 twins): warps of 32 query rows (each K and V
       fragment feeds two m16 tiles), 4 warps and 64 keys x 2 stages at D=128 (97 KiB, two blocks an SM: 369
@@ -275,9 +275,14 @@ def default_config(backend: Backend, head_dim: int, bf16: bool = True, *, block_
     - tma, D=64, causal, a dense plan: 64 keys a stage up to S 512 (8 sweep cases of seeds 1-59, S 143-474:
       1.04x-1.15x 128 keys; from S 1175 on 0.81x-0.96x), H100, 6d41cc7.
     """
-    if q_slots is not None and (backend is not Backend.TMA or type(q_slots) is not int or q_slots not in (1, 2)):
-        raise InvalidArgumentError("q_slots", q_slots, "must be 1 or 2 Q tiles a CTA holds, on the tma backend",
-                                   "leave q_slots out" if backend is not Backend.TMA else "use 1 or 2")
+    if q_slots is not None:
+        if backend is not Backend.TMA:
+            raise InvalidArgumentError("q_slots", q_slots, "is the tma backend's (the Q tiles a CTA of its persistent "
+                                       f"grid holds); this plan runs {backend.value}", "leave q_slots out")
+        if isinstance(q_slots, bool) or not hasattr(q_slots, "__index__") or int(q_slots) not in (1, 2):
+            raise InvalidArgumentError("q_slots", q_slots, "must be 1 or 2 (an int: the Q tiles a CTA holds)",
+                                       "use 1 or 2, or leave it out")
+        q_slots = int(q_slots)
     if warp_rows is not None and (backend is Backend.TMA or type(warp_rows) is not int or warp_rows not in (16, 32)):
         raise InvalidArgumentError("warp_rows", warp_rows, "must be 16 or 32 query rows a warp, on the cp.async "
                                    "backend (the tma backend's consumer warpgroups hold 64 rows each)",
@@ -357,6 +362,8 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
                                    f"thread at D={cfg.head_dim} with block_n={cfg.block_n} (warp_rows x (block_n + "
                                    f"D) / 32: S and O for each m16 tile); above {_ACCUMULATORS} they spill past "
                                    "255 registers (92-1200 bytes) and the kernel runs at half speed", fix)
+    if cfg.slots is not None and (cfg.backend is not Backend.TMA or cfg.slots not in (1, 2)):
+        raise InvalidArgumentError("q_slots", cfg.slots, "must be 1 or 2, on the tma backend", "leave q_slots out")
     if cfg.backend is Backend.TMA and cfg.q_slots > 1 and not cfg.o_bytes:
         raise InvalidArgumentError("q_slots", cfg.q_slots, f"must be 1 at D={cfg.head_dim}: O is staged in the Q "
                                    "tile there, which a second slot's next tile would overwrite", "use q_slots=1")
@@ -364,9 +371,9 @@ def check_config(cfg: AttentionConfig, limit: int) -> None:
         o_tile = f" and the {cfg.o_bytes / 1024:g} KiB O staging tile" if cfg.o_bytes else ""
         q_tiles = f"two {cfg.q_bytes / 1024:g} KiB Q tiles (q_slots=2)" if cfg.q_slots > 1 else \
             f"{cfg.q_bytes / 1024:g} KiB Q tile"
-        fix = "use q_slots=1, fewer stages or a smaller block_n" if cfg.q_slots > 1 else \
-            "use fewer stages or a smaller block_n"
-        asked = cfg.slots == 2  # the slots asked for are the parameter to name; else the stages
+        # the slots asked for are the parameter to name where one slot would fit; else the stages
+        asked = cfg.slots == 2 and cfg._shared_mem(1) <= limit
+        fix = "use q_slots=1" if asked else "use fewer stages or a smaller block_n"
         raise InvalidArgumentError("q_slots" if asked else "stages", 2 if asked else cfg.stages,
                                    f"{need}; {cfg.stages} stages, the {q_tiles}{o_tile} need "
                                    f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block", fix)

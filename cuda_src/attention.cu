@@ -431,12 +431,17 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
     if (threadIdx.x < 32 && elect_one_sync()) {
       Ring::State kp = make_producer_start_state<kStages>(), vp = make_producer_start_state<kStages>();
       int done = 0;  // tiles this CTA has loaded: the Q barriers' phases
+      // The slot of the next tile (or of the end signal), once the consumers are done with its previous use.
+      auto acquire_q_slot = [&]() {
+        const int slot = done % kQSlots;
+        if (done >= kQSlots) bars.q_empty[slot].wait_parity((done / kQSlots - 1) & 1);
+        return slot;
+      };
       for (;;) {
         const int t = atomicAdd(tile_counter, 1);
         if (t >= tiles) {
           griddepcontrol_launch_dependents();  // no more loads: a pdl launch after this one may take the free SMs
-          const int slot = done % kQSlots;
-          if (done >= kQSlots) bars.q_empty[slot].wait_parity((done / kQSlots - 1) & 1);
+          const int slot = acquire_q_slot();
           bars.tile[slot] = -1;  // the consumers' last phase: no tile
           bars.q_full[slot].arrive();
           if (atomicAdd(tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {  // every CTA is past its claims
@@ -457,9 +462,7 @@ tmakit_attention_fwd_tma(const __grid_constant__ tmakit::TensorMapDesc q_map,
           fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch);
           fence_proxy_tensormap_acquire(seq_maps + 2 * w.batch + 1);
         }
-        // the slot's previous tile: its S (and O staging) are done
-        const int slot = done % kQSlots;
-        if (done >= kQSlots) bars.q_empty[slot].wait_parity((done / kQSlots - 1) & 1);
+        const int slot = acquire_q_slot();  // the slot's previous tile: its S (and O staging) are done
         bars.tile[slot] = t;
         bars.q_full[slot].arrive_expect_tx(kQBytes);  // releases the tile's number with the arrival
         for (int h = 0; h < kSlabs; ++h)

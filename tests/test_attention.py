@@ -721,7 +721,6 @@ def test_example_runs(capsys) -> None:
 
 def test_one_q_slot_where_each_cta_takes_one_work_tile() -> None:
     # a second Q slot loads the next work tile's Q; where the persistent grid's CTAs take one tile each there is none
-    from tmakit.ops import describe_attention
     many = describe_attention(17, 19, 327, 128, arch="sm_90a", sms=132)  # 969 tiles of 128 rows
     assert many.config.q_slots == 2 and many.defines["TMAKIT_ATTN_Q_SLOTS"] == 2
     one = describe_attention(4, 2, 832, 64, arch="sm_90a", sms=132)  # 56 tiles: one a CTA
@@ -737,7 +736,6 @@ def test_one_q_slot_where_each_cta_takes_one_work_tile() -> None:
 
 
 def test_q_slots_asked_for_are_checked() -> None:
-    from tmakit.ops import describe_attention
     for bad in (0, 3, -1, True, 2.0, "2", [2]):
         with pytest.raises(InvalidArgumentError, match=r"q_slots.*must be 1 or 2"):
             default_config(Backend.TMA, 128, q_slots=bad)

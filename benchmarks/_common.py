@@ -137,10 +137,10 @@ def write_results(name: str, title: str, rows: list[dict], notes: list[str], out
 
 
 def gemm_tile_label(plan) -> str:
-    """A GEMM plan's tile plan as the results files name it: "BMxBNx64 sSTAGES cCLUSTER" (" kS": split-K ranges;
-    " + R rows ...": C's last R rows by a second plan, its own label)."""
+    """A GEMM plan's tile plan as the results files name it: "BMxBNx64 sSTAGES cCLUSTER" ("a" after the cluster:
+    the pair shares A; " kS": split-K ranges; " + R rows ...": C's last R rows by a second plan, its own label)."""
     cfg = plan.config
-    label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}"
+    label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}{'a' if getattr(cfg, 'multicast_a', False) else ''}"
     label += f" k{cfg.splits}" if cfg.splits > 1 else ""
     tail = getattr(plan, "tail", None)
     return label + (f" + {cfg.tail_rows} rows {gemm_tile_label(tail)}" if tail is not None else "")

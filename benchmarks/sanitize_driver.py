@@ -185,6 +185,17 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
             ref = a32 @ (b32.T if b_major == "k" else b32)
             err = ((c.cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
             check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}", err <= 1e-3)
+        # clusters that share A (pairs along N, each loading half of A's tile rows by multicast): an odd count of
+        # tile columns, so the last pair's second tile lies past N
+        for m, n, k, b_major in (((300, 392, 200, "k"), (260, 392, 136, "n")) if backend == "tma" else ()):
+            a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
+            b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen).to("cuda", torch.bfloat16)
+            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+            ops.plan_gemm(a, b, c, b_major=b_major, backend=backend, block_n=128, multicast="a")()
+            torch.cuda.synchronize()
+            ref = a.float().cpu() @ (b.float().cpu().T if b_major == "k" else b.float().cpu())
+            err = ((c.cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
+            check(f"gemm {backend} {m}x{n}x{k} b_major={b_major} multicast=a", err <= 1e-3)
         # (700 rows, D=64, causal: three consumer warpgroups, the first of which passes over a key block its rows
         # mask whole)
         for sq, sk, d, causal in ((130, 130, 64, True), (700, 700, 64, True), (17, 200, 128, False)):

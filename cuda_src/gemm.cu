@@ -9,7 +9,8 @@
 //                  consumers and, per BK-deep k-block, acquires a ring stage, arms its FULL barrier with the
 //                  stage's bytes and issues the TMA loads: its CTA's A tile (BM x BK) and its share of the B tile
 //                  (BN x BK; with a 2-CTA cluster each CTA loads half and multicasts it to both, as the two CTAs of
-//                  a cluster work on vertically adjacent tiles of the same N).
+//                  a cluster work on vertically adjacent tiles of the same N; with TMAKIT_GEMM_MULTICAST_A the pair
+//                  works on horizontally adjacent tiles of the same rows and shares A's tile the same way).
 //     warpgroups 1, 2  consumers (setmaxnreg up to 232): each owns 64 rows x BN columns (BN/2 fp32 accumulators
 //                  per thread); with 64-row tiles (BM 64) both own the same 64 rows, each BN/2 of the columns.
 //                  Per k-block: wait FULL, BK/16 wgmma m64nBNk16 (A and B from shared memory through the
@@ -40,7 +41,7 @@
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256; on tma
 // also a narrow width, any other multiple of 16 from 64 to 240: see kNarrow),
-// TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
+// TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_MULTICAST_A (tma, CLUSTER 2), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
 // TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N)
 // workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
 // tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the first consumer
@@ -86,6 +87,9 @@
 #endif
 #ifndef TMAKIT_GEMM_SPLIT_K
 #define TMAKIT_GEMM_SPLIT_K 0  // 1: C's map is the splits' fp32 workspace, rank 3 (tma; ops/gemm.py, splits > 1)
+#endif
+#ifndef TMAKIT_GEMM_MULTICAST_A
+#define TMAKIT_GEMM_MULTICAST_A 0  // 1 (CLUSTER 2): the pair takes horizontally adjacent tiles and shares A (below)
 #endif
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
@@ -212,6 +216,23 @@ static_assert(descriptors_match_stages(), "TMAKIT_GEMM_DESC_A/B do not describe 
 
 constexpr int kCluster = TMAKIT_GEMM_CLUSTER;
 static_assert(kCluster == 1 || kCluster == 2, "CLUSTER is 1 or 2");
+// Which operand a cluster's CTAs share. B (the default): the pair computes vertically adjacent tiles of the same
+// columns, each loads half of B's tile and multicasts it. A (TMAKIT_GEMM_MULTICAST_A): the pair computes
+// horizontally adjacent tiles of the same rows, each loads half of A's tile rows and multicasts them, and B's tile
+// whole. Either halves the L2 reads of one operand; A's pairing keeps whole tile rows where an odd count of them
+// would leave B's pairs a turn more (1288 rows: 11 tile rows of 128, 6 pairs; docs/PERFORMANCE.md, GEMM).
+constexpr bool kMulticastA = TMAKIT_GEMM_MULTICAST_A != 0 && kCluster > 1;
+constexpr int kAShare = kMulticastA ? kCluster : 1;  // CTAs loading parts of one A tile
+constexpr int kBShare = kMulticastA ? 1 : kCluster;  // CTAs loading parts of one B tile
+static_assert(TMAKIT_GEMM_MULTICAST_A == 0 || kCluster == 2, "MULTICAST_A pairs CTAs: CLUSTER 2");
+// A cluster's work unit is kCluster tiles: the unit grid's rows and columns, and this CTA's tile origin.
+__device__ __forceinline__ int unit_grid_rows(int tiles_m) { return kMulticastA ? tiles_m : (tiles_m + kCluster - 1) / kCluster; }
+__device__ __forceinline__ int unit_grid_cols(int tiles_n) { return kMulticastA ? (tiles_n + kCluster - 1) / kCluster : tiles_n; }
+__device__ __forceinline__ void tile_origin(int row, int col, uint32_t rank, int m_begin, int& m0, int& n0) {
+  const int r = static_cast<int>(rank);
+  m0 = m_begin + (kMulticastA ? row : row * kCluster + r) * kBM;
+  n0 = (kMulticastA ? col * kCluster + r : col) * kBN;
+}
 constexpr int kSlabCols = kRowBytes / kOutBytes;  // output columns per 128-byte slab
 constexpr int kSlabs = (kWgN + kSlabCols - 1) / kSlabCols;  // a consumer warpgroup's slabs of a tile
 constexpr int kFullSlabs = kWgN / kSlabCols;  // all of them but a narrow tile's part slab
@@ -230,6 +251,7 @@ constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
 static_assert(!kNarrow || (kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 && TMAKIT_GEMM_STORE_ADD == 0),
               "a narrow BN: BM 128, no fp8, groups, split-K or reduce-add (its part slab is stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
+static_assert(!kMulticastA || !kFp8, "MULTICAST_A: not fp8 (its A scales are loaded per CTA with its rows)");
 static_assert(!kSplitN || (!kGrouped && !kFp8), "BM 64: a plain GEMM");
 constexpr int kBRank = kGrouped ? 3 : 2;  // grouped: B is (G, N, K) or (G, K, N), the group its outermost coordinate
 static_assert(!kFp8 || (kBKMajor && kBN == 128 && !kGrouped && !kOutF32 && kBf16),
@@ -308,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   const int t = threadIdx.x % 128;
   const uint32_t rank = kCluster > 1 ? cluster_ctarank() : 0;
   const int tiles_m = (M + kBM - 1) / kBM, tiles_n = (N + kBN - 1) / kBN;
-  const int unit_rows = (tiles_m + kCluster - 1) / kCluster;
+  const int unit_rows = unit_grid_rows(tiles_m), unit_cols = unit_grid_cols(tiles_n);
   if (threadIdx.x == 0) {
     for (int i = 0; i < 4; ++i) c_full[i].init(1);
     ring.init(1, 2 * kCluster);  // FULL: the arming thread; EMPTY: 2 consumer warpgroups of each CTA
@@ -326,7 +348,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
   // into slice s of C, an fp32 workspace of split_rows (= M) rows a slice that tmakit_gemm_splitk_reduce adds up
   // (every split has at least one k-block: the host keeps splits <= k-blocks).
-  int units = unit_rows * tiles_n * splits;
+  int units = unit_rows * unit_cols * splits;
   if constexpr (kGrouped) {  // the units of every group, from the row ends on the device (no host synchronisation)
     for (int g = threadIdx.x; g < groups; g += blockDim.x) row_end[g] = group_ends[g];
     __syncthreads();
@@ -362,9 +384,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           unit_coords(gu.local, gu.tiles_m, tiles_n, group_m, row, col);
           group = gu.group, m_begin = gu.m_begin;
         } else {
-          unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
+          unit_coords(u / splits, unit_rows, unit_cols, group_m, row, col);
         }
-        const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
+        int m0, n0;
+        tile_origin(row, col, rank, m_begin, m0, n0);
         const int kb_end = (split + 1) * k_total / splits;
         for (int kb = split * k_total / splits; kb < kb_end; ++kb) {
           ring.producer_acquire(p);
@@ -372,26 +395,33 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           uint8_t* a_st = smem + p.index * kStageBytes;
           uint8_t* b_st = a_st + kABytes;
           const int k0 = kb * kBK;
-          cp_async_bulk_tensor_g2s<2>(a_st, &map_a, Coords{{k0, m0, 0, 0, 0}}, full);
+          if constexpr (kAShare > 1) {  // this CTA's half of the A tile's rows, to both CTAs of the pair
+            constexpr int rows = kBM / kAShare;
+            cp_async_bulk_tensor_g2s_multicast<2>(a_st + rank * rows * kRowBytes, &map_a,
+                                                  Coords{{k0, m0 + static_cast<int>(rank) * rows, 0, 0, 0}}, full, 0x3);
+          } else {
+            cp_async_bulk_tensor_g2s<2>(a_st, &map_a, Coords{{k0, m0, 0, 0, 0}}, full);
+          }
           // fp8: the tile's row scales of this k-block, from scales stored (K / 128, M) (M contiguous)
           if constexpr (kFp8) cp_async_bulk_tensor_g2s<2>(b_st + kBBytes, &map_sa, Coords{{m0, kb, 0, 0, 0}}, full);
           if constexpr (kBKMajor) {
-            constexpr int rows = kBN / kCluster;  // each CTA loads its share of B's rows
-            uint8_t* dst = b_st + rank * rows * kRowBytes;
-            const Coords at{{k0, n0 + static_cast<int>(rank) * rows, group, 0, 0}};
-            if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
+            constexpr int rows = kBN / kBShare;  // each CTA sharing B loads its share of B's rows
+            const uint32_t part = kBShare > 1 ? rank : 0u;
+            uint8_t* dst = b_st + part * rows * kRowBytes;
+            const Coords at{{k0, n0 + static_cast<int>(part) * rows, group, 0, 0}};
+            if constexpr (kBShare > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
             else cp_async_bulk_tensor_g2s<kBRank>(dst, &map_b, at, full);
           } else {
             // each CTA of a cluster its run of whole 64-column slabs, the last CTA's shorter where they do not
             // divide (BN 192 or a narrow BN in a pair); slab numbers fixed at compile time (the destinations'
             // alignment, to ptxas and the lint)
-            constexpr int slabs = (kBSlabs + kCluster - 1) / kCluster;
+            constexpr int slabs = (kBSlabs + kBShare - 1) / kBShare;
 #pragma unroll
             for (int slab = 0; slab < kBSlabs; ++slab) {
-              if (kCluster > 1 && slab / slabs != static_cast<int>(rank)) continue;
+              if (kBShare > 1 && slab / slabs != static_cast<int>(rank)) continue;
               uint8_t* dst = b_st + slab * kBK * kRowBytes;
               const Coords at{{n0 + slab * 64, k0, group, 0, 0}};
-              if constexpr (kCluster > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
+              if constexpr (kBShare > 1) cp_async_bulk_tensor_g2s_multicast<2>(dst, &map_b, at, full, 0x3);
               else cp_async_bulk_tensor_g2s<kBRank>(dst, &map_b, at, full);
             }
           }
@@ -442,9 +472,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           c_map_group = gu.group;
         }
       } else {
-        unit_coords(u / splits, unit_rows, tiles_n, group_m, row, col);
+        unit_coords(u / splits, unit_rows, unit_cols, group_m, row, col);
       }
-      const int m0 = m_begin + (row * kCluster + rank) * kBM, n0 = col * kBN;
+      int m0, n0;
+      tile_origin(row, col, rank, m_begin, m0, n0);
       // this warpgroup's rows and columns of the tile
       const int row0 = m0 + (kSplitN ? 0 : consumer * 64), cn0 = n0 + consumer * kCols1;
       const int kb_begin = split * k_total / splits, kb_end = (split + 1) * k_total / splits;

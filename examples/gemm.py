@@ -35,8 +35,9 @@ def explain(plan: tmakit.ops.GemmDescription) -> None:
     """The maps and descriptors of a tma plan, on paper (no GPU needed)."""
     cfg = plan.config
     bm, bn, bk = plan.tile
+    shared = "A" if cfg.multicast_a else "B"
     print(f"tile plan on {plan.backend.arch}: {bm} x {bn} x {bk}, {cfg.stages} stages of {cfg.stage_bytes // 1024} KiB, "
-          f"{f'clusters of {cfg.cluster} (B multicast)' if cfg.cluster > 1 else 'no cluster'}, {cfg.shared_mem // 1024} KiB shared memory of "
+          f"{f'clusters of {cfg.cluster} ({shared} multicast)' if cfg.cluster > 1 else 'no cluster'}, {cfg.shared_mem // 1024} KiB shared memory of "
           f"{plan.limits.smem_per_block_optin // 1024} KiB, {cfg.threads} threads")
     if not plan.maps:
         print("  cp.async path: no tensor maps; every thread copies 16-byte chunks into the same swizzled stages")

@@ -286,6 +286,69 @@ def test_block_m_64_arguments(fake_launch) -> None:
     assert gemm_mod.persistent_grid(300, 256, d.config, 132) == (10, 1, 1)  # 5 x 2 tiles of 64 x 128
 
 
+def test_multicast_a_arguments(fake_launch) -> None:
+    """``multicast="a"``: a 2-CTA cluster on horizontally adjacent tiles sharing A (the A box half the tile rows, B's
+    box the whole tile), refused without a cluster of two on tma, with groups or fp8; "b" is the vertical pair."""
+    cfg = default_config(Backend.TMA, block_n=128, multicast_a=True)
+    assert (cfg.cluster, cfg.multicast_a, cfg.defines["TMAKIT_GEMM_MULTICAST_A"]) == (2, True, 1)
+    assert gemm_mod._operand_boxes(cfg) == ((64, 64), (128, 64))  # (rows, K): half of A, the whole B tile
+    assert gemm_mod._operand_boxes(replace(cfg, multicast_a=False)) == ((128, 64), (64, 64))
+    assert gemm_mod._operand_boxes(default_config(Backend.TMA, block_m=64, multicast_a=True))[0] == (32, 64)
+    # the stages are laid out alike, so the wgmma descriptors are too
+    assert gemm_mod.descriptor_defines(cfg) == gemm_mod.descriptor_defines(replace(cfg, multicast_a=False))
+    # 11 x 12 tiles of 128 x 128: pairs along N make 11 x 6 clusters (one turn), pairs along M 6 x 12 (two)
+    assert gemm_mod.persistent_grid(1288, 1432, cfg, 132) == (132, 1, 1)
+    assert gemm_mod.tile_turns(1288, 1432, 128, 2, 132, multicast_a=True) == 1
+    assert gemm_mod.tile_turns(1288, 1432, 128, 2, 132) == 2
+    assert gemm_mod._tile_ctas(300, 300, 128, 2, multicast_a=True) == 3 * 4  # 3 x 3 tiles: columns padded to pairs
+    for bad, match in (({"cluster": 1}, r"multicast='a': needs a 2-CTA cluster on tma.*cluster=1"),
+                       ({"groups": 4, "cluster": 2}, r"multicast='a': .*groups"),
+                       ({"fp8": True, "block_n": 128, "cluster": 2}, r"multicast='a': .*fp8")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            check_config(default_config(Backend.TMA, multicast_a=True, **bad), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"multicast='a': needs a 2-CTA cluster on tma"):
+        check_config(default_config(Backend.CP_ASYNC, multicast_a=True), 166912)
+    a, b = device_view(0x100000, (1288, 3832), "float16"), device_view(0x4000000, (1432, 3832), "float16")
+    c = device_view(0x8000000, (1288, 1432), "float16")
+    for bad, match in ((dict(multicast="c"), r"multicast='c': must be \"a\""), (dict(multicast=1), r"multicast=1"),
+                       (dict(multicast="a", cluster=1), r"multicast='a': needs a 2-CTA cluster")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            plan_gemm(a, b, c, backend="cp.async" if bad.get("multicast") == "a" else "tma", **bad)
+    d = describe_gemm(1288, 1432, 3832, multicast="b")
+    assert (d.config.block_n, d.config.cluster, d.config.multicast_a) == (128, 1, False)  # the plan before the rule
+    d = describe_gemm(1288, 1432, 3832)
+    assert (d.config.block_n, d.config.cluster, d.config.multicast_a) == (128, 2, True)
+    assert d.maps[0].box == (64, 64) and d.maps[1].box == (64, 128) and d.expect_tx == 32 * 1024
+    d = describe_gemm(4096, 4096, 4096, multicast="A", block_n=256)  # asked for: kept, a 2-CTA cluster
+    assert (d.config.cluster, d.config.multicast_a, d.maps[0].box, d.maps[1].box) == (2, True, (64, 64), (64, 256))
+    # a tail keeps whole tile rows of the first plan, not pairs of them, with pairs along N
+    gemm_mod._check_tail_rows(136, cfg, 1288)  # 1152 rows: 9 tile rows
+    with pytest.raises(InvalidArgumentError, match=r"tail_rows=136: must leave the first plan whole cluster rows.*of 256"):
+        gemm_mod._check_tail_rows(136, replace(cfg, multicast_a=False), 1288)
+
+
+def test_multicast_a_is_chosen_for_long_k_on_few_tiles() -> None:
+    """``choose_multicast_a``: lone 128-row plans whose pairs along N add no turn, K >= 3584, and one turn of
+    128-wide tiles, or several turns of at most 640 rows with N-major B (docs/PERFORMANCE.md, GEMM)."""
+    choose = gemm_mod.choose_multicast_a
+    assert choose(1288, 1432, 3832, 128, True, 132)  # 132 lone tiles: 66 pairs along N, one turn
+    assert not choose(1288, 1432, 3072, 128, True, 132)  # K too short (measured losses below 3584)
+    assert not choose(1288, 1432, 3832, 128, True, 130)  # 130 SMs: 66 pairs take a second turn
+    assert not choose(128, 8192, 8192, 128, True, 132)  # one tile row (M <= 128)
+    assert choose(296, 13080, 14376, 192, False, 132)  # 3 x 69 tiles of 192: 2 turns either way, N-major
+    assert not choose(296, 13080, 14376, 192, True, 132)  # K-major B over several turns: measured losses
+    assert not choose(1000, 13080, 14376, 192, False, 132)  # more than 640 rows
+    assert not choose(2000, 1432, 3832, 128, True, 132)  # two turns of 128-wide tiles
+    cfg = default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132)
+    assert (cfg.block_n, cfg.cluster, cfg.multicast_a) == (128, 2, True)
+    assert default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, multicast_a=False).cluster == 1
+    # given tiles are kept as given; a split, a 64-row tile or a tail is not paired along N
+    assert not default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, block_n=128).multicast_a
+    assert not default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, cluster=1).multicast_a
+    assert not default_config(Backend.TMA, m=328, n=1784, k=3056, sms=132).multicast_a  # 64-row tiles
+    assert default_config(Backend.TMA, m=8192, n=8192, k=8192, sms=132).multicast_a is False
+
+
 def test_narrow_width_arguments(fake_launch) -> None:
     """A narrow BN (a multiple of 16 from 64 to 240 besides 128 and 192): tma, either B major and output type, beta
     0, BM 128, no split-K or reduce-add; anything else is refused naming the rule. K-major, its B box is a CTA's share
@@ -593,6 +656,33 @@ def test_block_m_64_on_the_gpu(i) -> None:
         options["splits"] = min(-(-case["k"] // 64), 3)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
     assert plan.config.block_m == 64
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(16))
+def test_multicast_a_on_the_gpu(i) -> None:
+    """Clusters that share A (``multicast="a"``: the pair on horizontally adjacent tiles, each loading half of A's
+    tile rows) at seeded random shapes: BM 64 and 128, BN 128, 192, 256 and narrow widths, both dtypes and B majors,
+    16-bit and fp32 outputs with beta 0, 0.5 or 1 where the build takes it, split-K on some, an odd count of tile
+    columns (the last pair's second tile past N) and N off 8; 3 runs on poisoned outputs, nothing past N."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(4000 + i)
+    bm, bn = ((128, 128), (128, 256), (64, 128), (128, 192), (64, 256), (128, 144), (128, 208), (128, 128))[i % 8]
+    tiles_n = rng.choice((1, 3, 5, rng.randint(1, 12)))
+    n = max(1, tiles_n * bn - rng.choice((0, 7, bn // 2, bn - 1)))
+    out_f32 = i % 3 == 0
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 8) % 2 == 0,
+                m=rng.choice((1, 127, 129, rng.randint(1, 3000))), n=n, k=rng.randint(16, 3000), out_f32=out_f32,
+                alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.0, 0.5, 1.0)), pad=rng.choice((0, 8)), special=None)
+    options = dict(block_m=bm, block_n=bn, cluster=2, multicast="a")
+    probe = default_config(Backend.TMA, block_m=bm, block_n=bn, cluster=2, out_f32=out_f32, multicast_a=True)
+    if probe.narrow or probe.odd_slabs:
+        case["beta"] = 0.0  # the builds that refuse a C read
+    if i % 5 == 4 and not probe.narrow:
+        options["splits"] = min(-(-case["k"] // 64), 3)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
+    assert plan.config.multicast_a and plan.config.cluster == 2
 
 
 @pytest.mark.requires_sm90

@@ -123,6 +123,30 @@ def test_gemm_with_narrow_tiles_lints_clean(block_n, cluster, kmajor, out_f32):
     assert {f.rule for f in report.findings} <= {"tx.unknown"}, str(report)
 
 
+@pytest.mark.parametrize("block_n, block_m, kmajor", [(128, 128, True), (256, 128, False), (128, 64, True),
+                                                   (192, 128, False)])
+def test_gemm_with_clusters_sharing_a_lints_clean(block_n, block_m, kmajor):
+    """Pairs that share A (``multicast="a"``): each CTA's full barrier expects the whole stage, half of A's rows from
+    its own load and half from its peer's multicast, and B's whole tile from its own load; with B's map of the
+    other pairing (half the tile's rows) every CTA gets fewer bytes than it expects."""
+    gemm, view = importlib.import_module("tmakit.ops.gemm"), _bf16_view
+    cfg = gemm.default_config(Backend.TMA, block_n=block_n, block_m=block_m, b_kmajor=kmajor, multicast_a=True)
+    assert cfg.cluster == 2 and cfg.multicast_a
+    b = view((1432, 3832)) if kmajor else view((3832, 1432))
+    ta, tb, tc = gemm.gemm_tensor_maps(view((1288, 3832)), b, view((1288, 1432)), cfg, encode=False)
+    defines = {**Backend.TMA.defines, **cfg.defines}
+    report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": tb, "map_c": tc},
+                  cluster=(2, 1, 1), defines=defines)
+    assert not report.errors and not report.rules("warning"), str(report)
+    assert {f.rule for f in report.findings} <= {"tx.unknown"}, str(report)
+    if kmajor and block_m == 128:
+        _, half_b, _ = gemm.gemm_tensor_maps(view((1288, 3832)), b, view((1288, 1432)),
+                                             dataclasses.replace(cfg, multicast_a=False), encode=False)
+        report = lint("gemm.cu", entry="tmakit_gemm_tma", maps={"map_a": ta, "map_b": half_b, "map_c": tc},
+                      cluster=(2, 1, 1), defines=defines)
+        assert report.errors and report.rules("error") <= {"tx.too_many", "tx.too_few"}, str(report)
+
+
 @pytest.mark.parametrize("head_dim, tuning", [(64, {}), (128, {}), (128, {"q_slots": 1}),
                                                (64, {"warps": 12, "block_n": 64, "stages": 2, "q_slots": 2}),
                                                (128, {"block_n": 64, "stages": 3})],

@@ -63,6 +63,7 @@ class GemmConfig:
     store_add: bool = False  # tma: C tiles reduce-added (cp.reduce.async.bulk.tensor .add), not stored
     tail_rows: int = 0  # tma: C's last rows, computed by a second plan (choose_tail_rows); not compiled in
     block_m: int = BLOCK_M  # BM: 128, or 64 on tma (the two consumer warpgroups each take half of BN)
+    multicast_a: bool = False  # tma, cluster 2: the pair takes adjacent tiles of the same rows and shares A, not B
 
     @property
     def threads(self) -> int:
@@ -111,7 +112,7 @@ class GemmConfig:
     def defines(self) -> dict[str, int | str]:
         d: dict[str, int | str] = {
             "TMAKIT_GEMM_BM": self.block_m, "TMAKIT_GEMM_BN": self.block_n, "TMAKIT_GEMM_STAGES": self.stages,
-            "TMAKIT_GEMM_CLUSTER": self.cluster,
+            "TMAKIT_GEMM_CLUSTER": self.cluster, "TMAKIT_GEMM_MULTICAST_A": int(self.multicast_a),
             "TMAKIT_GEMM_BF16": int(self.bf16), "TMAKIT_GEMM_B_KMAJOR": int(self.b_kmajor),
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
@@ -172,20 +173,30 @@ _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring
 # seeds 1-199 on the H100 1.19x, min 1.07x; docs/PERFORMANCE.md, GEMM).
 _NARROW_MAX = 224
 _NARROW_MORE_TILES_MARGIN = 0.9
+# Clusters that share A (choose_multicast_a): a plan of lone 128-row CTAs whose pairs along N add no turn, K of at
+# least _MULTICAST_A_MIN_K; one turn of 128-wide tiles, or several turns of at most _MULTICAST_A_MAX_M rows with
+# N-major B. Found on sweep seeds 1-40 and 41-399 (H100); held out, seeds 400-999 (H200, every problem drawn before
+# it was timed): 24 one-turn problems 1.13x, min 0.95x, and 14 few-row ones 1.08x, min 0.99x (docs/PERFORMANCE.md).
+_MULTICAST_A_MIN_K = 3584
+_MULTICAST_A_MAX_M = 640
 _NARROW_MIN_K = 512
 _NARROW_FROM_128_MIN_K = 1536
 
 
-def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M) -> int:
-    """CTA tiles of an m x n output: the tile rows rounded up to whole clusters, times the tile columns."""
-    return -(-(-(-m // block_m)) // cluster) * cluster * -(-n // block_n)
+def _tile_ctas(m: int, n: int, block_n: int, cluster: int, block_m: int = BLOCK_M, multicast_a: bool = False) -> int:
+    """CTA tiles of an m x n output: the tile rows rounded up to whole clusters, times the tile columns (with
+    ``multicast_a``, the tile columns rounded up to whole clusters, times the tile rows)."""
+    rows, cols = -(-m // block_m), -(-n // block_n)
+    if multicast_a:
+        return rows * -(-cols // cluster) * cluster
+    return -(-rows // cluster) * cluster * cols
 
 
 def persistent_grid(m: int, n: int, cfg: GemmConfig, sms: int) -> tuple[int, int, int]:
     """The tma kernel's persistent grid: one CTA per SM of ``sms`` (whole clusters), at most one per work unit
     (a cluster's tiles times the split-K ranges)."""
     cl = cfg.cluster
-    units = -(-(-(-m // cfg.block_m)) // cl) * -(-n // cfg.block_n) * cfg.splits
+    units = _tile_ctas(m, n, cfg.block_n, cl, cfg.block_m, cfg.multicast_a) // cl * cfg.splits
     return (max(1, min(units, sms // cl)) * cl, 1, 1)
 
 
@@ -194,9 +205,10 @@ def _turn_ctas(cluster: int, sms: int) -> int:
     return max(cluster, sms // cluster * cluster)
 
 
-def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M) -> int:
+def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int, block_m: int = BLOCK_M,
+               multicast_a: bool = False) -> int:
     """Tiles each resident CTA of the persistent grid works through (the last turn may be part-empty)."""
-    return -(-_tile_ctas(m, n, block_n, cluster, block_m) // _turn_ctas(cluster, sms))
+    return -(-_tile_ctas(m, n, block_n, cluster, block_m, multicast_a) // _turn_ctas(cluster, sms))
 
 
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
@@ -281,6 +293,22 @@ def choose_narrow(m: int, n: int, k: int, block_n: int, cluster: int, sms: int) 
         if cost < _NARROW_MORE_TILES_MARGIN * turns * tile_cost(128) and (best is None or cost < best[0]):
             best = (cost, v)
     return best[1] if best else None
+
+
+def choose_multicast_a(m: int, n: int, k: int, block_n: int, b_kmajor: bool, sms: int) -> bool:
+    """Whether a plan chosen as lone 128 x ``block_n`` CTAs takes clusters that share A (``multicast="a"``): pairs
+    on horizontally adjacent tiles, each loading half of A's tile rows, so the L2 reads of A halve. Where the pairs
+    add no turn, K >= _MULTICAST_A_MIN_K, and either the tiles are 128 wide in one turn (1288x1432x3832: 132 lone
+    CTAs, 11 tile rows, which pairs sharing B would pad to 12, a second turn) or the output has at most
+    _MULTICAST_A_MAX_M rows and N-major B. Long mainloops of few-tile problems are bound by the L2's reads (ncu on
+    the H100: 71% L2 throughput, the tensor pipe 45% busy at 1288x1432x3832); shorter K and K-major B of many
+    turns measured losses (docs/PERFORMANCE.md, GEMM)."""
+    if m <= BLOCK_M or k < _MULTICAST_A_MIN_K or sms < 2:
+        return False
+    turns = tile_turns(m, n, block_n, 1, sms)
+    if tile_turns(m, n, block_n, 2, sms, multicast_a=True) != turns:
+        return False
+    return (turns == 1 and block_n == 128) or (turns > 1 and m <= _MULTICAST_A_MAX_M and not b_kmajor)
 
 
 def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
@@ -397,7 +425,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways).
     ``splits_by_model``: the tail's plan as ``default_config``'s."""
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms or \
-            cfg.narrow:
+            cfg.narrow or cfg.multicast_a:
         return 0
     turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms, cfg.block_m)
     cols = -(-n // cfg.block_n)
@@ -422,7 +450,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
                    groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None,
-                   store_add: bool = False, splits_by_model: bool = True) -> GemmConfig:
+                   store_add: bool = False, splits_by_model: bool = True,
+                   multicast_a: bool | None = None) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
     tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
@@ -442,6 +471,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",
                                    "use 128 (or leave it out)")
+    if multicast_a and cluster is None:
+        cluster = 2  # the pair that shares A
     wide = shared_mem_limit >= 150 * 1024
     tile_chosen = block_n is None and cluster is None and block_m is None  # (before they are chosen below)
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
@@ -468,6 +499,13 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         if (m and n and k and sms and tile_chosen and wide and splits_by_model
                 and not fp8 and not groups and not store_add and (bn, bm) == (128, BLOCK_M) and splits > 1):
             bn, splits = choose_split_width(m, n, k, cl, sms, splits)
+    if (multicast_a is None and tile_chosen and backend is Backend.TMA and m and n and k and sms and cl == 1
+            and bm == BLOCK_M and splits == 1 and bn in _USUAL_WIDTHS and not fp8 and not groups and not store_add):
+        usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, 1, group_m, 1, block_m=BLOCK_M)
+        # a plan the tail rule would split keeps its tail (the rule was measured on plans without one)
+        if choose_multicast_a(m, n, k, bn, b_kmajor, sms) and not choose_tail_rows(usual, m, n, k, sms, beta,
+                                                                                   shared_mem_limit):
+            multicast_a, cl = True, 2
     if stages is None:
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
@@ -480,7 +518,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                 stages = s
                 break
     return GemmConfig(backend, bf16, b_kmajor, out_f32, bn, stages, cl, group_m, splits, groups, fp8, store_add,
-                      block_m=bm)
+                      block_m=bm, multicast_a=bool(multicast_a))
 
 
 def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
@@ -505,6 +543,11 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                 raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
                                            f"built with {why}: it takes beta 0, 128-row tiles and no split-K, "
                                            "groups or reduce-add", "use block_n=128 or 256")
+    if cfg.multicast_a and (cfg.cluster != 2 or cfg.backend is not Backend.TMA or cfg.groups or cfg.fp8):
+        raise InvalidArgumentError("multicast", "a", f"needs a 2-CTA cluster on tma without groups or fp8 (the pair "
+                                   f"takes adjacent tiles of the same rows and shares A's tile; this plan: cluster="
+                                   f"{cfg.cluster}, {cfg.backend.value}{', groups' if cfg.groups else ''}"
+                                   f"{', fp8' if cfg.fp8 else ''})", 'pass cluster=2, or multicast="b" or None')
     if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
         raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
                                    "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
@@ -605,6 +648,16 @@ def _check_inputs(a: Any, b: Any, c: Any, b_kmajor: bool, out_dtype: str | None)
         _rows(cv, "c")
         _checks.refuse_overlap([("c", cv)], [("a", av), ("b", bv)])  # c may be read (beta), never a or b
     return av, bv, cv, (M, N, K)
+
+
+def parse_multicast(multicast: Any) -> bool | None:
+    """``multicast`` as ``default_config``'s ``multicast_a``: "a" True, "b" False, None None (chosen)."""
+    if multicast is None:
+        return None
+    if not isinstance(multicast, str) or multicast.lower() not in ("a", "b"):
+        raise InvalidArgumentError("multicast", multicast, 'must be "a" (a 2-CTA cluster shares A\'s tile), "b" '
+                                   "(shares B's) or None (chosen per problem)", "leave it out")
+    return multicast.lower() == "a"
 
 
 def _parse_b_major(b_major: Any) -> bool:
@@ -764,8 +817,11 @@ def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, devi
 
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """The boxes of A's and B's maps: A (BM, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
-    share and multicasts it) or (64, 64) N-major slabs."""
-    return (cfg.block_m, BLOCK_K), ((cfg.block_n // cfg.cluster, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
+    share and multicasts it) or (64, 64) N-major slabs. With ``multicast_a`` the pair shares A instead: A
+    (BM / cluster, 64), B (BN, 64) K-major."""
+    a_rows = cfg.block_m // cfg.cluster if cfg.multicast_a else cfg.block_m
+    b_rows = cfg.block_n if cfg.multicast_a else cfg.block_n // cfg.cluster
+    return (a_rows, BLOCK_K), ((b_rows, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
 
 
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
@@ -801,7 +857,7 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
     """TMAKIT_GEMM_DESC_A / _B for cuda_src/gemm.cu: ``stage_descriptors`` of maps with this plan's boxes (the
     descriptors depend on the box, element size and swizzle, not on the tensor)."""
     dtype = "bf16" if cfg.bf16 else "f16"
-    box_a, box_b = _operand_boxes(cfg)
+    box_a, box_b = _operand_boxes(replace(cfg, multicast_a=False))  # the stages' layout is the same either way
     a_map = describe_tensor(shape=(2 * cfg.block_m, 2 * BLOCK_K), dtype=dtype, box=box_a, swizzle="128B", encode=False)
     b_map = describe_tensor(shape=(2 * max(box_b), 2 * max(box_b)), dtype=dtype, box=box_b, swizzle="128B", encode=False)
     a, b = stage_descriptors(a_map, b_map, cfg)
@@ -812,7 +868,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
               reduce: str | None = None, sms: int | None = None, tail_rows: int | None = None, stream: Any = None,
-              checked: bool | str | None = None, block_m: int | None = None) -> GemmPlan:
+              checked: bool | str | None = None, block_m: int | None = None, multicast: str | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
@@ -835,8 +891,13 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused).
     ``block_m`` (tma): 64 for tiles of 64 rows, twice as many as of 128 (both consumer warpgroups take the 64 rows,
     each half of ``block_n``, 128 or 256; beta 0 with a 16-bit output at ``block_n=128``), or 128; left out,
-    ``choose_block_m`` decides (64 for problems of few 128 x 128 lone tiles)."""
+    ``choose_block_m`` decides (64 for problems of few 128 x 128 lone tiles).
+    ``multicast`` (tma, 2-CTA clusters): which operand the pair shares by TMA multicast. "b": the pair takes
+    vertically adjacent tiles of the same columns, each loading half of B's tile; "a": horizontally adjacent tiles
+    of the same rows, each loading half of A's tile rows (whole tile rows, where an odd count of them leaves "b"'s
+    pairs a part-empty turn); left out, ``choose_multicast`` decides."""
     b_kmajor = _parse_b_major(b_major)
+    multicast_a = parse_multicast(multicast)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise InvalidArgumentError(name, value, "must be a finite number", f"pass {name}=1.0")
@@ -859,7 +920,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, beta=beta, block_m=block_m, store_add=reduce is not None)
+                         splits=splits, beta=beta, block_m=block_m, store_add=reduce is not None,
+                         multicast_a=multicast_a)
     check_config(cfg, limit, dims[2])
     check_c_read(cfg, beta, odt)
     if sms is not None and sms < cfg.cluster:
@@ -907,7 +969,7 @@ def _check_tail_rows(tail_rows: Any, cfg: GemmConfig, m: int) -> None:
         if refused:
             raise InvalidArgumentError("tail_rows", tail_rows, f"must be 0 {why}: a tail is for plans of whole "
                                        "tiles on tma", fix)
-    whole = cfg.block_m * cfg.cluster
+    whole = cfg.block_m * (1 if cfg.multicast_a else cfg.cluster)
     if (m - tail_rows) % whole:
         raise InvalidArgumentError("tail_rows", tail_rows, f"must leave the first plan whole cluster rows of tiles: "
                                    f"M - tail_rows a multiple of {whole} (M = {m}, {cfg.block_m}-row tiles in clusters "
@@ -947,6 +1009,6 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
 
 
 __all__ = ["GemmConfig", "GemmPlan", "check_c_read", "check_config", "choose_block_m", "choose_splits",
-           "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
-           "gemm_tensor_maps", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
+           "choose_multicast_a", "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
+           "gemm_tensor_maps", "parse_multicast", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
            "stage_descriptors", "tile_turns", "turn_cost"]

@@ -859,6 +859,20 @@ def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
     assert gemm_mod.tail_config(cfg, 208, 4096, 512, 1, 0.0).cluster == 1  # one SM: no cluster for the tail
 
 
+def test_unsplit_tails_from_long_k_after_clusters() -> None:
+    """A tail whose own plan fills the SMs without split-K (a second launch of whole tiles) is taken from K >= 5120
+    on, after a first plan in clusters, where the turn model saves 10% (docs/PERFORMANCE.md, GEMM)."""
+    cfg = default_config(Backend.TMA, m=1664, n=3992, k=16128, sms=132)
+    assert (cfg.block_n, cfg.cluster, gemm_mod.tile_turns(1664, 3992, 256, 2, 132)) == (256, 2, 2)
+    tail = gemm_mod.choose_tail_rows(cfg, 1664, 3992, 16128, 132)
+    assert tail == 1664 - 8 * 128  # 8 tile rows x 16 columns: one turn; the last 640 rows a plan of their own
+    t = gemm_mod.tail_config(cfg, tail, 3992, 16128, 132, 0.0)
+    assert (t.block_n, t.cluster, t.splits) == (192, 2, 1)  # 3 pairs x 21 columns: one turn, whole K
+    assert gemm_mod.choose_tail_rows(cfg, 1664, 3992, 5000, 132) == 0  # K below 5120: the same plan takes no tail
+    lone = default_config(Backend.TMA, m=1664, n=3992, k=16128, sms=132, cluster=1)
+    assert gemm_mod.choose_tail_rows(lone, 1664, 3992, 16128, 132) == 0  # after lone CTAs: not measured, none
+
+
 @pytest.mark.parametrize("tail_rows, options, match", [
     (-1, {}, r"tail_rows=-1: must be an int in \[0, 1000\)"),
     (1000, {}, r"tail_rows=1000: must be an int in \[0, 1000\)"),

@@ -403,6 +403,11 @@ _KB_US = 0.7
 _REDUCE_US = 3.0
 _REDUCE_BYTES_US = 2.5e6  # bytes a microsecond: 2.5 TB/s
 _TAIL_MARGIN = 0.9
+# A tail whose own plan does not split (its tiles fill the SMs) is taken from this K on, after a first plan in
+# clusters: it is a second launch of whole tiles, which shorter mainloops do not pay for (H100, 40 problems of sweep
+# seeds 1-40 the model picks at any K: 0.96x, min 0.74x at K 256; from K 5000 on 10 problems 1.06x, min 0.98x;
+# docs/PERFORMANCE.md, GEMM).
+_TAIL_UNSPLIT_MIN_K = 5120
 
 
 def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta: float,
@@ -435,13 +440,15 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
     t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit, splits_by_model)
-    if t.splits < 2:
+    if t.splits < 2 and (k < _TAIL_UNSPLIT_MIN_K or cfg.cluster < 2):
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
-    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster, t.block_m) * t.splits // _turn_ctas(t.cluster, sms))
+    tail_turns = -(-_tile_ctas(tail, n, t.block_n, t.cluster, t.block_m, t.multicast_a) * t.splits
+                   // _turn_ctas(t.cluster, sms))
     tail_us = tail_turns * (-(-kb // t.splits) + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(t.block_n, 1.0)
-    reduce_us = _REDUCE_US + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / _REDUCE_BYTES_US
+    reduce_us = _REDUCE_US + (t.splits * 4 + (4 if cfg.out_f32 else 2)) * tail * n / _REDUCE_BYTES_US \
+        if t.splits > 1 else 0.0
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
 
 

@@ -871,6 +871,12 @@ def test_unsplit_tails_from_long_k_after_clusters() -> None:
     assert gemm_mod.choose_tail_rows(cfg, 1664, 3992, 5000, 132) == 0  # K below 5120: the same plan takes no tail
     lone = default_config(Backend.TMA, m=1664, n=3992, k=16128, sms=132, cluster=1)
     assert gemm_mod.choose_tail_rows(lone, 1664, 3992, 16128, 132) == 0  # after lone CTAs: not measured, none
+    # a narrow width keeps its place (it was measured against the usual plan without such tails)
+    cfg = default_config(Backend.TMA, m=5104, n=1344, k=7904, sms=132, b_kmajor=False)
+    assert (cfg.block_n, cfg.cluster) == (224, 2) and gemm_mod.choose_tail_rows(cfg, 5104, 1344, 7904, 132) == 0
+    usual = replace(cfg, block_n=256)
+    assert gemm_mod.choose_tail_rows(usual, 5104, 1344, 7904, 132) == 5104 - 22 * 128
+    assert gemm_mod.choose_tail_rows(usual, 5104, 1344, 7904, 132, whole_tails=False) == 0
 
 
 @pytest.mark.parametrize("tail_rows, options, match", [

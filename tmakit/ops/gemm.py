@@ -421,13 +421,16 @@ def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta:
 
 
 def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float = 0.0,
-                     shared_mem_limit: int = 232448, splits_by_model: bool = True) -> int:
+                     shared_mem_limit: int = 232448, splits_by_model: bool = True, whole_tails: bool = True) -> int:
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
     saves _TAIL_MARGIN of the time: a last turn nearly empty and a K long enough to split (5936x4352x9720 with
     N-major B on 132 SMs: 816 CTAs of 128 x 256 tiles in clusters take 7 turns, the last 24 CTAs alone; the first
-    46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways).
+    46 tile rows fill 6 turns, and the last 48 rows, 34 lone 64 x 128 tiles, have their K cut 3 ways). After a first
+    plan in clusters, from K >= _TAIL_UNSPLIT_MIN_K, also a tail whose own plan fills the SMs without split-K (a
+    second launch of whole tiles: 1664x3992x16128's last 640 rows, 3 pairs x 21 tiles of 128 x 192, after 8 tile
+    rows of 128 x 256 in one turn; ``whole_tails`` False leaves those out).
     ``splits_by_model``: the tail's plan as ``default_config``'s."""
     if cfg.backend is not Backend.TMA or cfg.splits > 1 or cfg.groups or cfg.fp8 or cfg.store_add or not sms or \
             cfg.narrow or cfg.multicast_a:
@@ -440,7 +443,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
     t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit, splits_by_model)
-    if t.splits < 2 and (k < _TAIL_UNSPLIT_MIN_K or cfg.cluster < 2):
+    if t.splits < 2 and (not whole_tails or k < _TAIL_UNSPLIT_MIN_K or cfg.cluster < 2):
         return 0
     kb = -(-k // BLOCK_K)
     turn_us = (kb + _TILE_OVERHEAD_KB) * _KB_US * _TILE_COST.get(cfg.block_n, 1.0)
@@ -494,8 +497,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
             and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms, by_model=False) == 1):
         narrow = choose_narrow(m, n, k, bn, cl, sms)
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
-        # a tail plan stays the usual's
-        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit, splits_by_model=False):
+        # a tail plan stays the usual's (split tails: the narrow rule was measured before tails of whole tiles)
+        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit, splits_by_model=False,
+                                           whole_tails=False):
             bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
         block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)

@@ -97,7 +97,7 @@ def gemm(d: dict) -> dict:
     twin = {f"twin_{r['b_major']}": f"{r['TFLOP/s']:.0f} TFLOP/s ({ratio(r['x cuBLAS'])} cuBLAS)" for r in rows
             if r["backend"] == "cp.async" and r["shape"] == "8192^3"}
     return {**swept, **twin, "run": run_line(d),
-            "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B)",
+            "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B; `cMa`: sharing A; `+ R rows ...`: C's last R rows by a plan of their own)",
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
             "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",

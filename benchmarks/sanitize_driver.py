@@ -187,7 +187,7 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
             check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}", err <= 1e-3)
         # clusters that share A (pairs along N, each loading half of A's tile rows by multicast): an odd count of
         # tile columns, so the last pair's second tile lies past N
-        for m, n, k, b_major in (((300, 392, 200, "k"), (260, 392, 136, "n")) if backend == "tma" else ()):
+        for m, n, k, b_major in (((300, 520, 200, "k"), (260, 520, 136, "n")) if backend == "tma" else ()):
             a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
             b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen).to("cuda", torch.bfloat16)
             c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)

@@ -36,7 +36,7 @@
 //     epilogue stored from registers.
 //
 // Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
-// 1024-byte aligned: the box (BM, 64) of a TMA map). A K-major B stage is BN rows of 128 bytes likewise; an
+// 1024-byte aligned: the box (BM, 64) of a TMA map, or two boxes of BM / 2 rows where the pair shares A). A K-major B stage is BN rows of 128 bytes likewise; an
 // N-major B stage is ceil(BN/64) slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256; on tma
@@ -158,8 +158,9 @@ __device__ __forceinline__ float epilogue_value(float acc, float alpha, float be
   return v;
 }
 
-// Grouped ("L2-friendly") order of the work units: unit u -> (row of units, column of tiles). `rows` is in
-// units of cluster rows (a unit is CLUSTER vertically adjacent tiles of one column).
+// Grouped ("L2-friendly") order of the work units: unit u -> (row of units, column of units). A unit is CLUSTER
+// vertically adjacent tiles of one column, or with MULTICAST_A horizontally adjacent tiles of one row (unit_grid_rows,
+// unit_grid_cols, tile_origin below).
 __device__ __forceinline__ void unit_coords(int u, int rows, int cols, int group, int& row, int& col) {
   const int per_group = group * cols;
   const int first = (u / per_group) * group;
@@ -437,7 +438,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     const int consumer = wg - 1;
     StorePipeline<2> store(epi + consumer * 2 * kSlabBytes, kSlabBytes, NamedBarrier(1 + consumer, 128));
     uint32_t c_phase = 0;  // bit b: the phase of this warpgroup's barrier of buffer b that its next C slab completes
-    // Every CTA of the cluster filled the stage (its share of B by multicast): release it to each of them.
+    // Every CTA of the cluster filled the stage (its share of B, or of A, by multicast): release it to each of them.
     auto release = [&](const Ring::State& s) {
       if constexpr (kCluster > 1) ring.consumer_release_cluster(s, kCluster);
       else ring.consumer_release(s);

@@ -45,8 +45,9 @@ def explain(plan: tmakit.ops.GemmDescription) -> None:
     a_map, b_map, c_map = plan.maps
     for name, tm in (("A", a_map), ("B", b_map), ("C", c_map)):
         print(f"  map {name}: shape {tm.shape} box {tm.box_shape} swizzle {tm.swizzle.name} box_bytes {tm.box_bytes}")
-    print(f"  expect_tx per stage and CTA: A box {a_map.box_bytes} + B tile {plan.expect_tx - a_map.box_bytes} = "
-          f"{plan.expect_tx} bytes")
+    a_bytes = plan.a_stage_bytes  # the whole A tile: one box, or where the pair shares A two (its own and its peer's)
+    print(f"  expect_tx per stage and CTA: A tile {a_bytes} + B tile {plan.expect_tx - a_bytes} = {plan.expect_tx} bytes"
+          f"{' (A in two boxes, one from each CTA of the pair)' if cfg.multicast_a else ''}")
     print("wgmma descriptors of stage 0 (stage at shared address 0x0; consumer 0's A rows):")
     for d in tmakit.wgmma_descriptors(a_map, "A", "K", stage_address=0):
         print(f"  A k-slice {d.k_slice}: {d}")

@@ -22,7 +22,9 @@ import pytest
 from tmakit.backend import Backend
 from tmakit.build import compile_cuda
 from tmakit.errors import InvalidArgumentError, UnsupportedDeviceError
+from tmakit.layout.wgmma import descriptor_define
 from tmakit.ops import describe_gemm, plan_gemm
+from tmakit.tensormap import describe_tensor
 
 gemm_mod = importlib.import_module("tmakit.ops.gemm")
 check_config, default_config = gemm_mod.check_config, gemm_mod.default_config
@@ -294,8 +296,17 @@ def test_multicast_a_arguments(fake_launch) -> None:
     assert gemm_mod._operand_boxes(cfg) == ((64, 64), (128, 64))  # (rows, K): half of A, the whole B tile
     assert gemm_mod._operand_boxes(replace(cfg, multicast_a=False)) == ((128, 64), (64, 64))
     assert gemm_mod._operand_boxes(default_config(Backend.TMA, block_m=64, multicast_a=True))[0] == (32, 64)
-    # the stages are laid out alike, so the wgmma descriptors are too
-    assert gemm_mod.descriptor_defines(cfg) == gemm_mod.descriptor_defines(replace(cfg, multicast_a=False))
+    # the stages are laid out alike, so the wgmma descriptors derived from the maps of the shared A are the build's
+    for shared in (cfg, default_config(Backend.TMA, block_m=64, block_n=256, multicast_a=True),
+                   default_config(Backend.TMA, block_n=192, b_kmajor=False, multicast_a=True)):
+        box_a, box_b = gemm_mod._operand_boxes(shared)
+        a_map = describe_tensor(shape=(2 * shared.block_m, 128), dtype="bf16", box=box_a, swizzle="128B", encode=False)
+        b_map = describe_tensor(shape=(2 * max(box_b), 2 * max(box_b)), dtype="bf16", box=box_b, swizzle="128B",
+                                encode=False)
+        a, b = gemm_mod.stage_descriptors(a_map, b_map, shared)
+        defines = gemm_mod.descriptor_defines(shared)
+        assert (defines["TMAKIT_GEMM_DESC_A"], defines["TMAKIT_GEMM_DESC_B"]) == (descriptor_define(a),
+                                                                               descriptor_define(b))
     # 11 x 12 tiles of 128 x 128: pairs along N make 11 x 6 clusters (one turn), pairs along M 6 x 12 (two)
     assert gemm_mod.persistent_grid(1288, 1432, cfg, 132) == (132, 1, 1)
     assert gemm_mod.tile_turns(1288, 1432, 128, 2, 132, multicast_a=True) == 1
@@ -308,6 +319,8 @@ def test_multicast_a_arguments(fake_launch) -> None:
             check_config(default_config(Backend.TMA, multicast_a=True, **bad), 232448)
     with pytest.raises(InvalidArgumentError, match=r"multicast='a': needs a 2-CTA cluster on tma"):
         check_config(default_config(Backend.CP_ASYNC, multicast_a=True), 166912)
+    with pytest.raises(InvalidArgumentError, match=r"cluster=3: must be 1 or 2"):  # the cluster's own rule first
+        check_config(default_config(Backend.TMA, multicast_a=True, cluster=3), 232448)
     a, b = device_view(0x100000, (1288, 3832), "float16"), device_view(0x4000000, (1432, 3832), "float16")
     c = device_view(0x8000000, (1288, 1432), "float16")
     for bad, match in ((dict(multicast="c"), r"multicast='c': must be \"a\""), (dict(multicast=1), r"multicast=1"),
@@ -333,7 +346,7 @@ def test_multicast_a_is_chosen_for_long_k_on_few_tiles() -> None:
     choose = gemm_mod.choose_multicast_a
     assert choose(1288, 1432, 3832, 128, True, 132)  # 132 lone tiles: 66 pairs along N, one turn
     assert not choose(1288, 1432, 3072, 128, True, 132)  # K too short (measured losses below 3584)
-    assert not choose(1288, 1432, 3832, 128, True, 130)  # 130 SMs: 66 pairs take a second turn
+    assert not choose(1288, 1432, 3832, 128, True, 130)  # 130 SMs: two turns either way, K-major B
     assert not choose(128, 8192, 8192, 128, True, 132)  # one tile row (M <= 128)
     assert choose(296, 13080, 14376, 192, False, 132)  # 3 x 69 tiles of 192: 2 turns either way, N-major
     assert not choose(296, 13080, 14376, 192, True, 132)  # K-major B over several turns: measured losses
@@ -342,10 +355,10 @@ def test_multicast_a_is_chosen_for_long_k_on_few_tiles() -> None:
     cfg = default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132)
     assert (cfg.block_n, cfg.cluster, cfg.multicast_a) == (128, 2, True)
     assert default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, multicast_a=False).cluster == 1
-    # given tiles are kept as given; a split, a 64-row tile or a tail is not paired along N
+    # a tile or cluster given is kept as given
     assert not default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, block_n=128).multicast_a
     assert not default_config(Backend.TMA, m=1288, n=1432, k=3832, sms=132, cluster=1).multicast_a
-    assert not default_config(Backend.TMA, m=328, n=1784, k=3056, sms=132).multicast_a  # 64-row tiles
+    assert not default_config(Backend.TMA, m=328, n=1784, k=3056, sms=132).multicast_a  # K below 3584
     assert default_config(Backend.TMA, m=8192, n=8192, k=8192, sms=132).multicast_a is False
 
 
@@ -683,6 +696,49 @@ def test_multicast_a_on_the_gpu(i) -> None:
         options["splits"] = min(-(-case["k"] // 64), 3)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
     assert plan.config.multicast_a and plan.config.cluster == 2
+
+
+# (M, N, K, options, case overrides): a C read (beta) for a tile wholly past N with N a multiple of 8 (the slab's
+# TMA load and store out of bounds), 16-bit and fp32, BM 64; few SMs (many tiles a CTA); a tail given that only
+# pairs sharing A accept (640 rows: 5 tile rows, not whole pairs of them)
+MULTICAST_A_EDGES = [
+    (300, 384, 500, dict(block_n=128), dict(beta=0.5)),
+    (300, 384, 500, dict(block_n=128), dict(beta=1.0, out_f32=True)),
+    (200, 768, 700, dict(block_n=256, block_m=64), dict(beta=0.5, out_f32=True)),
+    (1000, 1000, 300, dict(block_n=128, sms=4), dict(beta=0.5)),
+    (900, 520, 1200, dict(block_n=128, tail_rows=260), dict(beta=0.0)),
+    (129, 1400, 4000, dict(block_n=192, splits=3), dict(beta=1.0, out_f32=True)),
+]
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("m, n, k, options, override", MULTICAST_A_EDGES,
+                         ids=["beta-past-n", "beta-f32-past-n", "bm64-beta-f32", "4-sms", "tail-260", "split-beta"])
+def test_multicast_a_edges_on_the_gpu(m, n, k, options, override) -> None:
+    """Pairs sharing A at their edges: 3 runs on poisoned outputs each; and a reduce-add into C with them."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0, pad=8,
+                special=None, **override)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), cluster=2, multicast="a", **options)
+    assert plan.config.multicast_a and plan.config.tail_rows == options.get("tail_rows", 0)
+
+
+@pytest.mark.requires_sm90
+def test_multicast_a_reduce_add_on_the_gpu() -> None:
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(_seed())
+    m, n, k = 300, 384, 700
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=g)
+    c = torch.randn(m, n, device="cuda", dtype=torch.bfloat16, generator=g)
+    want = c.float() + a.float() @ b.float().T
+    added = plan_gemm(a, b, c, reduce="add", block_n=128, multicast="a")
+    assert added.config.multicast_a and added.config.store_add
+    added()
+    torch.cuda.synchronize()
+    assert ((c.float() - want).abs().max() / want.abs().max()).item() < 1e-2
 
 
 @pytest.mark.requires_sm90

@@ -55,7 +55,7 @@ class GemmConfig:
     out_f32: bool
     block_n: int  # BN: 256, 192 (tma) or 128 (BK = 64); on tma also a narrow width (``narrow``)
     stages: int
-    cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile; 1 on cp.async
+    cluster: int  # tma: CTAs per cluster sharing (multicasting) the B tile, or A's (multicast_a); 1 on cp.async
     group_m: int  # tile rasterization: rows of (cluster) tiles that sweep N together
     splits: int = 1  # tma: split-K, the k-blocks of each tile cut into this many ranges (fp32 partials, then a sum)
     groups: int = 0  # tma: a grouped GEMM of this many groups (ops/grouped_gemm.py); 0: a plain GEMM
@@ -554,14 +554,14 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                 raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
                                            f"built with {why}: it takes beta 0, 128-row tiles and no split-K, "
                                            "groups or reduce-add", "use block_n=128 or 256")
+    if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA and not cfg.multicast_a):
+        raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
+                                   "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
     if cfg.multicast_a and (cfg.cluster != 2 or cfg.backend is not Backend.TMA or cfg.groups or cfg.fp8):
         raise InvalidArgumentError("multicast", "a", f"needs a 2-CTA cluster on tma without groups or fp8 (the pair "
                                    f"takes adjacent tiles of the same rows and shares A's tile; this plan: cluster="
                                    f"{cfg.cluster}, {cfg.backend.value}{', groups' if cfg.groups else ''}"
                                    f"{', fp8' if cfg.fp8 else ''})", 'pass cluster=2, or multicast="b" or None')
-    if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA):
-        raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
-                                   "and TMA multicast are sm_90)", "use cluster=2 on tma, 1 on cp.async")
     if cfg.stages < 2:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
     if not isinstance(cfg.splits, int) or isinstance(cfg.splits, bool) or not 1 <= cfg.splits <= 64 or (
@@ -906,9 +906,10 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     ``multicast`` (tma, 2-CTA clusters): which operand the pair shares by TMA multicast. "b": the pair takes
     vertically adjacent tiles of the same columns, each loading half of B's tile; "a": horizontally adjacent tiles
     of the same rows, each loading half of A's tile rows (whole tile rows, where an odd count of them leaves "b"'s
-    pairs a part-empty turn); left out, ``choose_multicast`` decides."""
+    pairs a part-empty turn; "a" implies ``cluster=2``, and a tile not given is chosen as for "b"); left out,
+    ``choose_multicast_a`` decides. "b" asks for no cluster: a cluster, where the plan has one (chosen or given),
+    shares B."""
     b_kmajor = _parse_b_major(b_major)
-    multicast_a = parse_multicast(multicast)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
             raise InvalidArgumentError(name, value, "must be a finite number", f"pass {name}=1.0")
@@ -928,6 +929,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
     splits = first_plan_splits(splits, tail_rows)
+    multicast_a = parse_multicast(multicast)
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
@@ -937,7 +939,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     check_c_read(cfg, beta, odt)
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
-                                   "pass cluster=1, or more SMs")
+                                   "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
     cfg, tail = resolve_tail(cfg, *dims, sms or device_sms, beta, limit, tail_rows,
                              block_n is None and cluster is None and splits is None)
     out = c if c is not None else _empty(a, dims[:2], odt)
@@ -985,7 +987,9 @@ def _check_tail_rows(tail_rows: Any, cfg: GemmConfig, m: int) -> None:
         raise InvalidArgumentError("tail_rows", tail_rows, f"must leave the first plan whole cluster rows of tiles: "
                                    f"M - tail_rows a multiple of {whole} (M = {m}, {cfg.block_m}-row tiles in clusters "
                                    f"of {cfg.cluster}, chosen or given)",
-                                   f"pass M minus a multiple of {whole}, or cluster=1 for multiples of {cfg.block_m}")
+                                   f"pass M minus a multiple of {whole}" + (
+                                       "" if cfg.multicast_a or cfg.cluster == 1
+                                       else f", or cluster=1 for multiples of {cfg.block_m}"))
 
 
 def _check_reduce(reduce: Any, cv: ArrayView | None, beta: float, splits: int | None, choice: BackendChoice,

@@ -90,8 +90,8 @@ class GemmDescription(OpDescription):
 
     @property
     def expect_tx(self) -> int:
-        """Bytes each CTA's barrier expects per stage: its A box and the whole B tile (multicast or not; N-major,
-        whole 64-column slabs)."""
+        """Bytes each CTA's barrier expects per stage: the whole A tile and the whole B tile, whichever part of them
+        arrives by a peer's multicast (N-major B in whole 64-column slabs)."""
         return self.a_stage_bytes + self.config.b_rows * 128
 
 

@@ -719,7 +719,8 @@ def test_multicast_a_edges_on_the_gpu(m, n, k, options, override) -> None:
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0, pad=8,
-                special=None, **override)
+                special=None)
+    case.update(override)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), cluster=2, multicast="a", **options)
     assert plan.config.multicast_a and plan.config.tail_rows == options.get("tail_rows", 0)
 

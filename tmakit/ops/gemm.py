@@ -476,7 +476,9 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     ``splits_by_model`` False leaves out the splits of ``choose_splits``' turn model and ``choose_split_width``:
     the narrow rule judges the usual plan's split and tail so, and gives way only where it did before those rules
     (the rule was measured against that plan). BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or
-    an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). cp.async: BN 256 where
+    an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). ``multicast_a`` True: a
+    2-CTA cluster sharing A (the tile chosen as for one sharing B); None: ``choose_multicast_a`` decides for a plan
+    chosen as lone 128-row CTAs without split-K or tail; False: a cluster, if any, shares B. cp.async: BN 256 where
     150 KiB of shared memory fit, else 128, no cluster, no split."""
     if block_m is not None and (type(block_m) is not int or block_m not in (64, 128)):
         raise InvalidArgumentError("block_m", block_m, "must be 128, or 64 on tma (tile rows)",

@@ -131,8 +131,13 @@ class PlanCache:
 
 
 def _same_types(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two equal option dicts hold values of the same types, option by option."""
-    return all(type(x) is type(b.get(k)) for k, x in a.items())
+    """Whether two equal option dicts (the same keys) hold values of the same types, option by option. A plain
+    loop: the generator it replaced cost a one-shot copy on a seen geometry 1.10x -> 1.21x of ``plan(new buffers)``
+    against the 1.2x goal (docs/CONTRACTS.md)."""
+    for k, x in a.items():
+        if x.__class__ is not b[k].__class__:
+            return False
+    return True
 
 
 _CACHE = PlanCache()

@@ -132,8 +132,8 @@ class PlanCache:
 
 def _same_types(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two equal option dicts (the same keys) hold values of the same types, option by option. A plain
-    loop: the generator it replaced cost a one-shot copy on a seen geometry 1.10x -> 1.21x of ``plan(new buffers)``
-    against the 1.2x goal (docs/CONTRACTS.md)."""
+    loop: it runs on every one-shot call, and a generator took three times as long (docs/PERFORMANCE.md, "Host cost
+    of the ops")."""
     for k, x in a.items():
         if x.__class__ is not b[k].__class__:
             return False

@@ -140,7 +140,7 @@ def gemm_tile_label(plan) -> str:
     """A GEMM plan's tile plan as the results files name it: "BMxBNx64 sSTAGES cCLUSTER" ("a" after the cluster:
     the pair shares A; " kS": split-K ranges; " + R rows ...": C's last R rows by a second plan, its own label)."""
     cfg = plan.config
-    label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}{'a' if getattr(cfg, 'multicast_a', False) else ''}"
+    label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}{'a' if cfg.multicast_a else ''}"
     label += f" k{cfg.splits}" if cfg.splits > 1 else ""
     tail = getattr(plan, "tail", None)
     return label + (f" + {cfg.tail_rows} rows {gemm_tile_label(tail)}" if tail is not None else "")

@@ -173,29 +173,24 @@ def _release_finished_frames() -> None:
 def _tensor_core_cases(torch, ops, backends, check) -> None:
     gen = torch.Generator().manual_seed(11)  # on the CPU: a CUDA generator keeps device state of its own
     for backend in backends:
-        for m, n, k, b_major in ((130, 200, 72, "k"), (64, 136, 104, "n"), (17, 24, 520, "k")):
+        # on tma also clusters that share A (pairs along N, each loading half of A's tile rows by multicast): an odd
+        # count of tile columns, so the last pair's second tile lies past N
+        shared_a = {"block_n": 128, "multicast": "a"}
+        cases = [(130, 200, 72, "k", {}), (64, 136, 104, "n", {}), (17, 24, 520, "k", {})]
+        if backend == "tma":
+            cases += [(300, 520, 200, "k", shared_a), (260, 520, 136, "n", shared_a)]
+        for m, n, k, b_major, options in cases:
             a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
             b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen).to("cuda", torch.bfloat16)
             if b_major == "n" and n * 2 % 16:
                 continue  # an N-major b needs 16-byte rows
             c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-            ops.gemm(a, b, c, b_major=b_major, backend=backend)
+            ops.gemm(a, b, c, b_major=b_major, backend=backend, **options)
             torch.cuda.synchronize()
             a32, b32 = a.float().cpu(), b.float().cpu()
             ref = a32 @ (b32.T if b_major == "k" else b32)
             err = ((c.cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
-            check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}", err <= 1e-3)
-        # clusters that share A (pairs along N, each loading half of A's tile rows by multicast): an odd count of
-        # tile columns, so the last pair's second tile lies past N
-        for m, n, k, b_major in (((300, 520, 200, "k"), (260, 520, 136, "n")) if backend == "tma" else ()):
-            a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
-            b = torch.randn(*((n, k) if b_major == "k" else (k, n)), generator=gen).to("cuda", torch.bfloat16)
-            c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
-            ops.plan_gemm(a, b, c, b_major=b_major, backend=backend, block_n=128, multicast="a")()
-            torch.cuda.synchronize()
-            ref = a.float().cpu() @ (b.float().cpu().T if b_major == "k" else b.float().cpu())
-            err = ((c.cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
-            check(f"gemm {backend} {m}x{n}x{k} b_major={b_major} multicast=a", err <= 1e-3)
+            check(f"gemm {backend} {m}x{n}x{k} b_major={b_major}{' multicast=a' if options else ''}", err <= 1e-3)
         # (700 rows, D=64, causal: three consumer warpgroups, the first of which passes over a key block its rows
         # mask whole)
         for sq, sk, d, causal in ((130, 130, 64, True), (700, 700, 64, True), (17, 200, 128, False)):

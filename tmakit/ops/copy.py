@@ -18,7 +18,7 @@ from ..device import device_limits
 from ..errors import InvalidArgumentError
 from . import _checks
 from ._kernels import kernel, sm_count
-from ._plan_cache import cached, rerun_views
+from ._plan_cache import cached
 from ._cache_policy import L2Eviction
 from ._plan import Plan
 
@@ -131,4 +131,4 @@ def copy(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, **tun
     """``dst[...] = src`` once (``plan_copy(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated copies of the same buffers keep the plan."""
     return cached("copy", _NAMES, (dst, src), stream, {"backend": backend, **tuning},
-                  lambda: plan_copy(dst, src, backend=backend, stream=stream, **tuning), rerun_views)
+                  lambda: plan_copy(dst, src, backend=backend, stream=stream, **tuning), None)

@@ -44,7 +44,7 @@ from . import _checks
 from ._boxparams import pack_box_params
 from ._cache_policy import L2Eviction
 from ._kernels import kernel
-from ._plan_cache import cached, rerun_views
+from ._plan_cache import cached
 from ._plan import Plan, repoint
 
 log = logging.getLogger("tmakit")
@@ -537,4 +537,4 @@ def transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = None, 
     """``dst = src.T`` once (``plan_transpose(...)()``). A geometry seen before re-points the plan made then
     (``tmakit.ops._plan_cache``); for repeated transposes of the same buffers keep the plan."""
     return cached("transpose", _NAMES, (dst, src), stream, {"backend": backend, **tuning},
-                  lambda: plan_transpose(dst, src, backend=backend, stream=stream, **tuning), rerun_views)
+                  lambda: plan_transpose(dst, src, backend=backend, stream=stream, **tuning), None)

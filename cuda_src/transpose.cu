@@ -407,22 +407,30 @@ __device__ __forceinline__ void words_of(uint32_t (&w)[8], uint32_t at, const ui
 }
 
 // The 16-byte aligned piece at `piece` of a dst run [first, end): whole, one st.global.cs (written once);
-// shared with a neighbouring run, only its bytes [a, b) in aligned stores of 8, 4, 2 or 1 bytes (at most four;
-// E-aligned, as the run's bounds are), so the neighbour's bytes stay untouched.
+// shared with a neighbouring run, only its bytes [a, b) in aligned stores of 1, 2, 4 and 8 bytes (E-aligned, as
+// the run's bounds are), so the neighbour's bytes stay untouched: straight-line, the head's stores raising a's
+// alignment and the tail's lowering it again. (A loop that halved the store size while `a % size` was not 0
+// compiled to an integer division a step and a local-memory array: 42% of the instructions of a transpose of
+// 311 source rows; docs/PERFORMANCE.md, Copy and transpose.)
 __device__ __forceinline__ void store_piece(uint64_t piece, uint64_t first, uint64_t end, const uint4& v) {
   if (piece >= first && piece + 16u <= end) {
     __stcs(reinterpret_cast<uint4*>(piece), v);
     return;
   }
-  const uint64_t half[2] = {(uint64_t)v.x | (uint64_t)v.y << 32, (uint64_t)v.z | (uint64_t)v.w << 32};
+  const uint64_t lo = (uint64_t)v.x | (uint64_t)v.y << 32, hi = (uint64_t)v.z | (uint64_t)v.w << 32;
   uint32_t a = (uint32_t)((piece > first ? piece : first) - piece);
   const uint32_t b = (uint32_t)((piece + 16u < end ? piece + 16u : end) - piece);
-  while (a < b) {
-    uint32_t size = 8;
-    while (a % size != 0 || a + size > b) size >>= 1;
-    store_bits(reinterpret_cast<void*>(piece + a), half[a >> 3] >> (8u * (a & 7u)), size);
+  auto put = [&](uint32_t size) {  // bytes [a, a + size) of the piece, a a multiple of size
+    store_bits(reinterpret_cast<void*>(piece + a), (a < 8u ? lo : hi) >> (8u * (a & 7u)), size);
     a += size;
-  }
+  };
+  if ((a & 1u) && a + 1u <= b) put(1);
+  if ((a & 2u) && a + 2u <= b) put(2);
+  if ((a & 4u) && a + 4u <= b) put(4);
+  if (a + 8u <= b) put(8);  // a is a multiple of 8 wherever 8 bytes remain
+  if (a + 4u <= b) put(4);
+  if (a + 2u <= b) put(2);
+  if (a + 1u <= b) put(1);
 }
 
 // Plain stores where dst's rows are not 16-byte aligned (a pitch or base that is not a multiple of 16 bytes,
@@ -547,10 +555,21 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     // extended row byte of the piece's first byte: the run starts 32 - s*E bytes in (the prefix's chunks)
     const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base), x = o >> 4;  // arithmetic shift
     const uint32_t shift = (uint32_t)o & 15u;
-    uint32_t w[8];
-    words_of(w, 0, chunk(c.row, x));
-    words_of(w, 4, shift != 0 ? chunk(c.row, x + 1) : make_uint4(0, 0, 0, 0));
-    store_piece(piece, first, end, bytes_from(w, shift));
+    uint4 v;
+    if (o >= 0 && (uint32_t)o + ((o & 3) != 0 ? 20u : 16u) <= 16u * kChunks) {
+      // within the extended row: four or five aligned words, as the interior's pieces are read
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(c.row, (uint32_t)o) + ((uint32_t)o & ~3u));
+      const uint32_t bits = ((uint32_t)o & 3u) * 8u;
+      const uint32_t w4 = w[bits != 0 ? 4 : 3];
+      v = make_uint4(__funnelshift_r(w[0], w[1], bits), __funnelshift_r(w[1], w[2], bits),
+                     __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w4, bits));
+    } else {  // past either end of the extended row (bytes never stored): zeros there
+      uint32_t w[8];
+      words_of(w, 0, chunk(c.row, x));
+      words_of(w, 4, shift != 0 ? chunk(c.row, x + 1) : make_uint4(0, 0, 0, 0));
+      v = bytes_from(w, shift);
+    }
+    store_piece(piece, first, end, v);
   }
 }
 

@@ -497,43 +497,57 @@ struct RunRows {
   }
 };
 
-// The interior pieces of row-sector runs: each thread keeps one piece column n of the H * E / 16 pieces of a run
-// (consecutive threads along a row), a piece being bytes o = 32 - (the row's address mod 32) + 16 n .. of the
+// Row-sector runs whose pieces are sector-aligned: each thread keeps one piece column n of the H * E / 16 pieces of
+// a run (consecutive threads along a row), a piece being bytes o = 32 - (the row's address mod 32) + 16 n .. of the
 // extended row: five aligned words funnel-shifted (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r) into
-// one aligned 16-byte store.
-template <typename T>
-__device__ __forceinline__ void store_rows_interior(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
+// one aligned 16-byte store. Interior tiles store every piece whole; with Clip, the pieces are clipped to dst's
+// rows and elements (store_piece): the first tile row (its run also starting s early, before element 0, where
+// its unloaded prefix chunks are never stored), the last tile row and the last tile column.
+template <typename T, bool Clip>
+__device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
   constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u;
   const uint32_t n = threadIdx.x % kRunPieces, step = blockDim.x / kRunPieces;
   uint32_t i = threadIdx.x / kRunPieces;
+  const int64_t dst_rows = (int64_t)dst.dims[1] - c0;  // dst rows from the tile's first
+  const uint32_t rows = Clip && dst_rows < (int64_t)Turn<T>::W ? (uint32_t)dst_rows : Turn<T>::W;
+  const uint64_t row_bytes = (uint64_t)dst.dims[0] * E;  // a dst row's elements, in bytes
   uint64_t row_address = dst.address + (uint64_t)(c0 + (int32_t)i) * dst.strides[1];
   const uint64_t row_step = step * dst.strides[1];
-  for (; i < Turn<T>::W; i += step, row_address += row_step) {
+  for (; i < rows; i += step, row_address += row_step) {
     const uint32_t early = (uint32_t)row_address & 31u;  // s * E: the run starts at the sector before the row's r0
+    const uint64_t piece = row_address - early + (uint64_t)r0 * E + 16u * n;
+    if (Clip && (piece + 16u <= row_address || piece >= row_address + row_bytes)) continue;
     const uint32_t o = 32u - early + 16u * n, shift = (o & 3u) * 8u;
     const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(i, o) + (o & ~3u));
     const uint32_t w4 = w[shift != 0 ? 4 : 3];  // an aligned piece needs four words (the fifth may be past the row)
     const uint4 v = make_uint4(__funnelshift_r(w[0], w[1], shift), __funnelshift_r(w[1], w[2], shift),
                                __funnelshift_r(w[2], w[3], shift), __funnelshift_r(w[3], w4, shift));
-    __stcs(reinterpret_cast<uint4*>(row_address - early + (uint64_t)r0 * E + 16u * n), v);
+    if (Clip) store_piece(piece, row_address, row_address + row_bytes, v);
+    else __stcs(reinterpret_cast<uint4*>(piece), v);
   }
 }
 
 // Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
-// s = (the row's address mod 32) / E (0 in the first tile row), from extended row i. Interior tiles (every run
-// whole and inside dst: all but the first and last tile rows and the last tile column) by
-// store_rows_interior; the others walk the pieces with bounds: consecutive threads along a row, aligned 16-byte
-// pieces, each gathered from two chunks with a funnel shift, the pieces at dst's row ends (clipped to
-// [0, rows)) keeping the bytes outside untouched.
+// s = (the row's address mod 32) / E, from extended row i, by store_rows_aligned: whole in interior tiles (every
+// run whole and inside dst), clipped in the others. A source of one tile row (`tiles_r` 1) starts its runs at
+// element 0 (s = 0: no second tile row writes the elements H - s .. H) and walks the pieces with bounds:
+// consecutive threads along a row, aligned 16-byte pieces, each gathered from two chunks with a funnel shift, the
+// pieces at dst's row ends (clipped to [0, rows)) keeping the bytes outside untouched.
 template <typename T>
-__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
+__device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0,
+                                                      uint32_t tiles_r) {
   constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u, kPieces = kRunPieces + 1u;
   constexpr uint32_t kChunks = RunRows<T>::kChunks;
   const int64_t rows = (int64_t)dst.dims[0];
-  if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + Turn<T>::W <= (int64_t)dst.dims[1] &&
-      blockDim.x % kRunPieces == 0) {
-    store_rows_interior<T>(dst, staged, r0, c0);
-    return;
+  if (blockDim.x % kRunPieces == 0) {
+    if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + Turn<T>::W <= (int64_t)dst.dims[1]) {
+      store_rows_aligned<T, false>(dst, staged, r0, c0);
+      return;
+    }
+    if (tiles_r > 1) {
+      store_rows_aligned<T, true>(dst, staged, r0, c0);
+      return;
+    }
   }
   auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // zeros outside the extended row
     if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
@@ -543,8 +557,8 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     const int64_t g = (int64_t)c0 + c.row;
     if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
     const uint64_t row_address = dst.address + (uint64_t)g * dst.strides[1];
-    // the first tile row starts at element 0 (its runs end mid-sector at H, where the second tile row's
-    // runs write the same elements again)
+    // the first tile row starts at element 0 (a second tile row, where there is one, writes the elements from
+    // H - s again)
     const int32_t s = r0 > 0 ? (int32_t)((row_address & 31u) / E) : 0, start = r0 - s;
     const int64_t lo = start > 0 ? start : 0, hi = (int64_t)start + kTileRows < rows ? (int64_t)start + kTileRows : rows;
     if (hi <= lo) continue;
@@ -777,7 +791,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
       transpose_tile<T, Classes>(image, 0, K::kItems, r0 > 0, prefix_rows, pitch16, sink);
     }
     stores.publish();
-    store_run_row_sectors<T>(op.dst_even, staged, r0, c0);
+    store_run_row_sectors<T>(op.dst_even, staged, r0, c0, tiles_r);
 #else
     // The first tile row keeps every class unshifted: a shifted run would start at -V, and a TMA store box
     // at a negative coordinate stops the kernel (illegal instruction on the H100; docs/TMA_SEMANTICS.md,

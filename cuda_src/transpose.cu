@@ -497,14 +497,34 @@ struct RunRows {
   }
 };
 
+// Extended row i's 16 bytes from byte o (o < 16 * kChunks, either sign), zeros outside the row: the pieces at a run's
+// ends, gathered from two chunks with a funnel shift.
+template <typename T>
+__device__ __forceinline__ uint4 run_bytes_bounded(const RunRows<T>& staged, uint32_t i, int32_t o) {
+  constexpr uint32_t kChunks = RunRows<T>::kChunks;
+  auto chunk = [&](int32_t x) -> uint4 {  // zeros outside the extended row
+    if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
+    return *reinterpret_cast<const uint4*>(staged.row_of(i, 16u * (uint32_t)x) + 16u * (uint32_t)x);
+  };
+  const int32_t x = o >> 4;  // arithmetic shift
+  const uint32_t shift = (uint32_t)o & 15u;
+  uint32_t w[8];
+  words_of(w, 0, chunk(x));
+  words_of(w, 4, shift != 0 ? chunk(x + 1) : make_uint4(0, 0, 0, 0));
+  return bytes_from(w, shift);
+}
+
 // Row-sector runs whose pieces are sector-aligned: each thread keeps one piece column n of the H * E / 16 pieces of
 // a run (consecutive threads along a row), a piece being bytes o = 32 - (the row's address mod 32) + 16 n .. of the
 // extended row: five aligned words funnel-shifted (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r) into
 // one aligned 16-byte store. Interior tiles store every piece whole; with Clip, the pieces are clipped to dst's
 // rows and elements (store_piece): the first tile row (its run also starting s early, before element 0, where
-// its unloaded prefix chunks are never stored), the last tile row and the last tile column.
+// its unloaded prefix chunks are never stored), the last tile column and the last tile row, whose runs go on to
+// the end of dst's rows (`last`: the piece after the run, elements r0 + H - s .. r0 + H, where dst's rows end;
+// tmakit/ops/transpose.py: tile_grid counts no tile row for them).
 template <typename T, bool Clip>
-__device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0) {
+__device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0,
+                                                   bool last = false) {
   constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u;
   const uint32_t n = threadIdx.x % kRunPieces, step = blockDim.x / kRunPieces;
   uint32_t i = threadIdx.x / kRunPieces;
@@ -525,34 +545,42 @@ __device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const R
     if (Clip) store_piece(piece, row_address, row_address + row_bytes, v);
     else __stcs(reinterpret_cast<uint4*>(piece), v);
   }
+  if (Clip && last) {
+    for (uint32_t j = threadIdx.x; j < rows; j += blockDim.x) {
+      const uint64_t address = dst.address + (uint64_t)(c0 + (int32_t)j) * dst.strides[1];
+      const uint32_t early = (uint32_t)address & 31u;
+      const uint64_t piece = address - early + (uint64_t)r0 * E + 16u * kRunPieces;
+      if (early == 0 || piece >= address + row_bytes) continue;  // the run reached r0 + H, or the row ended
+      store_piece(piece, address, address + row_bytes,
+                  run_bytes_bounded<T>(staged, j, (int32_t)(32u - early + 16u * kRunPieces)));
+    }
+  }
 }
 
 // Row-sector runs (TMAKIT_TRANSPOSE_ROW_SECTORS): dst row c0 + i takes the tile's elements r0 - s .. r0 + H - s,
-// s = (the row's address mod 32) / E, from extended row i, by store_rows_aligned: whole in interior tiles (every
-// run whole and inside dst), clipped in the others. A source of one tile row (`tiles_r` 1) starts its runs at
-// element 0 (s = 0: no second tile row writes the elements H - s .. H) and walks the pieces with bounds:
-// consecutive threads along a row, aligned 16-byte pieces, each gathered from two chunks with a funnel shift, the
-// pieces at dst's row ends (clipped to [0, rows)) keeping the bytes outside untouched.
+// s = (the row's address mod 32) / E, from extended row i (the last tile row's up to r0 + H: to the rows' end), by
+// store_rows_aligned: whole in interior tiles (every run whole and inside dst), clipped in the others. A source of
+// one tile row (`tiles_r` 1) starts its runs at element 0 (s = 0) and, like blocks of a size the aligned walk does
+// not take, walks the pieces with bounds: consecutive threads along a row, aligned 16-byte pieces, each gathered
+// from two chunks with a funnel shift, the pieces at dst's row ends (clipped to [0, rows)) keeping the bytes
+// outside untouched.
 template <typename T>
 __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0,
                                                       uint32_t tiles_r) {
-  constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u, kPieces = kRunPieces + 1u;
+  constexpr uint32_t E = sizeof(T), kRunPieces = kTileRows * E / 16u, kPieces = kRunPieces + 2u;
   constexpr uint32_t kChunks = RunRows<T>::kChunks;
   const int64_t rows = (int64_t)dst.dims[0];
+  const bool last = (int64_t)r0 + kTileRows >= rows;  // the last tile row: its runs go on to the rows' end
   if (blockDim.x % kRunPieces == 0) {
-    if (r0 > 0 && (int64_t)r0 + kTileRows <= rows && (int64_t)c0 + Turn<T>::W <= (int64_t)dst.dims[1]) {
+    if (r0 > 0 && !last && (int64_t)c0 + Turn<T>::W <= (int64_t)dst.dims[1]) {
       store_rows_aligned<T, false>(dst, staged, r0, c0);
       return;
     }
     if (tiles_r > 1) {
-      store_rows_aligned<T, true>(dst, staged, r0, c0);
+      store_rows_aligned<T, true>(dst, staged, r0, c0, last);
       return;
     }
   }
-  auto chunk = [&](uint32_t i, int32_t x) -> uint4 {  // zeros outside the extended row
-    if (x < 0 || x >= (int32_t)kChunks) return make_uint4(0, 0, 0, 0);
-    return *reinterpret_cast<const uint4*>(staged.row_of(i, 16u * (uint32_t)x) + 16u * (uint32_t)x);
-  };
   for (ChunkCursor c(kPieces, threadIdx.x, blockDim.x); c.row < Turn<T>::W; c.advance()) {
     const int64_t g = (int64_t)c0 + c.row;
     if (g >= (int64_t)dst.dims[1]) break;  // rows only grow along the walk
@@ -560,15 +588,15 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     // the first tile row starts at element 0 (a second tile row, where there is one, writes the elements from
     // H - s again)
     const int32_t s = r0 > 0 ? (int32_t)((row_address & 31u) / E) : 0, start = r0 - s;
-    const int64_t lo = start > 0 ? start : 0, hi = (int64_t)start + kTileRows < rows ? (int64_t)start + kTileRows : rows;
+    const int64_t run_end = (last ? (int64_t)r0 : (int64_t)start) + kTileRows;
+    const int64_t lo = start > 0 ? start : 0, hi = run_end < rows ? run_end : rows;
     if (hi <= lo) continue;
     const uint64_t base = row_address + (uint64_t)((int64_t)start * E);
     const uint64_t first = row_address + (uint64_t)(lo * E), end = row_address + (uint64_t)(hi * E);
     const uint64_t piece = (first & ~15ull) + 16ull * c.chunk;
     if (piece >= end) continue;
     // extended row byte of the piece's first byte: the run starts 32 - s*E bytes in (the prefix's chunks)
-    const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base), x = o >> 4;  // arithmetic shift
-    const uint32_t shift = (uint32_t)o & 15u;
+    const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base);
     uint4 v;
     if (o >= 0 && (uint32_t)o + ((o & 3) != 0 ? 20u : 16u) <= 16u * kChunks) {
       // within the extended row: four or five aligned words, as the interior's pieces are read
@@ -578,10 +606,7 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
       v = make_uint4(__funnelshift_r(w[0], w[1], bits), __funnelshift_r(w[1], w[2], bits),
                      __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w4, bits));
     } else {  // past either end of the extended row (bytes never stored): zeros there
-      uint32_t w[8];
-      words_of(w, 0, chunk(c.row, x));
-      words_of(w, 4, shift != 0 ? chunk(c.row, x + 1) : make_uint4(0, 0, 0, 0));
-      v = bytes_from(w, shift);
+      v = run_bytes_bounded<T>(staged, c.row, o);
     }
     store_piece(piece, first, end, v);
   }
@@ -833,7 +858,8 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
 // dst's rows of class 0 / 1 (TMAKIT_TRANSPOSE_ROW_CLASSES 1: dst itself, twice; 2: its even / odd rows, stride
 // 2 * pitch), box [128/E, 128/E / row classes], 128B swizzle (tensor maps, or BoxParams on the cp.async path).
 // tiles_r, tiles_c: the tile grid, from the host (tmakit/ops/transpose.py: tile_grid): ceil((cols + lead) / W)
-// tile columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over; the
+// tile columns and ceil(rows / H) tile rows, one more where shifted runs (V rows early) leave rows over (not for
+// row-sector runs: the last tile row's reach the rows' end); the
 // product below 2^32. lead: where every source row starts `lead` elements past a 128-byte line (a pitch of
 // whole lines, a base inside one), the tile columns after the first start that much early, so that each
 // tile row is one whole line; the first two columns then overlap and write those dst rows twice, alike (even:

@@ -131,7 +131,8 @@ def test_transpose_source_classes_make_a_pitch_of_whole_16_bytes():
 
 def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
     """Tile rows of H source rows and tile columns of 128 bytes; shifted runs end V rows before a tile's, so
-    one more tile row where that leaves rows over, but not when one tile row holds every row."""
+    one more tile row where that leaves rows over, but not when one tile row holds every row; row-sector runs
+    take none (the last tile row's runs go on to the rows' end)."""
     from tmakit.ops.transpose import tile_grid
 
     assert tile_grid(16384, 32768, 4, 256, False) == (64, 1024)
@@ -139,12 +140,13 @@ def test_transpose_tile_grid_counts_the_extra_tile_row_of_shifted_runs():
     assert tile_grid(16368, 131072, 1, 256, True) == (64, 1024)      # 16368 + 16 fits 64 tile rows
     assert tile_grid(256, 100, 1, 256, True) == (1, 1)              # one tile row: no shifted runs in it
     assert tile_grid(257, 100, 8, 256, True) == (2, 7)
-    # row-sector runs start up to 32/E - 1 elements early: 31 rows for bytes, 3 for 8-byte elements
-    assert tile_grid(512, 100, 1, 256, False, row_sectors=True) == (3, 1)
+    # row-sector runs start up to 32/E - 1 elements early, and the last tile row's runs go on to the rows' end:
+    # no tile row more
+    assert tile_grid(512, 100, 1, 256, False, row_sectors=True) == (2, 1)
     assert tile_grid(481, 100, 1, 256, False, row_sectors=True) == (2, 1)
-    assert tile_grid(509, 100, 8, 256, False, row_sectors=True) == (2, 7)
-    assert tile_grid(510, 100, 8, 256, False, row_sectors=True) == (3, 7)
-    assert tile_grid(250, 100, 1, 256, False, row_sectors=True) == (1, 1)  # the first tile row is unshifted
+    assert tile_grid(513, 100, 1, 256, False, row_sectors=True) == (3, 1)
+    assert tile_grid(510, 100, 8, 256, False, row_sectors=True) == (2, 7)
+    assert tile_grid(250, 100, 1, 256, False, row_sectors=True) == (1, 1)
 
 
 def test_transpose_source_lead_puts_tile_rows_on_whole_lines():
@@ -470,10 +472,11 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
 
     rng, seed = _rng()
     esize = np.dtype(dtype).itemsize
-    # rows past one and two tile rows of 256 (row-sector runs start up to 32/E - 1 rows early: 543 and 1031
-    # need the extra tile row at bytes), a 1 x N and N x 1
+    # rows past whole tile rows (row-sector runs start up to 32/E - 1 rows early, and the last tile row's go on
+    # to the rows' end: 543 and 1031 at bytes), rows of whole tile rows (512: the last tile row's runs end
+    # exactly at the rows' end), a 1 x N and N x 1
     shapes = [(3, 5), (1, 37), (37, 1), (515, 263), (257, 301), (1000, 3), (3, 1000), (300, 16 // esize * 40 + 1),
-              (543, 131), (1031, 33), (1, 1001), (1001, 1)]
+              (543, 131), (1031, 33), (512, 77), (1, 1001), (1001, 1)]
     for (rows, cols), (s_off, d_off) in [(sh, off) for sh in shapes for off in ((0, 0), (0, 1), (1, 3))]:
         host = _random_array(rng, (rows, cols), dtype)
         pad = 64 // esize

@@ -173,12 +173,13 @@ def source_lead(address: int, pitch: int, esize: int) -> int:
 def tile_grid(rows: int, cols: int, esize: int, tile_rows: int, prefix: bool, lead: int = 0,
               row_sectors: bool = False) -> tuple[int, int]:
     """(tile rows, tile columns) of the transpose of a rows x cols source: tiles of ``tile_rows`` source rows
-    by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early, or up to 32/E - 1
-    with ``row_sectors``) leave rows over (never when one tile row holds them all: the first tile row is
-    unshifted); tile columns after the first start ``lead`` columns early (source_lead), so one more column
-    where that leaves columns over (never when the first holds them all). The kernel takes both."""
+    by 128 bytes of columns, and one more tile row where shifted runs (V = 16/E rows early) leave rows over
+    (never when one tile row holds them all: the first tile row is unshifted); row-sector runs (up to 32/E - 1
+    rows early) need none, the last tile row's runs going on to the end of dst's rows; tile columns after the
+    first start ``lead`` columns early (source_lead), so one more column where that leaves columns over (never
+    when the first holds them all). The kernel takes both."""
     width = _SPAN // esize
-    extra = (32 // esize - 1 if row_sectors else 16 // esize) if (prefix or row_sectors) and rows > tile_rows else 0
+    extra = 16 // esize if prefix and not row_sectors and rows > tile_rows else 0
     return -(-(rows + extra) // tile_rows), -(-(cols + (lead if cols > width else 0)) // width)
 
 
@@ -400,8 +401,7 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
                                    "run_bytes", "TilePlan.of(256) or TilePlan.of(128, threads=256)")
     candidates = (tile_plan,) if tile_plan is not None else DEFAULT_TILE_PLANS
     # the most tiles any plan could make: the smallest tiles, shifted runs, a lead (below W: one column more)
-    worst = tile_grid(*s.shape, s.itemsize, _DEFAULT_MIN_ROWS if tile_plan is None else tile_plan.rows, True, _SPAN,
-                      row_sectors=True)
+    worst = tile_grid(*s.shape, s.itemsize, _DEFAULT_MIN_ROWS if tile_plan is None else tile_plan.rows, True, _SPAN)
     if worst[0] * worst[1] >= 2**32:
         raise InvalidArgumentError("src", f"shape {s.shape}", f"makes up to {worst[0] * worst[1]} tiles; the kernel counts "
                                    "tiles in 32 bits (fewer than 2**32)", "transpose it in pieces of fewer rows")

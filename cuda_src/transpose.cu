@@ -520,7 +520,7 @@ __device__ __forceinline__ uint4 run_bytes_bounded(const RunRows<T>& staged, uin
 // one aligned 16-byte store. Interior tiles store every piece whole; with Clip, the pieces are clipped to dst's
 // rows and elements (store_piece): the first tile row (its run also starting s early, before element 0, where
 // its unloaded prefix chunks are never stored), the last tile column and the last tile row, whose runs go on to
-// the end of dst's rows (`last`: the piece after the run, elements r0 + H - s .. r0 + H, where dst's rows end;
+// the end of dst's rows (`last`: the pieces after the run, elements r0 + H - s .. r0 + H, where dst's rows end;
 // tmakit/ops/transpose.py: tile_grid counts no tile row for them).
 template <typename T, bool Clip>
 __device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const RunRows<T>& staged, int32_t r0, int32_t c0,
@@ -545,14 +545,15 @@ __device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const R
     if (Clip) store_piece(piece, row_address, row_address + row_bytes, v);
     else __stcs(reinterpret_cast<uint4*>(piece), v);
   }
-  if (Clip && last) {
-    for (uint32_t j = threadIdx.x; j < rows; j += blockDim.x) {
+  if (Clip && last) {  // the (up to 31) bytes after the run: two pieces, item k the row k / 2's piece k % 2
+    for (uint32_t k = threadIdx.x; k < 2u * rows; k += blockDim.x) {
+      const uint32_t j = k >> 1u, after = 16u * (kRunPieces + (k & 1u));
       const uint64_t address = dst.address + (uint64_t)(c0 + (int32_t)j) * dst.strides[1];
-      const uint32_t early = (uint32_t)address & 31u;
-      const uint64_t piece = address - early + (uint64_t)r0 * E + 16u * kRunPieces;
-      if (early == 0 || piece >= address + row_bytes) continue;  // the run reached r0 + H, or the row ended
-      store_piece(piece, address, address + row_bytes,
-                  run_bytes_bounded<T>(staged, j, (int32_t)(32u - early + 16u * kRunPieces)));
+      const uint32_t early = (uint32_t)address & 31u, o = 32u - early + after;
+      const uint64_t piece = address - early + (uint64_t)r0 * E + after;
+      // past the extended row (the piece starts at r0 + H or later), or past the row's end: nothing to write
+      if (o >= 16u * RunRows<T>::kChunks || piece >= address + row_bytes) continue;
+      store_piece(piece, address, address + row_bytes, run_bytes_bounded<T>(staged, j, (int32_t)o));
     }
   }
 }

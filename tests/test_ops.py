@@ -473,10 +473,11 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
     rng, seed = _rng()
     esize = np.dtype(dtype).itemsize
     # rows past whole tile rows (row-sector runs start up to 32/E - 1 rows early, and the last tile row's go on
-    # to the rows' end: 543 and 1031 at bytes), rows of whole tile rows (512: the last tile row's runs end
-    # exactly at the rows' end), a 1 x N and N x 1
+    # to the rows' end: 543 and 1031 at bytes; 511, its dst rows starting up to 31 bytes into a sector, ends
+    # two pieces past the runs), rows of whole tile rows (512: the last tile row's runs end exactly at the
+    # rows' end), a 1 x N and N x 1
     shapes = [(3, 5), (1, 37), (37, 1), (515, 263), (257, 301), (1000, 3), (3, 1000), (300, 16 // esize * 40 + 1),
-              (543, 131), (1031, 33), (512, 77), (1, 1001), (1001, 1)]
+              (543, 131), (1031, 33), (511, 77), (512, 77), (1, 1001), (1001, 1)]
     for (rows, cols), (s_off, d_off) in [(sh, off) for sh in shapes for off in ((0, 0), (0, 1), (1, 3))]:
         host = _random_array(rng, (rows, cols), dtype)
         pad = 64 // esize

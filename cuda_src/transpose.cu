@@ -694,7 +694,8 @@ __device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* s
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
 // The source rows no whole super-row holds (the last rows % k: TMA loaded zeros there) that fall in this
 // stage, copied in element by element from `src` (dims {cols, rows}); then the block barrier publishes them.
-// Only the last tile row has any; block-uniform.
+// Only the stages of the last tile rows have any (the last one's, and the one before where fewer than k rows
+// end the source); block-uniform.
 template <typename T>
 __device__ __forceinline__ void patch_source_tail(const BoxParams& src, uint8_t* stage, int32_t r0, int32_t c0,
                                                   uint32_t prefix_rows) {
@@ -792,7 +793,7 @@ __device__ __forceinline__ void transpose_all(const Operands& op, uint8_t* smem,
     uint8_t* buffer = stores.acquire();  // the last tile's stores are done reading it
 #if TMAKIT_TRANSPOSE_ROW_SECTORS
     // one class, runs starting up to two chunks early: the prefix's chunks (m = -2, -1) go to the side chunks
-    // (the first tile row needs none: its runs start at element 0)
+    // (the first tile row loads none: its runs' pieces before element 0 are never stored)
     typedef RunRows<T> Rows;
     const Rows staged{buffer, const_cast<uint8_t*>(image), class_box_stride(prefix_rows)};
     auto sink = [&](int32_t m, uint32_t d, const uint4& v) {

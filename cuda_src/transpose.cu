@@ -694,8 +694,8 @@ __device__ __forceinline__ void load_source_box(const BoxSource& src, uint8_t* s
 #if TMAKIT_TRANSPOSE_SOURCE_CLASSES
 // The source rows no whole super-row holds (the last rows % k: TMA loaded zeros there) that fall in this
 // stage, copied in element by element from `src` (dims {cols, rows}); then the block barrier publishes them.
-// Only the stages of the last tile rows have any (the last one's, and the one before where fewer than k rows
-// end the source); block-uniform.
+// Only the stages of the last tile rows have any (the last one's, and the one before where the last tile row holds
+// fewer than k rows); block-uniform.
 template <typename T>
 __device__ __forceinline__ void patch_source_tail(const BoxParams& src, uint8_t* stage, int32_t r0, int32_t c0,
                                                   uint32_t prefix_rows) {

@@ -57,8 +57,8 @@ class PlanCache:
     def run(self, op: str, names: tuple[str, ...], arrays: tuple, stream: Any, options: dict[str, Any],
             make: Callable[[], Any], rerun: Callable[[Any, list], Any] | None) -> Any:
         """``rerun(plan, views)`` on the plan cached for this call's key (``views``: the arrays' ArrayViews, None
-        for an array not given; ``rerun`` None: ``plan(*views)``, for ops whose plan returns its result), else ``plan = make()``, ``plan()``, and keep the plan. ``options``: the call's
-        options but the stream.
+        for an array not given; ``rerun`` None: ``plan(*views)``, for ops whose plan returns its result), else
+        ``plan = make()``, ``plan()``, and keep the plan. ``options``: the call's options but the stream.
 
         The call site of the last call (the same op, stream object, options and settings) first tries the last
         plan as it is: re-pointing checks the geometry and every address-dependent decision and refuses, before

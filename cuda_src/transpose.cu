@@ -497,6 +497,17 @@ struct RunRows {
   }
 };
 
+// Extended row i's 16 bytes from byte o, where o + 16 (o + 20 where o is not a multiple of 4) lies within the row:
+// four or five aligned words funnel-shifted (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r).
+template <typename T>
+__device__ __forceinline__ uint4 run_bytes(const RunRows<T>& staged, uint32_t i, uint32_t o) {
+  const uint32_t shift = (o & 3u) * 8u;
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(i, o) + (o & ~3u));
+  const uint32_t w4 = w[shift != 0 ? 4 : 3];  // an aligned piece needs four words (the fifth may be past the row)
+  return make_uint4(__funnelshift_r(w[0], w[1], shift), __funnelshift_r(w[1], w[2], shift),
+                    __funnelshift_r(w[2], w[3], shift), __funnelshift_r(w[3], w4, shift));
+}
+
 // Extended row i's 16 bytes from byte o (o < 16 * kChunks, either sign), zeros outside the row: the pieces at a run's
 // ends, gathered from two chunks with a funnel shift.
 template <typename T>
@@ -516,8 +527,7 @@ __device__ __forceinline__ uint4 run_bytes_bounded(const RunRows<T>& staged, uin
 
 // Row-sector runs whose pieces are sector-aligned: each thread keeps one piece column n of the H * E / 16 pieces of
 // a run (consecutive threads along a row), a piece being bytes o = 32 - (the row's address mod 32) + 16 n .. of the
-// extended row: five aligned words funnel-shifted (SHF.R, PTX ISA 9.7.8.7 shf.r.clamp: __funnelshift_r) into
-// one aligned 16-byte store. Interior tiles store every piece whole; with Clip, the pieces are clipped to dst's
+// extended row (run_bytes) in one aligned 16-byte store. Interior tiles store every piece whole; with Clip, the pieces are clipped to dst's
 // rows and elements (store_piece): the first tile row (its run also starting s early, before element 0, where
 // its unloaded prefix chunks are never stored), the last tile column and the last tile row, whose runs go on to
 // the end of dst's rows (`last`: the pieces after the run, elements r0 + H - s .. r0 + H, where dst's rows end;
@@ -537,11 +547,7 @@ __device__ __forceinline__ void store_rows_aligned(const BoxParams& dst, const R
     const uint32_t early = (uint32_t)row_address & 31u;  // s * E: the run starts at the sector before the row's r0
     const uint64_t piece = row_address - early + (uint64_t)r0 * E + 16u * n;
     if (Clip && (piece + 16u <= row_address || piece >= row_address + row_bytes)) continue;
-    const uint32_t o = 32u - early + 16u * n, shift = (o & 3u) * 8u;
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(i, o) + (o & ~3u));
-    const uint32_t w4 = w[shift != 0 ? 4 : 3];  // an aligned piece needs four words (the fifth may be past the row)
-    const uint4 v = make_uint4(__funnelshift_r(w[0], w[1], shift), __funnelshift_r(w[1], w[2], shift),
-                               __funnelshift_r(w[2], w[3], shift), __funnelshift_r(w[3], w4, shift));
+    const uint4 v = run_bytes<T>(staged, i, 32u - early + 16u * n);
     if (Clip) store_piece(piece, row_address, row_address + row_bytes, v);
     else __stcs(reinterpret_cast<uint4*>(piece), v);
   }
@@ -600,12 +606,7 @@ __device__ __forceinline__ void store_run_row_sectors(const BoxParams& dst, cons
     const int32_t o = 32 - s * (int32_t)E + (int32_t)(int64_t)(piece - base);
     uint4 v;
     if (o >= 0 && (uint32_t)o + ((o & 3) != 0 ? 20u : 16u) <= 16u * kChunks) {
-      // within the extended row: four or five aligned words, as the interior's pieces are read
-      const uint32_t* w = reinterpret_cast<const uint32_t*>(staged.row_of(c.row, (uint32_t)o) + ((uint32_t)o & ~3u));
-      const uint32_t bits = ((uint32_t)o & 3u) * 8u;
-      const uint32_t w4 = w[bits != 0 ? 4 : 3];
-      v = make_uint4(__funnelshift_r(w[0], w[1], bits), __funnelshift_r(w[1], w[2], bits),
-                     __funnelshift_r(w[2], w[3], bits), __funnelshift_r(w[3], w4, bits));
+      v = run_bytes<T>(staged, c.row, (uint32_t)o);  // within the extended row, as the aligned pieces are read
     } else {  // past either end of the extended row (bytes never stored): zeros there
       v = run_bytes_bounded<T>(staged, c.row, o);
     }

@@ -498,8 +498,8 @@ def test_transpose_any_pitch_is_exact(dtype, backend):
                 assert result.dst_stores == ("tma" if backend == "tma" and dst_ok else "plain")
                 classes = source_classes(0, cols * esize, rows) if (cols * esize) % 16 else 0
                 assert (f"TMA loads src as {classes} row classes" in result.reason) == (backend == "tma" and classes > 0)
-                # l2_promotion="auto": 256-byte lines for the row classes' windows
-                assert ("L2 promotion 256B" in result.reason) == (backend == "tma" and classes > 0)
+                # l2_promotion="auto": 128-byte lines for the row classes' windows
+                assert ("L2 promotion 128B" in result.reason) == (backend == "tma" and classes > 0)
             _sync()
             got = buffer.to_host()
         want = np.full(rows * cols + pad, 0, dtype)

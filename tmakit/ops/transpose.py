@@ -368,11 +368,12 @@ def plan_transpose(dst: Any, src: Any, *, backend: Any = "auto", stream: Any = N
     - ``tile_plan``: a ``TilePlan`` (tile rows, dst run bytes, threads); default the first of
       ``DEFAULT_TILE_PLANS`` whose shared memory fits the device.
     - ``align_sectors``: write dst rows in runs aligned to 32-byte sectors (``sector_plan``).
-    - ``l2_promotion``: the source's L2 promotion ("auto", "none", "64B", "128B", "256B"). "auto": "256B" where
-      TMA reads the source as row classes (their 144-byte windows straddle lines; measured on the H100 in one
-      run: both pitches odd 0.835x -> 0.891x at 10007x10009 2 B, 0.867x -> 0.905x at 30011x32749 1 B), else
-      "none" (on the swizzled boxes of 16-byte pitches promoting cost 0.06-0.09 of copy speed where the pitch
-      is not a multiple of 128 bytes and gained nothing where it is).
+    - ``l2_promotion``: the source's L2 promotion ("auto", "none", "64B", "128B", "256B"). "auto": "128B" where
+      TMA reads the source as row classes (their 144-byte windows straddle lines; over the 61 odd-pitch
+      transposes of sweep seeds 0 and 1, against torch's copy: geomean 0.869x -> 0.875x on the H100 and
+      0.801x -> 0.811x on the H200 over "256B", min 0.51x -> 0.57x and 0.45x -> 0.51x; "none" 0.850x and
+      0.791x; docs/PERFORMANCE.md), else "none" (on the swizzled boxes of 16-byte pitches promoting cost
+      0.06-0.09 of copy speed where the pitch is not a multiple of 128 bytes and gained nothing where it is).
     - ``source_eviction``: the L2 priority of the source lines (``L2Eviction``); "last" gained 0.01-0.04 of copy
       speed at a pitch of 64 mod 128 bytes (the next tile column reads the other halves of the lines).
     - ``min_blocks``: blocks per SM the kernel's register cap is set for (1..3; default what shared memory
@@ -502,7 +503,7 @@ def decide_transpose(d: ArrayView, s: ArrayView, choice: BackendChoice, limit: i
         if source_row_classes and choice.backend is Backend.TMA and name == "src" else 0
     layout = _layout(d, s, align_sectors, broken, classes != 0)
     if promotion is None:
-        promotion = L2Promotion.L2_256B if classes else L2Promotion.NONE
+        promotion = L2Promotion.L2_128B if classes else L2Promotion.NONE
     if classes:
         # TMA reads src as super-rows of k rows (a pitch of whole 16 bytes); dst as below
         name, view, broken = _tma_rule_broken({"dst": d})

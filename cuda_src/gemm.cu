@@ -179,8 +179,8 @@ namespace gemm {
 // A narrow tile: BN other than 128, 192 or 256, for outputs whose N those widths cover poorly (BN a multiple of 16
 // that fits N; cuBLAS's kernels tile such N likewise). Its last slab (64 columns of a 16-bit output, 32 of fp32) may
 // be part of one: that slab is stored from registers (a TMA store of the whole slab would write the next tile's
-// columns). Either B major (N-major: its last 64-column slab loaded whole), beta 0, BM 128, no split-K, fp8 or
-// groups (ops/gemm.py plans it so).
+// columns), C read there too where beta != 0. Either B major (N-major: its last 64-column slab loaded whole), BM 128,
+// no split-K, fp8 or groups (ops/gemm.py plans it so).
 constexpr bool kSplitN = kBM == 64;
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
 static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
@@ -239,12 +239,8 @@ constexpr int kSlabs = (kWgN + kSlabCols - 1) / kSlabCols;  // a consumer warpgr
 constexpr int kFullSlabs = kWgN / kSlabCols;  // all of them but a narrow tile's part slab
 constexpr uint32_t kSlabBytes = 64 * kRowBytes;  // 64 rows per consumer warpgroup
 constexpr uint32_t kEpilogueBytes = 2 * 2 * kSlabBytes;  // 2 warpgroups x 2 slab buffers
-// The C read-ahead (beta != 0) pairs slab s of every tile with buffer s % 2: an even number of slabs a tile. A 16-bit
-// output at BN 192 has 3, and one at BM 64 and BN 128 has 1, so those builds run with beta = 0 only (the host refuses
-// other betas; the kernel traps).
-constexpr bool kOddSlabs = kSlabs % 2 != 0;
-static_assert(!kOddSlabs || kNarrow || (kWgN % 128 != 0 && !kOutF32), "an even number of slabs a tile, but with 16 "
-              "bits at BN 192 or a consumer's 64 columns, or a narrow BN");
+// The C read-ahead (beta != 0) takes the store pipeline's buffers in its rotation, which runs on across tiles, and
+// alternates two barriers a warpgroup, each armed once and waited once in turn: any number of slabs a tile.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
@@ -342,9 +338,6 @@ extern "C" __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   // Launched with pdl=True: the launch and the set-up above overlap the previous kernel in the stream; nothing
   // in global memory (operands, group ends, C, the workspaces) is touched before it has completed.
-  if constexpr (kOddSlabs || kNarrow) {
-    if (beta != 0.f) TMAKIT_NOT_THIS_BUILD();  // the host never launches it so
-  }
   griddepcontrol_wait();
   // Split-K (splits > 1): a unit is (tile unit, split); split s sums k-blocks [s kb / splits, (s + 1) kb / splits)
   // into slice s of C, an fp32 workspace of split_rows (= M) rows a slice that tmakit_gemm_splitk_reduce adds up
@@ -624,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               // Slab s's C is in flight to buf (issued a slab ahead, or under the mainloop for slab 0); the issuer
               // first sends slab s + 1's into the other buffer, once the store that last read it is done.
               const int b = s & 1;  // a constant once the loop is unrolled
-              if (t == 0 && s + 1 < kSlabs) {  // the store issuer
+              if (t == 0 && s + 1 < kFullSlabs) {  // the store issuer (a narrow tile's part slab reads C itself)
                 const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
                 if (consumer == 0) {
                   if (!slab_direct(next0, N)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
@@ -673,7 +666,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
         if constexpr (kFullSlabs < kSlabs) {
           // A narrow tile's part slab, from registers (a TMA store of the whole slab would write the next tile's
-          // columns; beta is 0 here, C is not read); no store buffer, so the rotation above is untouched.
+          // columns; with beta != 0 C's values are read likewise); no store buffer, so the rotation above is untouched.
           const int slab_n0 = cn0 + kFullSlabs * kSlabCols;
 #pragma unroll
           for (int jj = kFullSlabs * (kSlabCols / 8); jj < kWgN / 8; ++jj) {  // n8 blocks of the accumulator
@@ -683,8 +676,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int gm = row0 + wgmma_d_row(t, i), gn = slab_n0 + wgmma_d_col(t, i) - kFullSlabs * kSlabCols;
               if (gm < m_end && gn < N) {
                 const long long at = static_cast<long long>(gm) * ldc + gn;
-                const float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
+                const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, true);
                 if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
+                  const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, true);
                   if constexpr (kOutF32)
                     *reinterpret_cast<float2*>(static_cast<float*>(c_ptr) + at) = make_float2(v0, v1);
                   else

@@ -146,8 +146,7 @@ def test_tile_choice_counts_the_turns_of_the_persistent_grid() -> None:
     assert choose(14096, 3144, 132, widths=(256, 192, 128)) == (256, 2)  # 192 saves 5% in the model: not taken
     assert choose(2000, 3000, 132, block_n=192, cluster=1, b_kmajor=False) == (192, 1)  # asked for: kept
     assert default_config(Backend.TMA, m=2000, n=3000, sms=132).block_n == 192
-    assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5).block_n == 128  # 16-bit C read ahead
-    assert default_config(Backend.TMA, m=2000, n=3000, sms=132, beta=0.5, out_f32=True).block_n == 192
+    assert default_config(Backend.TMA, m=2000, n=3000, sms=132, out_f32=True).block_n == 192
     assert choose(984, 480, 132)[0] == 128  # 16 tiles of 256 leave 116 SMs idle
     assert choose(984, 480, 132, block_n=256) == (256, 2) and choose(984, 480, 132, cluster=1) == (128, 1)
     assert default_config(Backend.TMA, m=984, n=480, sms=132).block_n == 128
@@ -185,9 +184,6 @@ def test_cluster_on_cp_async_refused() -> None:
     with pytest.raises(InvalidArgumentError, match=r"block_n.*128 or 256"):
         check_config(default_config(Backend.TMA, block_n=168), 232448)  # narrow widths are multiples of 16
     check_config(default_config(Backend.TMA, block_n=192), 232448)
-    assert default_config(Backend.TMA, block_n=192).odd_slabs  # gemm.cu's kOddSlabs: three 16-bit slabs
-    assert not default_config(Backend.TMA, block_n=192, out_f32=True).odd_slabs
-    assert not default_config(Backend.TMA, block_n=192, splits=2).odd_slabs  # fp32 partials
     # N-major B in a cluster: B's three 64-column slabs split two and one between the CTAs
     check_config(default_config(Backend.TMA, block_n=192, cluster=2, b_kmajor=False), 232448)
 
@@ -248,22 +244,20 @@ def test_descriptor_defines_that_do_not_describe_the_build_are_refused() -> None
         compile_cuda("gemm.cu", arch="sm_90a", defines={"TMAKIT_GEMM_B_KMAJOR": 0})
 
 
-def test_block_n_192_with_a_16_bit_c_read_is_refused(fake_launch) -> None:
-    """BN 192 has three 16-bit slabs a tile, which the C read-ahead does not pair: beta != 0 needs another width
-    (chosen so when left out) or an fp32 output."""
-    a, b = device_view(0x100000, (64, 64), "float16"), device_view(0x200000, (64, 64), "float16")
-    c = device_view(0x300000, (64, 64), "float16")
-    with pytest.raises(InvalidArgumentError, match=r"block_n=192: with beta=0.5 and a float16 output.*fp32 output"):
-        plan_gemm(a, b, c, beta=0.5, block_n=192, backend="tma")
+def test_odd_slab_counts_take_a_16_bit_c_read() -> None:
+    """Builds of an odd number of 16-bit slabs a warpgroup (BN 192: three; BM 64 at BN 128: one) and narrow widths
+    (a part slab) read C with beta != 0 (the C read-ahead follows the store pipeline's rotation across tiles): asked
+    for, they are planned as asked (test_c_read_of_odd_slab_counts_on_the_gpu runs them)."""
+    for options in (dict(block_n=192), dict(block_m=64, block_n=128), dict(block_n=144)):
+        d = describe_gemm(300, 296, 64, dtype="fp16", beta=1.0, **options)
+        assert all(getattr(d.config, key) == value for key, value in options.items()), options
 
 
 def test_block_m_64_arguments(fake_launch) -> None:
-    """BM 64: tma only, BN 128 or 256, no groups; a 16-bit C read at BN 128 is refused (one slab a warpgroup, which
-    the C read-ahead does not pair); the plan's maps load 64-row A boxes and both warpgroups read the same rows."""
+    """BM 64: tma only, BN 128 or 256, no groups; the plan's maps load 64-row A boxes and both warpgroups read the
+    same rows."""
     cfg = default_config(Backend.TMA, block_m=64, block_n=128)
-    assert (cfg.block_m, cfg.stages, cfg.odd_slabs, cfg.defines["TMAKIT_GEMM_BM"]) == (64, 6, True, 64)
-    assert not default_config(Backend.TMA, block_m=64, block_n=128, out_f32=True).odd_slabs
-    assert not default_config(Backend.TMA, block_m=64, block_n=256).odd_slabs
+    assert (cfg.block_m, cfg.stages, cfg.defines["TMAKIT_GEMM_BM"]) == (64, 6, 64)
     defs = gemm_mod.descriptor_defines(cfg)["TMAKIT_GEMM_DESC_A"].split(", ")
     assert defs[:4] == defs[4:]  # both warpgroups: the same 64 rows
     for bad, match in (({"block_m": 32}, r"block_m=32: must be 128, or 64 on tma"),
@@ -275,12 +269,6 @@ def test_block_m_64_arguments(fake_launch) -> None:
             check_config(default_config(Backend.TMA, **bad), 232448)
     with pytest.raises(InvalidArgumentError, match=r"block_m=64: must be 128, or 64 on tma"):
         check_config(default_config(Backend.CP_ASYNC, block_m=64, block_n=128), 166912)
-    a, b = device_view(0x100000, (300, 64), "float16"), device_view(0x200000, (256, 64), "float16")
-    c = device_view(0x300000, (300, 256), "float16")
-    with pytest.raises(InvalidArgumentError, match=r"block_m=64: with block_n=128, beta=0.5 and a float16 output"):
-        plan_gemm(a, b, c, beta=0.5, block_m=64, block_n=128, backend="tma")
-    with pytest.raises(InvalidArgumentError, match=r"block_m=64: with block_n=128, beta=1.0"):
-        describe_gemm(48, 512, 4096, block_m=64, block_n=128, beta=1.0, splits=1)  # what plan_gemm refuses
     with pytest.raises(InvalidArgumentError, match=r"block_m=0: must be 128"):
         describe_gemm(48, 512, 4096, block_m=0)
     d = describe_gemm(300, 256, 64, dtype="fp16", block_m=64, block_n=128, cluster=1)
@@ -385,10 +373,6 @@ def test_narrow_width_arguments(fake_launch) -> None:
         check_config(default_config(Backend.CP_ASYNC, block_n=144), 166912)
     a, b = device_view(0x100000, (300, 64), "float16"), device_view(0x200000, (296, 64), "float16")
     c = device_view(0x300000, (300, 296), "float16")
-    with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* must have beta 0, not 0.5"):
-        plan_gemm(a, b, c, beta=0.5, block_n=144, backend="tma")
-    with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* must have beta 0"):
-        describe_gemm(300, 296, 64, block_n=144, beta=1.0)  # what plan_gemm refuses
     with pytest.raises(InvalidArgumentError, match=r"block_n=144: a narrow width .* reduce=\"add\""):
         plan_gemm(a, b, c, block_n=144, reduce="add", backend="tma")
     # left out, a reduce-add plan takes a usual width where a plain one would take a narrow one: it is accepted
@@ -429,9 +413,9 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     assert default_config(Backend.TMA, m=8776, n=584, k=1536, sms=132, b_kmajor=False).block_n == 208
     # K-major too: 3 turns of 128 -> 2 of 224
     assert default_config(Backend.TMA, m=8976, n=632, k=7656, sms=132).block_n == 224
+    assert describe_gemm(10240, 888, 3696, beta=0.5).config.block_n == 224  # a C read takes the same width
     for kwargs in (dict(m=4728, n=432, k=8168),  # 3 of 192 -> 2 of 224: wider, not taken
                    dict(m=10240, n=888, k=448),  # short K
-                   dict(m=10240, n=888, k=3696, beta=0.5), dict(m=10240, n=888, k=3696, out_f32=True, beta=0.5),
                    dict(m=8192, n=8192, k=8192),
                    dict(m=8776, n=584, k=1504, b_kmajor=False),  # N-major 128 in a cluster: K below 1536
                    dict(m=4864, n=312, k=10000, b_kmajor=False)):  # one turn either way
@@ -447,17 +431,17 @@ def test_narrow_widths_are_chosen_where_they_do_less_work() -> None:
     assert gemm_mod.narrow_width(640, 4) == 160 and gemm_mod.narrow_width(1848) is None
     assert gemm_mod.choose_narrow(12160, 560, 1024, 128, 2, 132) is None  # K below 1536
     assert gemm_mod.choose_narrow(12160, 560, 1536, 128, 1, 132) is None  # lone CTAs
-    assert not default_config(Backend.TMA, m=12160, n=560, k=1536, sms=132, beta=1.0).narrow  # C read
+    assert describe_gemm(12160, 560, 1536, beta=1.0, sms=132).config.block_n == 144  # a C read too
     assert default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, block_n=256).block_n == 256  # given: kept
     f32 = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, out_f32=True)  # an fp32 output, beta 0
-    assert (f32.block_n, f32.narrow, f32.odd_slabs) == (224, True, True)  # seven 32-column slabs: beta 0 only
+    assert (f32.block_n, f32.narrow) == (224, True)  # seven 32-column slabs
     nmajor = default_config(Backend.TMA, m=10240, n=888, k=3696, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.narrow) == (224, 2, True)  # as K-major
     # 192 in a cluster -> 176, 2 turns each
     nmajor = default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False)
     assert (nmajor.block_n, nmajor.cluster, nmajor.block_m, nmajor.narrow) == (176, 2, 128, True)
-    for kwargs in (dict(store_add=True), dict(beta=0.5, out_f32=True), dict(shared_mem_limit=101376)):
-        # reduce-add, a C read, or a GPU of 99 KiB of shared memory a block (no 4 stages of a 176-wide tile)
+    for kwargs in (dict(store_add=True), dict(shared_mem_limit=101376)):
+        # reduce-add, or a GPU of 99 KiB of shared memory a block (no 4 stages of a 176-wide tile)
         assert not default_config(Backend.TMA, m=14256, n=328, k=4264, sms=132, b_kmajor=False, **kwargs).narrow
     for n in range(144, 1200, 8):  # whatever the rule picks on a small GPU, check_config accepts
         small = default_config(Backend.TMA, m=12769, n=n, k=3625, sms=84, b_kmajor=False, shared_mem_limit=101376)
@@ -592,8 +576,6 @@ def test_every_tma_configuration_on_the_gpu(cfg) -> None:
     m, n, k = rng.randint(300, 1100), rng.randint(300, 1100), rng.randint(100, 700)
     case = dict(backend="tma", dtype="bfloat16" if cfg.bf16 else "float16", kmajor=cfg.b_kmajor, m=m, n=n, k=k,
                 out_f32=cfg.out_f32, alpha=1.0, beta=rng.choice((0.0, 0.5)), pad=8, special=None)
-    if cfg.odd_slabs:
-        case["beta"] = 0.0  # an odd number of 16-bit slabs a warpgroup: beta 0 only (refused otherwise)
     _check_gemm(torch, case, runs=3, seed=_seed(), block_n=cfg.block_n, cluster=cfg.cluster, block_m=cfg.block_m)
 
 
@@ -621,13 +603,13 @@ def test_split_k_on_the_gpu(i) -> None:
 
 def test_few_tile_problems_take_64_row_tiles() -> None:
     """choose_block_m: 64 where 128 x 128 lone tiles fill at most half the SMs in one turn; not where the chosen
-    tile is wider or clustered, nor with a 16-bit C read; given ones are kept."""
+    tile is wider or clustered; given ones are kept."""
     choose = gemm_mod.choose_block_m
     assert choose(344, 344, 128, 1, 132) == 64  # 9 tiles of 128 x 128
     assert choose(1288, 1432, 128, 1, 132) == 128  # 132 tiles: 64-row ones would take two turns
     assert choose(16, 14336, 128, 1, 132) == 64 and choose(65, 14336, 128, 1, 132) == 128  # one row of 64 either way
     assert choose(488, 264, 128, 2, 132) == 128 and choose(344, 344, 256, 1, 132) == 128
-    assert choose(344, 344, 128, 1, 132, beta=0.5) == 128 and choose(344, 344, 128, 1, 132, True, 0.5) == 64
+    assert describe_gemm(344, 344, 896, beta=0.5, sms=132).config.block_m == 64  # a 16-bit C read too
     cfg = default_config(Backend.TMA, m=344, n=344, k=896, sms=132)
     assert (cfg.block_m, cfg.block_n, cfg.cluster, cfg.splits) == (64, 128, 1, 1)
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).block_m == 64
@@ -652,7 +634,7 @@ def test_few_rows_take_more_ring_stages() -> None:
 @pytest.mark.parametrize("i", range(10))
 def test_block_m_64_on_the_gpu(i) -> None:
     """64-row tiles at seeded random shapes: both dtypes and B majors, BN 128 and 256 (the two warpgroups' halves),
-    clusters of 1 and 2, 16-bit and fp32 outputs with beta 0, 0.5 or 1 (beta 0 for a 16-bit BN 128), split-K
+    clusters of 1 and 2, 16-bit and fp32 outputs with beta 0, 0.5 or 1, split-K
     forced on some, M of 1-2000 (tiles past M, odd tile rows in a cluster), N off 8; 3 runs on poisoned outputs."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -662,8 +644,6 @@ def test_block_m_64_on_the_gpu(i) -> None:
                 m=rng.choice((1, 63, 65, rng.randint(1, 2000))), n=rng.randint(1, 1500), k=rng.randint(16, 3000),
                 out_f32=out_f32, alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.0, 0.5, 1.0)),
                 pad=rng.choice((0, 8)), special=None)
-    if bn == 128 and not out_f32:
-        case["beta"] = 0.0
     options = dict(block_m=64, block_n=bn, cluster=(1, 2)[(i // 4) % 2])
     if i % 5 == 4:
         options["splits"] = min(-(-case["k"] // 64), 3)
@@ -671,12 +651,37 @@ def test_block_m_64_on_the_gpu(i) -> None:
     assert plan.config.block_m == 64
 
 
+# (BM, BN) of the builds whose warpgroups have an odd number of 16-bit slabs (BN 192: three; BM 64 at BN 128: one)
+# or a part slab (the narrow widths)
+ODD_SLAB_TILES = [(128, 192), (64, 128), (128, 144), (128, 208), (128, 224), (128, 80)]
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(12))
+def test_c_read_of_odd_slab_counts_on_the_gpu(i) -> None:
+    """A 16-bit C read (beta 0.5 or 1) on the builds of an odd slab count or a part slab, at seeded random shapes:
+    both dtypes and B majors, clusters of 1 and 2, N off 8 (direct slabs) or a multiple of 8, a few SMs so that each
+    CTA takes many tiles in turn (the read-ahead's buffers and barriers rotate across tiles); 5 runs on poisoned
+    outputs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(5000 + i)
+    bm, bn = ODD_SLAB_TILES[i % len(ODD_SLAB_TILES)]
+    n = rng.choice((8 * rng.randint(8, 180), rng.randint(64, 1500)))
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 6) % 2 == 0,
+                m=rng.randint(1, 1500), n=n, k=rng.randint(16, 1200), out_f32=False, alpha=rng.choice((1.0, -2.0)),
+                beta=rng.choice((0.5, 1.0)), pad=rng.choice((0, 8)), special=None)
+    options = dict(block_m=bm, block_n=bn, cluster=(1, 2)[i % 2] if bn != 80 else 1, sms=rng.choice((2, 4, 8, 132)))
+    plan = _check_gemm(torch, case, runs=5, seed=_seed(), **options)
+    assert (plan.config.block_m, plan.config.block_n) == (bm, bn)
+
+
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(16))
 def test_multicast_a_on_the_gpu(i) -> None:
     """Clusters that share A (``multicast="a"``: the pair on horizontally adjacent tiles, each loading half of A's
     tile rows) at seeded random shapes: BM 64 and 128, BN 128, 192, 256 and narrow widths, both dtypes and B majors,
-    16-bit and fp32 outputs with beta 0, 0.5 or 1 where the build takes it, split-K on some, an odd count of tile
+    16-bit and fp32 outputs with beta 0, 0.5 or 1, split-K on some, an odd count of tile
     columns (the last pair's second tile past N) and N off 8; 3 runs on poisoned outputs, nothing past N."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -690,8 +695,6 @@ def test_multicast_a_on_the_gpu(i) -> None:
                 alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.0, 0.5, 1.0)), pad=rng.choice((0, 8)), special=None)
     options = dict(block_m=bm, block_n=bn, cluster=2, multicast="a")
     probe = default_config(Backend.TMA, block_m=bm, block_n=bn, cluster=2, out_f32=out_f32, multicast_a=True)
-    if probe.narrow or probe.odd_slabs:
-        case["beta"] = 0.0  # the builds that refuse a C read
     if i % 5 == 4 and not probe.narrow:
         options["splits"] = min(-(-case["k"] // 64), 3)
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), **options)
@@ -821,27 +824,25 @@ def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
 
 def test_chosen_plans_pass_their_own_checks() -> None:
     """Every plan the rules choose (tile, narrow width, split, the 256-wide split tiles, a tail and its plan), on
-    seeded random problems, GPUs of several SM counts and both shared-memory sizes, is one check_config and
-    check_c_read accept; a tile asked for is kept."""
+    seeded random problems, GPUs of several SM counts and both shared-memory sizes, is one check_config
+    accepts; a tile asked for is kept."""
     rng = random.Random(11)
     for _ in range(3000):
         m, n, k = (rng.choice((rng.randint(1, 300), rng.randint(1, 20000))) for _ in range(3))
         sms, limit = rng.choice((132, 114, 78, 16, 1)), rng.choice((232448, 101376))
-        out_f32, beta = rng.random() < 0.4, rng.choice((0.0, 0.0, 0.5))
+        out_f32 = rng.random() < 0.4
         cfg = default_config(Backend.TMA, m=m, n=n, k=k, sms=sms, b_kmajor=rng.random() < 0.5, out_f32=out_f32,
-                             beta=beta, shared_mem_limit=limit)
-        where = (m, n, k, sms, limit, out_f32, beta, cfg)
+                             shared_mem_limit=limit)
+        where = (m, n, k, sms, limit, out_f32, cfg)
         check_config(cfg, limit, k)
-        gemm_mod.check_c_read(cfg, beta, "float32" if out_f32 else "bfloat16")
-        tail = gemm_mod.choose_tail_rows(cfg, m, n, k, sms, beta, limit) if cfg.splits == 1 else 0
+        tail = gemm_mod.choose_tail_rows(cfg, m, n, k, sms, limit) if cfg.splits == 1 else 0
         if tail:
             assert 0 < tail < m and (m - tail) % (cfg.block_m * cfg.cluster) == 0, where
-            t = gemm_mod.tail_config(cfg, tail, n, k, sms, beta, limit)
+            t = gemm_mod.tail_config(cfg, tail, n, k, sms, limit)
             check_config(t, limit, k)
-            gemm_mod.check_c_read(t, beta, "float32" if out_f32 else "bfloat16")
         assert cfg.cluster == 1 or sms >= 2, where  # plan_gemm refuses sms below the cluster's CTAs
         given = default_config(Backend.TMA, m=m, n=n, k=k, sms=sms, block_n=128, cluster=1, block_m=128, splits=1,
-                               out_f32=out_f32, beta=beta, shared_mem_limit=limit)
+                               out_f32=out_f32, shared_mem_limit=limit)
         assert (given.block_n, given.cluster, given.block_m, given.splits) == (128, 1, 128, 1), where
 
 
@@ -900,7 +901,7 @@ def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
     tail = gemm_mod.choose_tail_rows(cfg, 5936, 4352, 9720, 132)
     # 46 tile rows x 17 columns fill 6 turns; the last 48 rows: 34 lone 64 x 128 tiles, K split 3 ways
     assert tail == 5936 - 46 * 128
-    assert gemm_mod.tail_config(cfg, tail, 4352, 9720, 132, 0.0).splits == 3
+    assert gemm_mod.tail_config(cfg, tail, 4352, 9720, 132).splits == 3
     assert describe_gemm(5936, 4352, 9720, b_major="n").config.tail_rows == tail
     assert describe_gemm(5936, 4352, 9720, b_major="n", block_n=256).config.tail_rows == 0  # a tile asked for
     # 8192^3: a last turn half full saves < 10%; 8192x8192x1024 likewise; 12608x280x1504: K too short for the
@@ -913,7 +914,7 @@ def test_tail_rows_are_chosen_where_the_last_turn_is_nearly_empty() -> None:
     given = describe_gemm(5936, 4352, 9720, b_major="n", tail_rows=5936 - 2560, arch="sm_90a", sms=132).config
     assert (given.tail_rows, given.splits) == (3376, 1) and describe_gemm(5936, 4352, 9720, b_major="n",
                                                                          tail_rows=0).config.tail_rows == 0
-    assert gemm_mod.tail_config(cfg, 208, 4096, 512, 1, 0.0).cluster == 1  # one SM: no cluster for the tail
+    assert gemm_mod.tail_config(cfg, 208, 4096, 512, 1).cluster == 1  # one SM: no cluster for the tail
 
 
 def test_unsplit_tails_from_long_k_after_clusters() -> None:
@@ -923,7 +924,7 @@ def test_unsplit_tails_from_long_k_after_clusters() -> None:
     assert (cfg.block_n, cfg.cluster, gemm_mod.tile_turns(1664, 3992, 256, 2, 132)) == (256, 2, 2)
     tail = gemm_mod.choose_tail_rows(cfg, 1664, 3992, 16128, 132)
     assert tail == 1664 - 8 * 128  # 8 tile rows x 16 columns: one turn; the last 640 rows a plan of their own
-    t = gemm_mod.tail_config(cfg, tail, 3992, 16128, 132, 0.0)
+    t = gemm_mod.tail_config(cfg, tail, 3992, 16128, 132)
     assert (t.block_n, t.cluster, t.splits) == (192, 2, 1)  # 3 pairs x 21 columns: one turn, whole K
     assert gemm_mod.choose_tail_rows(cfg, 1664, 3992, 5000, 132) == 0  # K below 5120: the same plan takes no tail
     lone = default_config(Backend.TMA, m=1664, n=3992, k=16128, sms=132, cluster=1)
@@ -1006,7 +1007,7 @@ def test_tail_rows_on_the_gpu(i) -> None:
     whole = 128 * cl * rng.randint(1, (m - 1) // (128 * cl))  # the first plan: at least one cluster row of tiles
     plan = _check_gemm(torch, case, runs=3, seed=_seed(), block_n=bn, cluster=cl, tail_rows=m - whole)
     assert plan.config.tail_rows == m - whole and plan.tail is not None and plan.tail.m == m - whole
-    assert plan.config.splits == 1 and plan.grid[0] <= -(-whole // 128) * -(-case["n"] // bn)
+    assert plan.config.splits == 1 and plan.grid[0] <= -(-whole // plan.config.block_m) * -(-case["n"] // bn)
 
 
 # (M, N, K, dtype, K-major B, fp32 output, beta, (BN, splits, tail_rows, the tail's BN and splits) chosen on 132
@@ -1032,7 +1033,7 @@ def test_split_one_turn_cases_choose_what_they_say() -> None:
                           out_dtype="float32" if out_f32 else None, arch="sm_90a", sms=132)
         assert (d.config.block_n, d.config.splits, d.config.tail_rows) == (bn, splits, tail), (m, n, k)
         if tail:
-            t = gemm_mod.tail_config(d.config, tail, n, k, 132, beta)
+            t = gemm_mod.tail_config(d.config, tail, n, k, 132)
             assert (t.block_n, t.splits) == (tail_bn, tail_splits)
 
 

@@ -94,19 +94,9 @@ class GemmConfig:
     @property
     def narrow(self) -> bool:
         """BN a multiple of 16 from 64 to 240 other than 128 and 192 (tma): a width that fits an N the usual
-        widths cover poorly; gemm.cu's kNarrow (either B major and output type, beta 0, BM 128, no split-K,
+        widths cover poorly; gemm.cu's kNarrow (either B major and output type, any beta, BM 128, no split-K,
         groups, fp8 or reduce-add: check_config)."""
         return self.block_n not in _USUAL_WIDTHS
-
-    @property
-    def odd_slabs(self) -> bool:
-        """An odd number of 128-byte slabs a consumer warpgroup's tile (16-bit: BN 192 three, BM 64 and BN 128 one;
-        fp32 outputs and partials: none of the usual widths; a narrow width's count, its part slab included):
-        gemm.cu's kOddSlabs, which the C read-ahead cannot pair, so such a build runs with beta 0 only (as every
-        narrow one does)."""
-        wg_n = self.block_n // 2 if self.block_m == 64 else self.block_n
-        slab_cols = 32 if self.out_f32 or self.splits > 1 else 64  # 128 bytes of the output (or fp32 partials)
-        return -(-wg_n // slab_cols) % 2 != 0
 
     @property
     def defines(self) -> dict[str, int | str]:
@@ -311,15 +301,14 @@ def choose_multicast_a(m: int, n: int, k: int, block_n: int, b_kmajor: bool, sms
     return (turns == 1 and block_n == 128) or (turns > 1 and m <= _MULTICAST_A_MAX_M and not b_kmajor)
 
 
-def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int, out_f32: bool = False,
-                   beta: float = 0.0) -> int:
+def choose_block_m(m: int, n: int, block_n: int, cluster: int, sms: int) -> int:
     """64 where the chosen tile is 128 x 128 in lone CTAs and the problem's 128-row tiles fill at most half the SMs
     in one turn (its 64-row tiles then fill one turn too, twice as many SMs), or where M is at most 64 (one tile
     row either way: the second warpgroup of a 128-row tile multiplies rows of zeros); else 128. A problem of so few
     tiles is bound by each CTA's own tensor work: half the rows a tile, half the time (H100, 70 such problems of
     the sweeps of seeds 1-59: geomean 1.14x, 0.96x-1.64x; decodes up to 1.47x on the H200; docs/PERFORMANCE.md,
-    GEMM). Not with a 16-bit C read (beta != 0): a warpgroup's one 16-bit slab is refused there."""
-    if (block_n, cluster) != (128, 1) or (beta != 0 and not out_f32):
+    GEMM), with any beta (docs/PERFORMANCE.md, GEMM epilogues)."""
+    if (block_n, cluster) != (128, 1):
         return BLOCK_M
     return 64 if m <= 64 or 2 * _tile_ctas(m, n, 128, 1) <= sms else BLOCK_M
 
@@ -410,18 +399,16 @@ _TAIL_MARGIN = 0.9
 _TAIL_UNSPLIT_MIN_K = 5120
 
 
-def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, beta: float,
-                shared_mem_limit: int = 232448, splits_by_model: bool = True) -> GemmConfig:
+def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, shared_mem_limit: int = 232448, splits_by_model: bool = True) -> GemmConfig:
     """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own on
     ``sms`` SMs (lone CTAs where fewer than two)."""
     return default_config(cfg.backend, bf16=cfg.bf16, b_kmajor=cfg.b_kmajor, out_f32=cfg.out_f32,
                           group_m=cfg.group_m, shared_mem_limit=shared_mem_limit, m=tail_rows, n=n, k=k, sms=sms,
-                          beta=beta, cluster=1 if sms is not None and sms < 2 else None,
+                          cluster=1 if sms is not None and sms < 2 else None,
                           splits_by_model=splits_by_model)
 
 
-def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float = 0.0,
-                     shared_mem_limit: int = 232448, splits_by_model: bool = True, whole_tails: bool = True) -> int:
+def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, shared_mem_limit: int = 232448, splits_by_model: bool = True, whole_tails: bool = True) -> int:
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
@@ -442,7 +429,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: fl
     tail = m - rows * cfg.block_m
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
-    t = tail_config(cfg, tail, n, k, sms, beta, shared_mem_limit, splits_by_model)
+    t = tail_config(cfg, tail, n, k, sms, shared_mem_limit, splits_by_model)
     if t.splits < 2 and (not whole_tails or k < _TAIL_UNSPLIT_MIN_K or cfg.cluster < 2):
         return 0
     kb = -(-k // BLOCK_K)
@@ -459,7 +446,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
                    sms: int | None = None, k: int | None = None, splits: int | None = None,
-                   groups: int = 0, fp8: bool = False, beta: float = 0.0, block_m: int | None = None,
+                   groups: int = 0, fp8: bool = False, block_m: int | None = None,
                    store_add: bool = False, splits_by_model: bool = True,
                    multicast_a: bool | None = None) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
@@ -468,15 +455,14 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given; ``store_add``: C stored by reduce-add
     (the config says so). A chosen 192- or 256-wide tile gives way to ``narrow_width`` where that is narrower,
-    K >= _NARROW_MIN_K, beta 0, no ``store_add``, and the usual plan neither splits K nor takes a tail, on a GPU
+    K >= _NARROW_MIN_K, no ``store_add``, and the usual plan neither splits K nor takes a tail, on a GPU
     where 150 KiB of shared memory fit; so does a chosen 128-wide tile in a cluster where the narrow width's turns
     cost less (``tile_cost``) and K >= _NARROW_FROM_128_MIN_K (``choose_narrow``); a split 128-wide tile plan over
     more than half the SMs in one turn, or split in two in clusters over fewer, may become 256-wide
     (``choose_split_width``; block_n, cluster, block_m and splits all left out, 150 KiB of shared memory).
     ``splits_by_model`` False leaves out the splits of ``choose_splits``' turn model and ``choose_split_width``:
     the narrow rule judges the usual plan's split and tail so, and gives way only where it did before those rules
-    (the rule was measured against that plan). BN 192 is a candidate on tma for a 16-bit output with ``beta`` 0 or
-    an fp32 output (its three 16-bit slabs a tile leave the C read-ahead's buffer pairing). ``multicast_a`` True: a
+    (the rule was measured against that plan). BN 192 is a candidate on tma (not fp8). ``multicast_a`` True: a
     2-CTA cluster sharing A (the tile chosen as for one sharing B); None: ``choose_multicast_a`` decides for a plan
     chosen as lone 128-row CTAs without split-K or tail; False: a cluster, if any, shares B. cp.async: BN 256 where
     150 KiB of shared memory fit, else 128, no cluster, no split."""
@@ -488,23 +474,23 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
     wide = shared_mem_limit >= 150 * 1024
     tile_chosen = block_n is None and cluster is None and block_m is None  # (before they are chosen below)
     if backend is Backend.TMA and m and n and sms and (block_n is None or cluster is None):
-        widths = ((256, 192, 128) if not fp8 and (out_f32 or beta == 0) else (256, 128)) if wide else (128,)
+        widths = ((256, 128) if fp8 else (256, 192, 128)) if wide else (128,)
         bn, cl = choose_tile(m, n, sms, block_n, cluster, widths, k=k, b_kmajor=b_kmajor)
     else:
         bn = block_n or (256 if wide else 128)
         cl = cluster if cluster is not None else (2 if backend is Backend.TMA else 1)
     # (wide: the rule was measured with the H100's shared memory, where 4 stages of a narrow tile fit)
     if (wide and block_n is None and block_m in (None, 128) and splits in (None, 1)
-            and backend is Backend.TMA and m and n and k and k >= _NARROW_MIN_K and sms and beta == 0 and not fp8
+            and backend is Backend.TMA and m and n and k and k >= _NARROW_MIN_K and sms and not fp8
             and not groups and not store_add and choose_splits(m, n, k, bn, cl, sms, by_model=False) == 1):
         narrow = choose_narrow(m, n, k, bn, cl, sms)
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
         # a tail plan stays the usual's (split tails: the narrow rule was measured before tails of whole tiles)
-        if narrow and not choose_tail_rows(usual, m, n, k, sms, beta, shared_mem_limit, splits_by_model=False,
+        if narrow and not choose_tail_rows(usual, m, n, k, sms, shared_mem_limit, splits_by_model=False,
                                            whole_tails=False):
             bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
-        block_m = choose_block_m(m, n, bn, cl, sms, out_f32, beta)
+        block_m = choose_block_m(m, n, bn, cl, sms)
     bm = block_m if block_m is not None else BLOCK_M
     if splits is None:
         splits = (choose_splits(m, n, k, bn, cl, sms, bm, splits_by_model)
@@ -516,7 +502,7 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
             and bm == BLOCK_M and splits == 1 and bn in _USUAL_WIDTHS and not fp8 and not groups and not store_add):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, 1, group_m, 1, block_m=BLOCK_M)
         # a plan the tail rule would split keeps its tail (the rule was measured on plans without one)
-        if choose_multicast_a(m, n, k, bn, b_kmajor, sms) and not choose_tail_rows(usual, m, n, k, sms, beta,
+        if choose_multicast_a(m, n, k, bn, b_kmajor, sms) and not choose_tail_rows(usual, m, n, k, sms,
                                                                                    shared_mem_limit):
             multicast_a, cl = True, 2
     if stages is None:
@@ -581,24 +567,6 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    f"{cfg.stage_bytes / 1024:g} KiB; {cfg.stages} stages need "
                                    f"{cfg.shared_mem / 1024:.1f} KiB, {limit / 1024:.1f} KiB available per block",
                                    "use fewer stages or block_n=128")
-
-
-def check_c_read(cfg: GemmConfig, beta: float, odt: str) -> None:
-    """Refuse beta != 0 on a build with an odd number of 16-bit slabs a warpgroup (``GemmConfig.odd_slabs``) or a
-    narrow width (its part slab is stored from registers, C not read)."""
-    if beta != 0 and cfg.narrow:
-        raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) must have beta 0, "
-                                   f"not {beta} (its last, part slab is stored from registers without reading C)",
-                                   "use block_n=128 or 256")
-    if not cfg.odd_slabs or beta == 0:
-        return
-    if cfg.block_m == 64:
-        raise InvalidArgumentError("block_m", 64, f"with block_n=128, beta={beta} and a {odt} output must be 128 "
-                                   "(the C read-ahead pairs a warpgroup's 64-column slabs two by two: it has one)",
-                                   "use block_m=128, block_n=256, or an fp32 output")
-    raise InvalidArgumentError("block_n", 192, f"with beta={beta} and a {odt} output must be 128 or 256 (the C "
-                               "read-ahead pairs a tile's 64-column slabs two by two)",
-                               "use block_n=256, or an fp32 output")
 
 
 def _rows(v: ArrayView, name: str) -> tuple[int, int, int]:
@@ -885,7 +853,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
-    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``: beta 0,
+    ``block_n`` may be a narrow width on tma, a multiple of 16 from 64 to 240 (``GemmConfig.narrow``:
     128-row tiles, no split-K or reduce), for an N the usual widths cover poorly; left out, one replaces a chosen
     192- or 256-wide tile where ``narrow_width`` is narrower (no more tiles, less work), and a 128-wide one in a
     cluster where its turns cost less (``default_config``).
@@ -903,7 +871,7 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     empty; left out, ``choose_tail_rows`` decides when ``block_n``, ``cluster`` and ``splits`` are left out too
     (else 0); 0: none; given, the first plan takes no split-K unless ``splits`` says so (which is then refused).
     ``block_m`` (tma): 64 for tiles of 64 rows, twice as many as of 128 (both consumer warpgroups take the 64 rows,
-    each half of ``block_n``, 128 or 256; beta 0 with a 16-bit output at ``block_n=128``), or 128; left out,
+    each half of ``block_n``, 128 or 256), or 128; left out,
     ``choose_block_m`` decides (64 for problems of few 128 x 128 lone tiles).
     ``multicast`` (tma, 2-CTA clusters): which operand the pair shares by TMA multicast. "b": the pair takes
     vertically adjacent tiles of the same columns, each loading half of B's tile; "a": horizontally adjacent tiles
@@ -935,14 +903,13 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
                          out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
                          shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, beta=beta, block_m=block_m, store_add=reduce is not None,
+                         splits=splits, block_m=block_m, store_add=reduce is not None,
                          multicast_a=multicast_a)
     check_config(cfg, limit, dims[2])
-    check_c_read(cfg, beta, odt)
     if sms is not None and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
-    cfg, tail = resolve_tail(cfg, *dims, sms or device_sms, beta, limit, tail_rows,
+    cfg, tail = resolve_tail(cfg, *dims, sms or device_sms, limit, tail_rows,
                              block_n is None and cluster is None and splits is None)
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms, tail)
@@ -956,18 +923,18 @@ def first_plan_splits(splits: int | None, tail_rows: Any) -> int | None:
     return 1 if splits is None and tail_rows and not isinstance(tail_rows, bool) else splits
 
 
-def resolve_tail(cfg: GemmConfig, m: int, n: int, k: int, sms: int, beta: float, limit: int, tail_rows: Any,
+def resolve_tail(cfg: GemmConfig, m: int, n: int, k: int, sms: int, limit: int, tail_rows: Any,
                  chosen: bool) -> tuple[GemmConfig, GemmConfig | None]:
     """``plan_gemm``'s (and ``describe_gemm``'s) tail: ``tail_rows`` None takes ``choose_tail_rows``'s where the
     tile plan was ``chosen`` (block_n, cluster and splits left out), else none; a given one is checked. Returns the
     config with its ``tail_rows`` and the tail's own config (None without a tail)."""
     if tail_rows is None:
-        tail_rows = choose_tail_rows(cfg, m, n, k, sms, beta, limit) if chosen else 0
+        tail_rows = choose_tail_rows(cfg, m, n, k, sms, limit) if chosen else 0
     else:
         _check_tail_rows(tail_rows, cfg, m)
     if not tail_rows:
         return cfg, None
-    tail = tail_config(cfg, tail_rows, n, k, sms, beta, limit)
+    tail = tail_config(cfg, tail_rows, n, k, sms, limit)
     check_config(tail, limit, k)
     return replace(cfg, tail_rows=tail_rows), tail
 
@@ -1025,7 +992,7 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_c_read", "check_config", "choose_block_m", "choose_splits",
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_splits",
            "choose_multicast_a", "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
            "gemm_tensor_maps", "parse_multicast", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
            "stage_descriptors", "tile_turns", "turn_cost"]

@@ -113,9 +113,8 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the
     three TMA maps (C's: the fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms``
-    None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta`` as
-    ``plan_gemm``'s: a 16-bit output read with beta != 0 takes no 192-wide tile; ``tail_rows`` and ``multicast`` as
-    ``plan_gemm``'s."""
+    None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta``
+    (checked; the plan is the same for any beta), ``tail_rows`` and ``multicast`` as ``plan_gemm``'s."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
         raise InvalidArgumentError("beta", beta, "must be a finite number", "pass beta=0.0")
@@ -130,11 +129,10 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     splits = _gemm.first_plan_splits(splits, tail_rows)
     cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
                                block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, k=k, splits=splits, beta=beta, sms=cfg_sms, block_m=block_m,
+                               m=m, n=n, k=k, splits=splits, sms=cfg_sms, block_m=block_m,
                                multicast_a=_gemm.parse_multicast(multicast))
     _gemm.check_config(cfg, limit, k)
-    _gemm.check_c_read(cfg, beta, odt)
-    cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, beta, limit, tail_rows,
+    cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, limit, tail_rows,
                                 block_n is None and cluster is None and splits is None)
     maps: tuple = ()
     if choice.backend is Backend.TMA:

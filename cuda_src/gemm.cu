@@ -18,9 +18,11 @@
 //                  previous k-block's batch (so one batch is always in flight) and release that stage to the
 //                  producers of every CTA of the cluster. Epilogue: 128-byte-wide swizzled slabs through the
 //                  warpgroup's StorePipeline (two slab buffers), each slab a TMA store (clipped at the edges of C):
-//                  a 16-bit output without beta staged by stmatrix; with beta C's slab is first loaded by TMA into
-//                  the buffer and read back in place (the first slab under the tile's mainloop, each next one
-//                  while its predecessor is computed); fp32 outputs by per-thread shared stores. With
+//                  a 16-bit output without beta staged by stmatrix (the slabs past the two buffers packed in
+//                  registers and stored while the next tile's first k-block multiplies); with beta C's slab is
+//                  first loaded by TMA into the buffer and read back in place (the first slab under the tile's
+//                  mainloop, each next one while its predecessor is computed); fp32 outputs by per-thread shared
+//                  stores. With
 //                  TMAKIT_GEMM_STORE_ADD the slabs go out as TMA reduce-adds (C += the slab, atomic per element:
 //                  several GEMMs, on this GPU or on peers writing over NVLink, may add into one C).
 //     Tiles are handed out persistently (blockIdx / gridDim stride) in grouped order: GROUP_M (cluster-)rows
@@ -245,6 +247,14 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 typedef Pipeline<kStages, TmaProducer, 128> Ring;  // consumers release per warpgroup
 constexpr bool kGrouped = TMAKIT_GEMM_GROUPED != 0;
+// A 16-bit output without beta, every slab stored by TMA: the slabs past the two store buffers (whose stores would
+// wait for the first ones' reads) leave the mainloop packed in registers and are staged and stored while the next
+// tile's first k-block multiplies, so the tensor pipe does not wait on them. Plain GEMMs of the usual widths only (a
+// grouped one changes C's map between tiles).
+constexpr int kDeferredSlabs =
+    !kOutF32 && !kFp8 && !kGrouped && !kNarrow && TMAKIT_GEMM_STORE_ADD == 0 && kSlabs > 2 ? kSlabs - 2 : 0;
+constexpr int kFirstDeferred = kSlabs - kDeferredSlabs;
+constexpr int kPackedRegs = kDeferredSlabs > 0 ? kDeferredSlabs * (kSlabCols / 16) * 4 : 1;  // 4 stmatrix.x4 a slab
 static_assert(!kNarrow || (kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 && TMAKIT_GEMM_STORE_ADD == 0),
               "a narrow BN: BM 128, no fp8, groups, split-K or reduce-add (its part slab is stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
@@ -438,6 +448,31 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     };
     Ring::State c = make_consumer_start_state<kStages>();
     float acc[kWgN / 2];
+    uint32_t packed[kPackedRegs];  // the last tile's deferred slabs, stmatrix's fragments in slab order
+    bool pending = false;          // their stores are still to be issued, the tile at (pending_n0, pending_row0)
+    int pending_n0 = 0, pending_row0 = 0;
+    // The deferred slabs into the store buffers (stmatrix) and out by TMA; rows past M and columns past N clipped
+    // by the TMA stores.
+    auto store_packed = [&]() {
+#pragma unroll
+      for (int s = kFirstDeferred; s < kSlabs; ++s) {
+        uint8_t* buf = store.acquire();
+        const uint32_t base = shared_addr(buf);
+#pragma unroll
+        for (int q = 0; q < kSlabCols / 16; ++q) {
+          uint32_t r[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) r[e] = packed[4 * ((s - kFirstDeferred) * (kSlabCols / 16) + q) + e];
+          stmatrix_sync_aligned_m8n8_x4_shared_b16(
+              ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes, kSwizzle128B), r);
+        }
+        store.publish();
+        const int slab_n0 = pending_n0 + s * kSlabCols;
+        if (store.issuer() && slab_n0 < N) cp_async_bulk_tensor_s2g<kCRank>(&map_c, c_coords(slab_n0, pending_row0, 0), buf);
+        store.commit();
+      }
+      pending = false;
+    };
     const uint32_t smem_base = shared_addr(smem) + consumer * kAConsumerBytes;
     const uint32_t b_base = shared_addr(smem) + kABytes + consumer * kBConsumerBytes;
     const TensorMapDesc* c_map = &map_c;
@@ -554,6 +589,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                                                      wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
           }
           wgmma_commit_group();
+          if constexpr (kDeferredSlabs > 0) {
+            if (pending) store_packed();  // the last tile's stores, while this tile's first k-block multiplies
+          }
           wgmma_wait_group<1>();  // the previous k-block's batch is done: its stage may be refilled
           if (kb > kb_begin) {
             release(done);
@@ -569,9 +607,24 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // ---- epilogue: alpha/beta, then 128-byte slabs through the store pipeline and TMA stores ----
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
+      // C not read and no slab stored from registers (columns short of a 16-byte row end): the deferred slabs are
+      // packed as stmatrix takes them (e: rows g / g + 8 x n8 blocks jj / jj + 1, stmatrix's matrix order).
+      const bool defer = kDeferredSlabs > 0 && beta == 0.f && !slab_direct(cn0 + (kSlabs - 1) * kSlabCols, N);
       {
 #pragma unroll
         for (int s = 0; s < kFullSlabs; ++s) {
+          if (s >= kFirstDeferred && defer) {
+#pragma unroll
+            for (int x = 0; x < kSlabCols / 16; ++x) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int i = 4 * (s * (kSlabCols / 8) + 2 * x + (e >> 1)) + 2 * (e & 1);
+                packed[4 * ((s - kFirstDeferred) * (kSlabCols / 16) + x) + e] =
+                    pack_out2(alpha == 0.f ? 0.f : alpha * acc[i], alpha == 0.f ? 0.f : alpha * acc[i + 1]);
+              }
+            }
+            continue;
+          }
           const int slab_n0 = cn0 + s * kSlabCols;
           const bool direct = slab_direct(slab_n0, N);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
@@ -664,6 +717,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
           store.commit();  // one bulk group per slab, stored or not: the buffer rotation stays in step
         }
+        if (defer) pending = true, pending_n0 = cn0, pending_row0 = row0;  // stored under the next mainloop
         if constexpr (kFullSlabs < kSlabs) {
           // A narrow tile's part slab, from registers (a TMA store of the whole slab would write the next tile's
           // columns; with beta != 0 C's values are read likewise); no store buffer, so the rotation above is untouched.
@@ -691,6 +745,9 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           }
         }
       }
+    }
+    if constexpr (kDeferredSlabs > 0) {
+      if (pending) store_packed();
     }
     store.drain();
   }

@@ -677,6 +677,26 @@ def test_c_read_of_odd_slab_counts_on_the_gpu(i) -> None:
 
 
 @pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(12))
+def test_deferred_stores_across_tiles_on_the_gpu(i) -> None:
+    """A 16-bit output with beta 0 on 192- and 256-wide tiles: the slabs past the two store buffers are stored under
+    the next tile's first k-block. On 1-8 SMs (each CTA takes many tiles in turn), clusters of 1 and 2, both dtypes
+    and B majors, alpha 1, -2 or 0, N a multiple of 8 or not (a last tile column with slabs stored from registers,
+    which is not deferred, between deferred ones); 5 runs on poisoned outputs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(6000 + i)
+    bn, cl = (192, 256)[i % 2], (1, 2)[(i // 2) % 2]
+    n = rng.choice((8 * rng.randint(8, 200), rng.randint(64, 1600)))
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 4) % 2 == 0,
+                m=rng.randint(1, 1800), n=n, k=rng.randint(16, 900), out_f32=False,
+                alpha=rng.choice((1.0, -2.0, 0.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
+    sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
+    plan = _check_gemm(torch, case, runs=5, seed=_seed(), block_m=128, block_n=bn, cluster=cl, splits=1, sms=sms)
+    assert (plan.config.block_n, plan.config.splits, plan.config.tail_rows) == (bn, 1, 0) and plan.grid[0] <= sms
+
+
+@pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(16))
 def test_multicast_a_on_the_gpu(i) -> None:
     """Clusters that share A (``multicast="a"``: the pair on horizontally adjacent tiles, each loading half of A's

@@ -620,14 +620,19 @@ def test_few_tile_problems_take_64_row_tiles() -> None:
 
 
 def test_few_rows_take_more_ring_stages() -> None:
-    """Up to 64 rows, 128-wide tiles take 6 stages (B's bytes in flight bound them); else 4; given ones are kept."""
-    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).stages == 6
+    """64-row tiles take 6 stages, 8 up to 8 rows (B's bytes in flight bound them); 128-wide tiles of 128 rows up
+    to 64 rows 6; else 4; as many as fit; given ones are kept."""
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132).stages == 8  # 64-row tiles (24 KiB stages)
     assert default_config(Backend.TMA, m=64, n=1024, k=16384, sms=132, out_f32=True).stages == 6
     assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132, block_m=128).stages == 4
-    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132).stages == 6  # 64-row tiles (24 KiB stages)
+    assert default_config(Backend.TMA, m=128, n=4096, k=4096, sms=132).stages == 6
+    assert default_config(Backend.TMA, m=9, n=4096, k=4096, sms=132).stages == 6
+    assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, block_m=128, block_n=128).stages == 6
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, block_n=256).stages == 4
     assert default_config(Backend.TMA, m=8, n=4096, k=4096, sms=132, stages=3).stages == 3
-    assert describe_gemm(8, 4096, 4096).config.stages == 6
+    assert describe_gemm(8, 4096, 4096).config.stages == 8
+    cfg = describe_gemm(1, 8192, 8192).config
+    assert cfg.stages == 8 and cfg.shared_mem <= 232448  # what an H100 or H200 block holds
 
 
 @pytest.mark.requires_sm90

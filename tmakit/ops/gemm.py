@@ -142,6 +142,9 @@ _CLUSTER_COST_MANY_TURNS = {2: 0.9, 1: 1.0}
 _NMAJOR_NARROW = 640  # choose_tile: below this N with N-major B the cluster discount is judged per option
 _ONE_WAVE_K = 3072  # choose_tile: up to this K a one-wave problem takes lone 128-wide tiles
 _FEW_ROWS = 64  # default_config: up to this M, 128-wide tiles take as many ring stages as fit (up to 6)
+# default_config: up to this M, 64-row tiles take up to 8 ring stages, else up to 6 (B streamed, its bytes in flight
+# bound it; decode shapes, docs/PERFORMANCE.md, GEMM: the H200 gains, the H100 holds; from 12 rows on neither)
+_DEEP_RING_ROWS = 8
 # Narrow widths (default_config, narrow_width): a problem whose chosen tile is 192 or 256 wide takes N cut into as
 # many tiles as 256-wide ones would make, rounded up to 16 columns, where that width is narrower than the chosen
 # one (no more tiles, each narrower), at most _NARROW_MAX, and K at least _NARROW_MIN_K. H100, 4ef69d7-a8dbce5,
@@ -450,7 +453,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
                    store_add: bool = False, splits_by_model: bool = True,
                    multicast_a: bool | None = None) -> GemmConfig:
     """The tile plan: BM x BN x 64 tiles, as many ring stages as fit, at most 4 (at most 6 for fp8, for 128-wide
-    tiles of an ``m`` of at most 64 rows and for 64-row tiles). On tma with the problem's ``m``, ``n`` and the
+    tiles of an ``m`` of at most 64 rows and for 64-row tiles; at most 8 for 64-row tiles of an ``m`` of at most
+    8 rows). On tma with the problem's ``m``, ``n`` and the
     device's ``sms``, BN (256 or 128) and the cluster (2 or 1) not given are chosen by ``choose_tile``; without
     them, 256 and 2; BM is ``block_m``, or there ``choose_block_m``'s (64 for few 128 x 128 lone tiles), else 128;
     with ``k`` too, split-K by ``choose_splits`` unless ``splits`` is given; ``store_add``: C stored by reduce-add
@@ -509,9 +513,10 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         stages = 2
         # The fp8 stage (33 KiB) leaves room for more; so does a 128-wide 16-bit one (32 KiB) on a problem of at
         # most 64 rows, bound by B's bytes in flight (docs/PERFORMANCE.md, GEMM: 8x4096x4096 1.11x with 6), and a
-        # 64-row one.
+        # 64-row one (8 where M is at most _DEEP_RING_ROWS: 24 KiB stages of a streamed B).
         more = fp8 or bm == 64 or (m is not None and m <= _FEW_ROWS and bn == 128 and backend is Backend.TMA)
-        for s in ((6, 5, 4, 3) if more else (4, 3)):
+        deep = bm == 64 and m is not None and m <= _DEEP_RING_ROWS
+        for s in ((8, 7, 6, 5, 4, 3) if deep else (6, 5, 4, 3) if more else (4, 3)):
             if GemmConfig(backend, bf16, b_kmajor, out_f32, bn, s, cl, group_m, splits, groups, fp8,
                           block_m=bm).shared_mem <= shared_mem_limit:
                 stages = s

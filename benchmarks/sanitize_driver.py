@@ -195,15 +195,21 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
             # a 16-bit C read (beta) on the builds of an odd slab count (BN 192, BM 64 at BN 128) and a narrow width
             # (its part slab read from registers), on 2 SMs: each CTA takes many tiles, so the C read-ahead's
             # buffers and barriers rotate across tiles; then beta 0 at BN 256, whose last two slabs a tile are
-            # stored under the next tile's first k-block
-            for m, n, k, options in ((300, 520, 136, {"block_n": 192}), (200, 296, 72, {"block_m": 64, "block_n": 128}),
-                                     (260, 280, 136, {"block_n": 144}), (300, 520, 136, {"block_n": 256})):
+            # stored under the next tile's first k-block; N 522 in rows padded to 528 (the last tile column's last
+            # slabs stored from registers) in clusters of 2
+            for m, n, k, options in ((300, 520, 136, {"block_n": 192, "cluster": 1}),
+                                     (200, 296, 72, {"block_m": 64, "block_n": 128, "cluster": 1}),
+                                     (260, 280, 136, {"block_n": 144, "cluster": 1}),
+                                     (300, 522, 136, {"block_n": 192, "cluster": 2}),
+                                     (300, 520, 136, {"block_n": 256, "cluster": 1}),
+                                     (300, 522, 136, {"block_n": 256, "cluster": 2})):
                 a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
                 b = torch.randn(n, k, generator=gen).to("cuda", torch.bfloat16)
                 c0 = torch.randn(m, n, generator=gen).to("cuda", torch.bfloat16)
-                c = c0.clone()
+                c = torch.empty(m, -(-n // 8) * 8, device="cuda", dtype=torch.bfloat16)[:, :n]
+                c.copy_(c0)
                 beta = 0.0 if options["block_n"] == 256 else 0.5
-                ops.gemm(a, b, c, beta=beta, backend=backend, cluster=1, sms=2, **options)
+                ops.gemm(a, b, c, beta=beta, backend=backend, sms=2, **options)
                 torch.cuda.synchronize()
                 ref = a.float().cpu() @ b.float().cpu().T + beta * c0.float().cpu()
                 err = ((c.float().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()

@@ -664,19 +664,19 @@ ODD_SLAB_TILES = [(128, 192), (64, 128), (128, 144), (128, 208), (128, 224), (12
 @pytest.mark.requires_sm90
 @pytest.mark.parametrize("i", range(12))
 def test_c_read_of_odd_slab_counts_on_the_gpu(i) -> None:
-    """A 16-bit C read (beta 0.5 or 1) on the builds of an odd slab count or a part slab, at seeded random shapes:
-    both dtypes and B majors, clusters of 1 and 2, N off 8 (direct slabs) or a multiple of 8, a few SMs so that each
-    CTA takes many tiles in turn (the read-ahead's buffers and barriers rotate across tiles); 5 runs on poisoned
-    outputs."""
+    """A C read (beta 0.5 or 1) on the builds of an odd 16-bit slab count or a part slab, at seeded random shapes:
+    every tile in clusters of 1 and 2, both dtypes and B majors, 16-bit outputs and some fp32 ones (a narrow width's
+    part slab), N off 8 (direct slabs) or a multiple of 8, 2-8 SMs so that each CTA takes many tiles in turn (the
+    read-ahead's buffers and barriers rotate across tiles); 5 runs on outputs poisoned up to their row padding."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(5000 + i)
     bm, bn = ODD_SLAB_TILES[i % len(ODD_SLAB_TILES)]
-    n = rng.choice((8 * rng.randint(8, 180), rng.randint(64, 1500)))
-    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 6) % 2 == 0,
-                m=rng.randint(1, 1500), n=n, k=rng.randint(16, 1200), out_f32=False, alpha=rng.choice((1.0, -2.0)),
-                beta=rng.choice((0.5, 1.0)), pad=rng.choice((0, 8)), special=None)
-    options = dict(block_m=bm, block_n=bn, cluster=(1, 2)[i % 2] if bn != 80 else 1, sms=rng.choice((2, 4, 8, 132)))
+    n = (8 * rng.randint(8, 180), rng.randint(64, 1500) | 1)[(i + i // len(ODD_SLAB_TILES)) % 2]  # each tile both
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=rng.random() < 0.5,
+                m=rng.randint(1, 1500), n=n, k=rng.randint(16, 1200), out_f32=i % 4 == 3,
+                alpha=rng.choice((1.0, -2.0)), beta=rng.choice((0.5, 1.0)), pad=8, special=None)
+    options = dict(block_m=bm, block_n=bn, cluster=(1, 2)[(i // len(ODD_SLAB_TILES)) % 2], sms=rng.choice((2, 4, 8)))
     plan = _check_gemm(torch, case, runs=5, seed=_seed(), **options)
     assert (plan.config.block_m, plan.config.block_n) == (bm, bn)
 
@@ -695,7 +695,7 @@ def test_deferred_stores_across_tiles_on_the_gpu(i) -> None:
     n = rng.choice((8 * rng.randint(8, 200), rng.randint(64, 1600)))
     case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=(i // 4) % 2 == 0,
                 m=rng.randint(1, 1800), n=n, k=rng.randint(16, 900), out_f32=False,
-                alpha=rng.choice((1.0, -2.0, 0.0)), beta=0.0, pad=rng.choice((0, 8)), special=None)
+                alpha=rng.choice((1.0, -2.0, 0.0)), beta=0.0, pad=8, special=None)
     sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
     plan = _check_gemm(torch, case, runs=5, seed=_seed(), block_m=128, block_n=bn, cluster=cl, splits=1, sms=sms)
     assert (plan.config.block_n, plan.config.splits, plan.config.tail_rows) == (bn, 1, 0) and plan.grid[0] <= sms
@@ -860,10 +860,10 @@ def test_chosen_plans_pass_their_own_checks() -> None:
                              shared_mem_limit=limit)
         where = (m, n, k, sms, limit, out_f32, cfg)
         check_config(cfg, limit, k)
-        tail = gemm_mod.choose_tail_rows(cfg, m, n, k, sms, limit) if cfg.splits == 1 else 0
+        tail = gemm_mod.choose_tail_rows(cfg, m, n, k, sms, shared_mem_limit=limit) if cfg.splits == 1 else 0
         if tail:
             assert 0 < tail < m and (m - tail) % (cfg.block_m * cfg.cluster) == 0, where
-            t = gemm_mod.tail_config(cfg, tail, n, k, sms, limit)
+            t = gemm_mod.tail_config(cfg, tail, n, k, sms, shared_mem_limit=limit)
             check_config(t, limit, k)
         assert cfg.cluster == 1 or sms >= 2, where  # plan_gemm refuses sms below the cluster's CTAs
         given = default_config(Backend.TMA, m=m, n=n, k=k, sms=sms, block_n=128, cluster=1, block_m=128, splits=1,

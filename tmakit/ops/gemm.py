@@ -402,7 +402,8 @@ _TAIL_MARGIN = 0.9
 _TAIL_UNSPLIT_MIN_K = 5120
 
 
-def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, shared_mem_limit: int = 232448, splits_by_model: bool = True) -> GemmConfig:
+def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, *, shared_mem_limit: int = 232448,
+                splits_by_model: bool = True) -> GemmConfig:
     """The plan of C's last ``tail_rows`` rows (``choose_tail_rows``): chosen as for a problem of its own on
     ``sms`` SMs (lone CTAs where fewer than two)."""
     return default_config(cfg.backend, bf16=cfg.bf16, b_kmajor=cfg.b_kmajor, out_f32=cfg.out_f32,
@@ -411,7 +412,8 @@ def tail_config(cfg: GemmConfig, tail_rows: int, n: int, k: int, sms: int, share
                           splits_by_model=splits_by_model)
 
 
-def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, shared_mem_limit: int = 232448, splits_by_model: bool = True, whole_tails: bool = True) -> int:
+def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, *, shared_mem_limit: int = 232448,
+                     splits_by_model: bool = True, whole_tails: bool = True) -> int:
     """Rows at the end of C left to a second plan (0: none). A persistent grid of T turns whose last turn is
     part-empty keeps the tile rows that fill T - 1 turns; the rows after them, few tiles, go to a plan of their
     own, which splits their K (``choose_splits``) over the SMs and sums the partials. Taken where the turn model
@@ -432,7 +434,7 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, shared_m
     tail = m - rows * cfg.block_m
     if turns < 2 or rows < 1 or tail <= 0:
         return 0
-    t = tail_config(cfg, tail, n, k, sms, shared_mem_limit, splits_by_model)
+    t = tail_config(cfg, tail, n, k, sms, shared_mem_limit=shared_mem_limit, splits_by_model=splits_by_model)
     if t.splits < 2 and (not whole_tails or k < _TAIL_UNSPLIT_MIN_K or cfg.cluster < 2):
         return 0
     kb = -(-k // BLOCK_K)
@@ -490,8 +492,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
         narrow = choose_narrow(m, n, k, bn, cl, sms)
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, cl, group_m, 1, block_m=BLOCK_M)
         # a tail plan stays the usual's (split tails: the narrow rule was measured before tails of whole tiles)
-        if narrow and not choose_tail_rows(usual, m, n, k, sms, shared_mem_limit, splits_by_model=False,
-                                           whole_tails=False):
+        if narrow and not choose_tail_rows(usual, m, n, k, sms, shared_mem_limit=shared_mem_limit,
+                                           splits_by_model=False, whole_tails=False):
             bn, block_m = narrow, BLOCK_M
     if block_m is None and backend is Backend.TMA and not fp8 and not groups and m and n and sms:
         block_m = choose_block_m(m, n, bn, cl, sms)
@@ -506,8 +508,8 @@ def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True
             and bm == BLOCK_M and splits == 1 and bn in _USUAL_WIDTHS and not fp8 and not groups and not store_add):
         usual = GemmConfig(backend, bf16, b_kmajor, out_f32, bn, 4, 1, group_m, 1, block_m=BLOCK_M)
         # a plan the tail rule would split keeps its tail (the rule was measured on plans without one)
-        if choose_multicast_a(m, n, k, bn, b_kmajor, sms) and not choose_tail_rows(usual, m, n, k, sms,
-                                                                                   shared_mem_limit):
+        if choose_multicast_a(m, n, k, bn, b_kmajor, sms) and not choose_tail_rows(
+                usual, m, n, k, sms, shared_mem_limit=shared_mem_limit):
             multicast_a, cl = True, 2
     if stages is None:
         stages = 2
@@ -545,7 +547,7 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                              (cfg.store_add, 'reduce="add"')):
             if refused:
                 raise InvalidArgumentError("block_n", cfg.block_n, f"a narrow width (not 128, 192 or 256) is not "
-                                           f"built with {why}: it takes beta 0, 128-row tiles and no split-K, "
+                                           f"built with {why}: it takes 128-row tiles and no split-K, "
                                            "groups or reduce-add", "use block_n=128 or 256")
     if cfg.cluster not in (1, 2) or (cfg.cluster == 2 and cfg.backend is not Backend.TMA and not cfg.multicast_a):
         raise InvalidArgumentError("cluster", cfg.cluster, "must be 1 or 2, and 1 on the cp.async backend (clusters "
@@ -934,12 +936,12 @@ def resolve_tail(cfg: GemmConfig, m: int, n: int, k: int, sms: int, limit: int, 
     tile plan was ``chosen`` (block_n, cluster and splits left out), else none; a given one is checked. Returns the
     config with its ``tail_rows`` and the tail's own config (None without a tail)."""
     if tail_rows is None:
-        tail_rows = choose_tail_rows(cfg, m, n, k, sms, limit) if chosen else 0
+        tail_rows = choose_tail_rows(cfg, m, n, k, sms, shared_mem_limit=limit) if chosen else 0
     else:
         _check_tail_rows(tail_rows, cfg, m)
     if not tail_rows:
         return cfg, None
-    tail = tail_config(cfg, tail_rows, n, k, sms, limit)
+    tail = tail_config(cfg, tail_rows, n, k, sms, shared_mem_limit=limit)
     check_config(tail, limit, k)
     return replace(cfg, tail_rows=tail_rows), tail
 

@@ -255,6 +255,16 @@ constexpr int kDeferredSlabs =
     !kOutF32 && !kFp8 && !kGrouped && !kNarrow && TMAKIT_GEMM_STORE_ADD == 0 && kSlabs > 2 ? kSlabs - 2 : 0;
 constexpr int kFirstDeferred = kSlabs - kDeferredSlabs;
 constexpr int kPackedRegs = kDeferredSlabs > 0 ? kDeferredSlabs * (kSlabCols / 16) * 4 : 1;  // 4 stmatrix.x4 a slab
+// A 16-bit slab staged whole: each warp's 16 rows x 64 columns by four stmatrix.x4, the accumulator fragments as they
+// are. The accumulator index of the fp32 pair packed into matrix e of slab s's 16-column group q (e: rows g / g + 8 x
+// n8 blocks 2q / 2q + 1 of the slab, stmatrix's matrix order), and group q's stmatrix into a slab buffer.
+TMAKIT_HD constexpr int stmatrix_acc(int s, int q, int e) {
+  return 4 * (s * (kSlabCols / 8) + 2 * q + (e >> 1)) + 2 * (e & 1);
+}
+__device__ __forceinline__ void stmatrix_group(uint32_t base, int t, int q, const uint32_t (&r)[4]) {
+  stmatrix_sync_aligned_m8n8_x4_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes,
+                                                               kSwizzle128B), r);
+}
 static_assert(!kNarrow || (kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 && TMAKIT_GEMM_STORE_ADD == 0),
               "a narrow BN: BM 128, no fp8, groups, split-K or reduce-add (its part slab is stored, not added)");
 static_assert(!kGrouped || kCluster == 1, "a grouped GEMM runs without clusters (a tile pair may straddle groups)");
@@ -463,8 +473,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           uint32_t r[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) r[e] = packed[4 * ((s - kFirstDeferred) * (kSlabCols / 16) + q) + e];
-          stmatrix_sync_aligned_m8n8_x4_shared_b16(
-              ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes, kSwizzle128B), r);
+          stmatrix_group(base, t, q, r);
         }
         store.publish();
         const int slab_n0 = pending_n0 + s * kSlabCols;
@@ -608,18 +617,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // Every warpgroup runs the epilogue, rows past M (or the group's end) included: the TMA stores clip them
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       // C not read and no slab stored from registers (columns short of a 16-byte row end): the deferred slabs are
-      // packed as stmatrix takes them (e: rows g / g + 8 x n8 blocks jj / jj + 1, stmatrix's matrix order).
+      // packed as stmatrix takes them.
       const bool defer = kDeferredSlabs > 0 && beta == 0.f && !slab_direct(cn0 + (kSlabs - 1) * kSlabCols, N);
       {
 #pragma unroll
         for (int s = 0; s < kFullSlabs; ++s) {
           if (s >= kFirstDeferred && defer) {
 #pragma unroll
-            for (int x = 0; x < kSlabCols / 16; ++x) {
+            for (int q = 0; q < kSlabCols / 16; ++q) {
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
-                const int i = 4 * (s * (kSlabCols / 8) + 2 * x + (e >> 1)) + 2 * (e & 1);
-                packed[4 * ((s - kFirstDeferred) * (kSlabCols / 16) + x) + e] =
+                const int i = stmatrix_acc(s, q, e);
+                packed[4 * ((s - kFirstDeferred) * (kSlabCols / 16) + q) + e] =
                     pack_out2(alpha == 0.f ? 0.f : alpha * acc[i], alpha == 0.f ? 0.f : alpha * acc[i + 1]);
               }
             }
@@ -629,21 +638,18 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           const bool direct = slab_direct(slab_n0, N);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
           if (!kOutF32 && beta == 0.f && !direct) {
-            // C not read, a 16-bit output, staged whole: each warp's 16 rows x 64 columns by four stmatrix.x4
-            // (two n8 blocks each: the accumulator fragments as they are, packed), no per-element addressing.
-            // Rows past M and columns past N are clipped by the TMA store.
+            // C not read, a 16-bit output, staged whole by stmatrix, no per-element addressing. Rows past M and
+            // columns past N are clipped by the TMA store.
             const uint32_t base = shared_addr(buf);
 #pragma unroll
             for (int q = 0; q < kSlabCols / 16; ++q) {
-              const int jj = s * (kSlabCols / 8) + 2 * q;  // the first of the two n8 blocks
               uint32_t r[4];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) {  // e: (rows g / g + 8) x (block jj / jj + 1), stmatrix's matrix order
-                const int i = 4 * (jj + (e >> 1)) + 2 * (e & 1);
+              for (int e = 0; e < 4; ++e) {
+                const int i = stmatrix_acc(s, q, e);
                 r[e] = pack_out2(alpha == 0.f ? 0.f : alpha * acc[i], alpha == 0.f ? 0.f : alpha * acc[i + 1]);
               }
-              stmatrix_sync_aligned_m8n8_x4_shared_b16(
-                  ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes, kSwizzle128B), r);
+              stmatrix_group(base, t, q, r);
             }
           } else if (direct) {
 #pragma unroll

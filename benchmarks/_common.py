@@ -138,9 +138,11 @@ def write_results(name: str, title: str, rows: list[dict], notes: list[str], out
 
 def gemm_tile_label(plan) -> str:
     """A GEMM plan's tile plan as the results files name it: "BMxBNx64 sSTAGES cCLUSTER" ("a" after the cluster:
-    the pair shares A; " kS": split-K ranges; " + R rows ...": C's last R rows by a second plan, its own label)."""
+    the pair shares A; " kS": split-K ranges; " swap": the tiles of C^T, the operands swapped; " + R rows ...":
+    C's last R rows by a second plan, its own label)."""
     cfg = plan.config
     label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}{'a' if cfg.multicast_a else ''}"
     label += f" k{cfg.splits}" if cfg.splits > 1 else ""
+    label += " swap" if getattr(cfg, "swap_ab", False) else ""
     tail = getattr(plan, "tail", None)
     return label + (f" + {cfg.tail_rows} rows {gemm_tile_label(tail)}" if tail is not None else "")

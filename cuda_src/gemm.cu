@@ -45,7 +45,7 @@
 // also a narrow width, any other multiple of 16 from 64 to 240: see kNarrow),
 // TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_MULTICAST_A (tma, CLUSTER 2), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
 // TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N)
-// workspace), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
+// workspace), TMAKIT_GEMM_SWAP_AB (tma: the caller's A and B swapped, C stored transposed; see kSwapAB), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
 // tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the first consumer
 // warpgroup's rows 0-63 and then the second's (64-127, or 0-63 again at BM 64), and TMAKIT_GEMM_DESC_B, B's four,
 // each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
@@ -95,6 +95,9 @@
 #endif
 #ifndef TMAKIT_GEMM_GROUPED
 #define TMAKIT_GEMM_GROUPED 0
+#endif
+#ifndef TMAKIT_GEMM_SWAP_AB
+#define TMAKIT_GEMM_SWAP_AB 0  // 1 (tma): C^T = B^T A^T, the caller's operands swapped, each slab stored transposed
 #endif
 #ifndef TMAKIT_GEMM_FP8
 #define TMAKIT_GEMM_FP8 0  // 1: e4m3 A and B with per-128 block scales, bf16 out (tma; tmakit/ops/fp8_gemm.py)
@@ -261,9 +264,23 @@ constexpr int kPackedRegs = kDeferredSlabs > 0 ? kDeferredSlabs * (kSlabCols / 1
 TMAKIT_HD constexpr int stmatrix_acc(int s, int q, int e) {
   return 4 * (s * (kSlabCols / 8) + 2 * q + (e >> 1)) + 2 * (e & 1);
 }
+// Swapped operands (TMAKIT_GEMM_SWAP_AB): the kernel computes C^T = B^T A^T, its M and N the caller's N and M (A's
+// map the caller's B, K-major; B's the caller's A), so that a tile's BN side, any multiple of 16, runs along the
+// caller's M (cuBLAS's kernels tile so: ncu names 256 x 128 tiles, 256 along M, at 1000 x 4097 x 2048, one turn of
+// 132 where 128-row tiles take two). A warpgroup's 64 rows are then 128 bytes of the caller's columns and a slab's
+// 64 columns are 64 of its rows: the slab is staged transposed (stmatrix .trans: matrix e of the fragment order
+// lands where matrix e with its two bits swapped would in the row order) and stored at (row0, slab's n0). A 16-bit
+// output of a plain GEMM only (ops/gemm.py plans it so).
+constexpr bool kSwapAB = TMAKIT_GEMM_SWAP_AB != 0;
 __device__ __forceinline__ void stmatrix_group(uint32_t base, int t, int q, const uint32_t (&r)[4]) {
-  stmatrix_sync_aligned_m8n8_x4_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes,
-                                                               kSwizzle128B), r);
+  if constexpr (kSwapAB) {
+    const uint32_t rt[4] = {r[0], r[2], r[1], r[3]};
+    stmatrix_sync_aligned_m8n8_x4_trans_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * q, 16 * (t / 32),
+                                                                       kRowBytes, kSwizzle128B), rt);
+  } else {
+    stmatrix_sync_aligned_m8n8_x4_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes,
+                                                                 kSwizzle128B), r);
+  }
 }
 static_assert(!kNarrow || (kBM == 128 && !kFp8 && !kGrouped && TMAKIT_GEMM_SPLIT_K == 0 && TMAKIT_GEMM_STORE_ADD == 0),
               "a narrow BN: BM 128, no fp8, groups, split-K or reduce-add (its part slab is stored, not added)");
@@ -299,8 +316,15 @@ __device__ __forceinline__ GroupedUnit grouped_unit(int u, const int* tile_start
 // A slab that ends inside C's last 16 bytes of a row when N * element size is not a multiple of 16: stored from
 // registers, element by element (measured on the H100: a TMA store clipped at such an N wrote the whole 16-byte
 // chunk, past column N into the row's padding). Every slab from there on is direct too.
-__device__ __forceinline__ bool slab_direct(int slab_n0, int N) {
+// Swapped (kSwapAB): C's rows are the warpgroup's 64 rows (row0 on), so a warpgroup whose rows end past M is direct.
+__device__ __forceinline__ bool slab_direct(int slab_n0, int N, int row0, int M) {
+  if constexpr (kSwapAB) return row0 + 64 > M && (M * kOutBytes) % 16 != 0;
   return slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
+}
+// C's element (row gm, column gn) of the kernel's product, and the step to (gm, gn + 1): the caller's C, transposed
+// where the operands are swapped.
+__device__ __forceinline__ long long c_index(int gm, int gn, long long ldc) {
+  return kSwapAB ? static_cast<long long>(gn) * ldc + gm : static_cast<long long>(gm) * ldc + gn;
 }
 
 // C's map: the output (N, M), or split-K's workspace (N, M, splits), so that TMA clips each split's tile rows
@@ -309,7 +333,11 @@ constexpr bool kSplitK = TMAKIT_GEMM_SPLIT_K != 0;
 constexpr int kCRank = kSplitK ? 3 : 2;
 static_assert(!kSplitK || (kOutF32 && !kGrouped && !kFp8 && TMAKIT_GEMM_STORE_ADD == 0),
               "split-K: fp32 partials of a plain GEMM, stored (not reduce-added)");
-__device__ __forceinline__ Coords c_coords(int n0, int row0, int split) { return Coords{{n0, row0, split, 0, 0}}; }
+static_assert(!kSwapAB || (!kOutF32 && !kFp8 && !kGrouped && !kSplitK && TMAKIT_GEMM_STORE_ADD == 0),
+              "swapped operands: a 16-bit output of a plain GEMM (a slab transposed is 64 rows of 128 bytes)");
+__device__ __forceinline__ Coords c_coords(int n0, int row0, int split) {
+  return kSwapAB ? Coords{{row0, n0, 0, 0, 0}} : Coords{{n0, row0, split, 0, 0}};
+}
 
 // beta != 0: C's slab at (n0, row0) into a store buffer by TMA, completing on `bar` (the issuer alone).
 __device__ __forceinline__ void load_c_slab(Mbarrier& bar, uint8_t* buf, const TensorMapDesc* c_map, int n0,
@@ -523,8 +551,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // (Each warpgroup's own barriers, named: the hang doctor's lint then counts each one's bytes.)
       if (beta != 0.f && t == 0) {
         if (consumer == 0) {
-          if (!slab_direct(n0, N)) load_c_slab(c_full[0], store.reserve<0>(), c_map, n0, row0);
-        } else if (!slab_direct(n0 + kCols1, N)) {
+          if (!slab_direct(n0, N, row0, M)) load_c_slab(c_full[0], store.reserve<0>(), c_map, n0, row0);
+        } else if (!slab_direct(n0 + kCols1, N, row0, M)) {
           load_c_slab(c_full[2], store.reserve<0>(), c_map, n0 + kCols1, row0);
         }
       }
@@ -618,7 +646,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
       // (a guard on row0 would make the C loads' barrier depend on thread and data at once).
       // C not read and no slab stored from registers (columns short of a 16-byte row end): the deferred slabs are
       // packed as stmatrix takes them.
-      const bool defer = kDeferredSlabs > 0 && beta == 0.f && !slab_direct(cn0 + (kSlabs - 1) * kSlabCols, N);
+      const bool defer = kDeferredSlabs > 0 && beta == 0.f && !slab_direct(cn0 + (kSlabs - 1) * kSlabCols, N, row0, M);
       {
 #pragma unroll
         for (int s = 0; s < kFullSlabs; ++s) {
@@ -635,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
             continue;
           }
           const int slab_n0 = cn0 + s * kSlabCols;
-          const bool direct = slab_direct(slab_n0, N);
+          const bool direct = slab_direct(slab_n0, N, row0, M);
           uint8_t* buf = store.acquire();  // the store that last read this buffer is done with it
           if (!kOutF32 && beta == 0.f && !direct) {
             // C not read, a 16-bit output, staged whole by stmatrix, no per-element addressing. Rows past M and
@@ -660,12 +688,13 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const int i = 4 * jj + 2 * h;
                 const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
                 const int gm = row0 + r, gn = slab_n0 + cl;
-                const long long at = static_cast<long long>(split * split_rows + gm) * ldc + gn;
+                const long long at = c_index(split * split_rows + gm, gn, ldc);
+                const long long at1 = at + (kSwapAB ? ldc : 1);
                 const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, gm < m_end && gn < N);
-                const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, gm < m_end && gn + 1 < N);
+                const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at1, gm < m_end && gn + 1 < N);
                 if (gm < m_end) {
                   if (gn < N) store_c(c_ptr, at, v0);
-                  if (gn + 1 < N) store_c(c_ptr, at + 1, v1);
+                  if (gn + 1 < N) store_c(c_ptr, at1, v1);
                 }
               }
             }
@@ -679,8 +708,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               if (t == 0 && s + 1 < kFullSlabs) {  // the store issuer (a narrow tile's part slab reads C itself)
                 const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
                 if (consumer == 0) {
-                  if (!slab_direct(next0, N)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
-                } else if (!slab_direct(next0 + kCols1, N)) {
+                  if (!slab_direct(next0, N, row0, M)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
+                } else if (!slab_direct(next0 + kCols1, N, row0, M)) {
                   load_c_slab(c_full[2 + (b ^ 1)], store.reserve<1>(), c_map, next0 + kCols1, row0);
                 }
               }
@@ -695,8 +724,16 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               for (int h = 0; h < 2; ++h) {
                 const int i = 4 * jj + 2 * h;
                 const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
-                const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
                 float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
+                if constexpr (kSwapAB) {  // the pair is two rows of the transposed slab, one element each
+                  half_bits* h0 = reinterpret_cast<half_bits*>(buf + swizzle_offset(cl * kRowBytes + r * 2, kSwizzle128B));
+                  half_bits* h1 = reinterpret_cast<half_bits*>(buf + swizzle_offset((cl + 1) * kRowBytes + r * 2, kSwizzle128B));
+                  if (beta != 0.f) v0 += beta * in_to_f32(*h0), v1 += beta * in_to_f32(*h1);
+                  const uint32_t p = pack_out2(v0, v1);
+                  *h0 = static_cast<half_bits>(p & 0xffffu), *h1 = static_cast<half_bits>(p >> 16);
+                  continue;
+                }
+                const uint32_t off = swizzle_offset(r * kRowBytes + cl * kOutBytes, kSwizzle128B);
                 if constexpr (kOutF32) {
                   if (beta != 0.f) {
                     const float2 c2 = *reinterpret_cast<const float2*>(buf + off);
@@ -735,9 +772,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               const int i = 4 * jj + 2 * h;
               const int gm = row0 + wgmma_d_row(t, i), gn = slab_n0 + wgmma_d_col(t, i) - kFullSlabs * kSlabCols;
               if (gm < m_end && gn < N) {
-                const long long at = static_cast<long long>(gm) * ldc + gn;
+                const long long at = c_index(gm, gn, ldc);
                 const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, true);
-                if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
+                if (kSwapAB) {  // gn + 1 is the next row of C
+                  store_c(c_ptr, at, v0);
+                  if (gn + 1 < N) store_c(c_ptr, at + ldc, epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + ldc, true));
+                } else if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
                   const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, true);
                   if constexpr (kOutF32)
                     *reinterpret_cast<float2*>(static_cast<float*>(c_ptr) + at) = make_float2(v0, v1);

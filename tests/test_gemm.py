@@ -276,6 +276,47 @@ def test_block_m_64_arguments(fake_launch) -> None:
     assert gemm_mod.persistent_grid(300, 256, d.config, 132) == (10, 1, 1)  # 5 x 2 tiles of 64 x 128
 
 
+def test_swapped_operands_arguments(fake_launch) -> None:
+    """``swap_ab``: C^T = B^T A^T, chosen where the turn model says the tiles of C^T cost at most 0.9 of C's (the
+    cluster's discount counted from K = 3072), K-major B and a 16-bit output only; the maps are B's, A's and C's
+    own; given where the kernel cannot build it, refused naming what it lacks."""
+    d = describe_gemm(1000, 4097, 2048)  # 33 x 4 lone 128 x 256 tiles of C^T: one turn; C's 8 x 33 of 128 x 128: two
+    assert d.config.swap_ab and (d.config.block_m, d.config.block_n, d.config.cluster, d.config.splits) == (128, 256, 1, 1)
+    assert [m.shape for m in d.maps] == [(4097, 2048), (1000, 2048), (1000, 4097)]  # B feeds the kernel's A stages
+    assert d.maps[0].box == (64, 128) and d.maps[1].box == (64, 256) and d.defines["TMAKIT_GEMM_SWAP_AB"] == 1
+    plain = describe_gemm(1000, 4097, 2048, swap_ab=False).config
+    assert not plain.swap_ab and (plain.block_n, plain.cluster) == (128, 2)
+    assert gemm_mod.plan_turn_cost(d.config, 4097, 1000, 132) == 1.0
+    assert abs(gemm_mod.plan_turn_cost(plain, 1000, 4097, 132) - 2 * 0.6 * 0.95) < 1e-9
+    for kwargs in (dict(b_major="n"), dict(out_dtype="float32"), dict(splits=1), dict(block_n=128), dict(sms=8)):
+        assert not describe_gemm(1000, 4097, 2048, **kwargs).config.swap_ab, kwargs  # N-major, fp32, given or few SMs
+    assert not describe_gemm(8192, 8192, 8192).config.swap_ab
+    assert describe_gemm(12120, 632, 256).config.swap_ab  # short K: lone swapped CTAs for clustered ones
+    assert not describe_gemm(9448, 640, 9656).config.swap_ab  # long K: the pairs' discount keeps the plain plan
+    given = describe_gemm(300, 500, 64, swap_ab=True, block_n=208, cluster=2)
+    assert given.config.swap_ab and given.tile == (128, 208, 64) and given.maps[0].shape == (500, 64)
+    for kwargs, match in ((dict(b_major="n"), r'swap_ab=True: needs K-major B \(b_major="k"\)'),
+                          (dict(out_dtype="float32"), r"swap_ab=True: is not built with an fp32 output"),
+                          (dict(splits=2), r"swap_ab=True: is not built with split-K \(splits=2\)"),
+                          (dict(tail_rows=128), r"tail_rows=128: must be 0 with swap_ab=True"),
+                          (dict(backend="cp.async"), r"swap_ab=True: is not built with .*cp.async")):
+        with pytest.raises(InvalidArgumentError, match=match):
+            describe_gemm(1000, 4097, 2048, swap_ab=True, **kwargs)
+    with pytest.raises(InvalidArgumentError, match=r"swap_ab='yes': must be True, False or None"):
+        describe_gemm(1000, 4097, 2048, swap_ab="yes")
+    with pytest.raises(InvalidArgumentError, match=r"swap_ab=True: needs K-major B"):
+        plan_gemm(_fake((64, 64)), _fake((64, 64)), b_major="n", swap_ab=True)
+    for bad, why in ((dict(store_add=True), 'reduce="add"'), (dict(groups=4, cluster=1), "groups"),
+                     (dict(tail_rows=128), r"a tail \(tail_rows=128\)")):
+        with pytest.raises(InvalidArgumentError, match=rf"swap_ab=True: is not built with {why}"):
+            check_config(replace(default_config(Backend.TMA), swap_ab=True, **bad), 232448)
+    swapped = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **d.defines})
+    ptx = _entries(swapped.ptx)["tmakit_gemm_tma"]
+    assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx  # each slab staged transposed
+    assert ".trans" not in _entries(compile_cuda("gemm.cu", arch="sm_90a", defines={
+        **Backend.TMA.defines, **plain.defines}).ptx)["tmakit_gemm_tma"].split("stmatrix", 1)[1].split("\n", 1)[0]
+
+
 def test_multicast_a_arguments(fake_launch) -> None:
     """``multicast="a"``: a 2-CTA cluster on horizontally adjacent tiles sharing A (the A box half the tile rows, B's
     box the whole tile), refused without a cluster of two on tma, with groups or fp8; "b" is the vertical pair."""
@@ -699,6 +740,46 @@ def test_deferred_stores_across_tiles_on_the_gpu(i) -> None:
     sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
     plan = _check_gemm(torch, case, runs=5, seed=_seed(), block_m=128, block_n=bn, cluster=cl, splits=1, sms=sms)
     assert (plan.config.block_n, plan.config.splits, plan.config.tail_rows) == (bn, 1, 0) and plan.grid[0] <= sms
+
+
+# (BM, BN) of the swapped kernel's tiles (rows along C's N, BN along its M): the usual widths (BN 192 and 256 defer
+# their last slabs with beta 0), 64-row tiles, and narrow widths (a part slab of C's rows stored from registers)
+SWAP_TILES = [(128, 256), (128, 192), (128, 128), (64, 128), (64, 256), (128, 208), (128, 80), (128, 144)]
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("i", range(24))
+def test_swapped_operands_on_the_gpu(i) -> None:
+    """swap_ab=True (C^T = B^T A^T, each slab stored transposed) on every tile the swapped kernel takes, clusters
+    of 1 and 2, at seeded random shapes: both dtypes, alpha 1, -2 or 0, beta 0 (deferred slabs), 0.5 or 1 (C read
+    by TMA, then element by element in the transposed slab), N a multiple of 8 or not (a warpgroup's rows past N
+    stored from registers), 1-8 SMs so that each CTA takes many tiles in turn; NaN planted in A one case in four;
+    5 runs on outputs poisoned up to their row padding."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rng = random.Random(7000 + i)
+    bm, bn = SWAP_TILES[i % len(SWAP_TILES)]
+    cl = (1, 2)[(i // len(SWAP_TILES)) % 2]
+    n = rng.choice((8 * rng.randint(1, 200), rng.randint(1, 1600)))
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=True, m=rng.randint(1, 1800), n=n,
+                k=rng.randint(16, 900), out_f32=False, alpha=rng.choice((1.0, -2.0, 0.0)),
+                beta=(0.0, 0.0, 0.5, 1.0)[i % 4], pad=rng.choice((8, 24)), special="nan_a" if i % 4 == 1 else None)
+    sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
+    plan = _check_gemm(torch, case, runs=5, seed=_seed(), swap_ab=True, block_m=bm, block_n=bn, cluster=cl, sms=sms)
+    assert plan.config.swap_ab and (plan.config.block_m, plan.config.block_n) == (bm, bn) and plan.grid[0] <= sms
+
+
+@pytest.mark.requires_sm90
+@pytest.mark.parametrize("m, n, k", [(1000, 4097, 2048), (8976, 632, 7656), (12120, 632, 256), (7, 4097, 64)])
+def test_swapped_operands_chosen_on_the_gpu(m, n, k) -> None:
+    """The plan chosen by default, swapped where ``choose_swap_ab`` says (1000 x 4097: one turn of 33 x 4 tiles of
+    C^T; not the 7-row decode), matches the float32 reference: 3 runs on poisoned outputs."""
+    torch = pytest.importorskip("torch")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
+                pad=8, special=None)
+    plan = _check_gemm(torch, case, runs=3, seed=_seed())
+    assert plan.config.swap_ab == describe_gemm(m, n, k).config.swap_ab
 
 
 @pytest.mark.requires_sm90

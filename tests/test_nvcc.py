@@ -85,6 +85,7 @@ BUILDS = [("gemm.cu", ("-DTMAKIT_GEMM_GROUPED=1", "-DTMAKIT_GEMM_CLUSTER=1")),
           ("gemm.cu", ("-DTMAKIT_GEMM_STORE_ADD=1",)),
           ("gemm.cu", ("-DTMAKIT_GEMM_BN=192",)), ("gemm.cu", ("-DTMAKIT_GEMM_BN=144",)),
           ("gemm.cu", ("-DTMAKIT_GEMM_MULTICAST_A=1",)),
+          ("gemm.cu", ("-DTMAKIT_GEMM_SWAP_AB=1",)), ("gemm.cu", ("-DTMAKIT_GEMM_SWAP_AB=1", "-DTMAKIT_GEMM_BN=144")),
           ("gemm.cu", ("-DTMAKIT_GEMM_SPLIT_K=1", "-DTMAKIT_GEMM_OUT_F32=1")),
           ("gemm.cu", ("-DTMAKIT_GEMM_FP8=1", "-DTMAKIT_GEMM_BN=128", "-DTMAKIT_GEMM_CLUSTER=1")),
           ("attention.cu", ("-DTMAKIT_ATTN_VARLEN=1",)), ("attention.cu", ("-DTMAKIT_ATTN_PAGED=1",))]

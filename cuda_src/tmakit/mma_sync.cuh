@@ -1,7 +1,7 @@
 // Warp-level tensor-core wrappers for sm_80+ (the cp.async twin of every wgmma kernel), named after the PTX
 // they emit. PTX ISA sections:
 //   "Warp-level matrix load instruction: ldmatrix"                       (ldmatrix.sync.aligned.m8n8.x4{.trans})
-//   "Warp-level matrix store instruction: stmatrix"                      (stmatrix.sync.aligned.m8n8.x4, sm_90)
+//   "Warp-level matrix store instruction: stmatrix"                      (stmatrix.sync.aligned.m8n8.x4{.trans}, sm_90)
 //   "Warp-level matrix multiply-accumulate instructions: mma"             (mma.sync.aligned.m16n8k16)
 //   "Matrix Fragments for mma.m16n8k16 with floating point type"          (which lane holds which element)
 //
@@ -74,6 +74,21 @@ __device__ __forceinline__ void ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(u
 __device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t smem_addr, const uint32_t (&r)[4]) {
 #if TMAKIT_HAS_SM90
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+               ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)smem_addr, (void)r;
+  TMAKIT_REQUIRES_SM90();
+#endif
+}
+
+// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_90; the same section): each matrix stored transposed, register
+// i of lane L (row L/4, columns 2(L%4), 2(L%4)+1 of matrix i) into column L/4 of rows 2(L%4), 2(L%4)+1; lane L
+// supplies the address of row (L % 8) of matrix (L / 8) as stored.
+__device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_trans_shared_b16(uint32_t smem_addr,
+                                                                               const uint32_t (&r)[4]) {
+#if TMAKIT_HAS_SM90
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
                ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 #else

@@ -64,6 +64,9 @@ class GemmConfig:
     tail_rows: int = 0  # tma: C's last rows, computed by a second plan (choose_tail_rows); not compiled in
     block_m: int = BLOCK_M  # BM: 128, or 64 on tma (the two consumer warpgroups each take half of BN)
     multicast_a: bool = False  # tma, cluster 2: the pair takes adjacent tiles of the same rows and shares A, not B
+    # tma: the caller's A and B swapped (C^T = B^T A^T: the tile's rows run along the caller's N, its BN along M),
+    # C stored transposed; a 16-bit output of a plain GEMM, K-major B, no split-K or tail (choose_swap_ab)
+    swap_ab: bool = False
 
     @property
     def threads(self) -> int:
@@ -107,7 +110,8 @@ class GemmConfig:
             "TMAKIT_GEMM_OUT_F32": int(self.out_f32 or self.splits > 1),  # split-K: fp32 partials
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
             "TMAKIT_GEMM_STORE_ADD": int(self.store_add),
-            "TMAKIT_GEMM_SPLIT_K": int(self.splits > 1)}  # C's map: the (splits, M, N) workspace
+            "TMAKIT_GEMM_SPLIT_K": int(self.splits > 1),  # C's map: the (splits, M, N) workspace
+            "TMAKIT_GEMM_SWAP_AB": int(self.swap_ab)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -447,6 +451,81 @@ def choose_tail_rows(cfg: GemmConfig, m: int, n: int, k: int, sms: int, *, share
     return tail if (turns - 1) * turn_us + tail_us + reduce_us < _TAIL_MARGIN * turns * turn_us else 0
 
 
+# Swapped operands (choose_swap_ab): a plain plan and the plan of C^T (the caller's N as the kernel's rows, its M
+# along BN) compared in the turn model, each plan's turns times its tile's cost (half for 64-row tiles) and, from K
+# of _SWAP_CLUSTER_MIN_K, the cluster's discount (``choose_tile``'s); the swapped one is taken where it costs at most
+# _SWAP_MARGIN of the plain one. 1000x4097x2048: 33 x 4 lone 128 x 256 tiles of C^T fill one turn (cuBLAS runs this
+# very tiling: ncu on the H100) where C's 8 x 33 of 128 x 128 in pairs take two. H100, 66 problems of sweep seeds
+# 1-199 the model without the discount swapped: 1.13x, but 0.75x-0.87x where lone swapped CTAs replaced clustered
+# ones at K >= 3592, and 1.00x-1.25x at K <= 2048 (docs/PERFORMANCE.md, GEMM).
+_SWAP_MARGIN = 0.9
+_SWAP_CLUSTER_MIN_K = 3072
+
+
+def plan_turn_cost(cfg: GemmConfig, m: int, n: int, sms: int, clusters: bool = True) -> float:
+    """The turn model's time of a plan of whole tiles (no split-K or tail) for the kernel's m x n output: its turns
+    times its tile's cost (``tile_cost``), halved for 64-row tiles, times (``clusters``) ``choose_tile``'s cluster
+    discount (judged by the problem's turns of 256-wide tiles in pairs)."""
+    turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms, cfg.block_m, cfg.multicast_a)
+    many = tile_turns(m, n, 256, 2, sms) > 3
+    discount = (_CLUSTER_COST_MANY_TURNS if many else _CLUSTER_COST).get(cfg.cluster, 1.0) if clusters else 1.0
+    return turns * tile_cost(cfg.block_n) * cfg.block_m / BLOCK_M * discount
+
+
+def choose_swap_ab(plain: GemmConfig, swapped: GemmConfig, m: int, n: int, k: int, sms: int,
+                   shared_mem_limit: int = 232448) -> bool:
+    """Whether the plan of C^T (``swapped``, chosen for an n x m output) replaces ``plain`` (chosen for m x n):
+    both of whole tiles, neither taking a tail, and the swapped one's ``plan_turn_cost`` (the cluster's discount
+    counted from K >= _SWAP_CLUSTER_MIN_K) at most _SWAP_MARGIN of the plain one's."""
+    for cfg, rows, cols in ((plain, m, n), (swapped, n, m)):
+        if cfg.splits > 1 or choose_tail_rows(cfg, rows, cols, k, sms, shared_mem_limit=shared_mem_limit):
+            return False
+    clusters = k >= _SWAP_CLUSTER_MIN_K
+    return plan_turn_cost(swapped, n, m, sms, clusters) <= _SWAP_MARGIN * plan_turn_cost(plain, m, n, sms, clusters)
+
+
+def choose_plan(backend: Backend, m: int, n: int, k: int, sms: int, limit: int, *, bf16: bool, b_kmajor: bool,
+                out_f32: bool, block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
+                group_m: int = 8, splits: int | None = None, block_m: int | None = None, store_add: bool = False,
+                multicast_a: bool | None = None, tail_rows: Any = None, swap_ab: Any = None,
+                sms_given: bool = False) -> tuple[GemmConfig, GemmConfig | None]:
+    """``plan_gemm``'s (and ``describe_gemm``'s) plan for an m x n x k product: ``default_config``, checked, its
+    tail (``resolve_tail``), and swapped operands (``swap_ab``: True, False, or None for ``choose_swap_ab``'s
+    choice where the tile plan is chosen: no block_n, cluster, splits, block_m, multicast or tail given). Returns
+    the config and the tail's (None without one). ``sms_given``: ``sms`` is the caller's (checked against the
+    cluster)."""
+    if swap_ab is not None and not isinstance(swap_ab, bool):
+        raise InvalidArgumentError("swap_ab", swap_ab, "must be True, False or None (chosen per problem)",
+                                   "leave it out")
+    splits = first_plan_splits(splits, tail_rows)
+    kw = dict(bf16=bf16, out_f32=out_f32, block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
+              shared_mem_limit=limit, k=k, splits=splits, sms=sms, block_m=block_m, store_add=store_add,
+              multicast_a=multicast_a)
+    cfg = default_config(backend, b_kmajor=b_kmajor, m=m, n=n, **kw)
+    chosen = block_n is None and cluster is None and splits is None
+    swappable = backend is Backend.TMA and b_kmajor and not out_f32 and not store_add and not tail_rows
+    if swap_ab is None and swappable and chosen and block_m is None and multicast_a is None:
+        swapped = default_config(backend, b_kmajor=True, m=n, n=m, **kw)
+        swap_ab = choose_swap_ab(cfg, swapped, m, n, k, sms, limit)
+        if swap_ab:
+            cfg = replace(swapped, swap_ab=True)
+    elif swap_ab:
+        if not b_kmajor:
+            raise InvalidArgumentError("swap_ab", True, 'needs K-major B (b_major="k"): B\'s rows become the '
+                                       "kernel's A tiles", 'pass b_major="k" with B stored (N, K), or swap_ab=False')
+        if tail_rows:
+            raise InvalidArgumentError("tail_rows", tail_rows, "must be 0 with swap_ab=True (a tail is C's last "
+                                       "rows, the swapped kernel's last columns)", "pass tail_rows=0")
+        cfg = replace(default_config(backend, b_kmajor=True, m=n, n=m, **kw), swap_ab=True)
+    check_config(cfg, limit, k)
+    if sms_given and sms < cfg.cluster:
+        raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
+                                   "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
+    if cfg.swap_ab:
+        return cfg, None
+    return resolve_tail(cfg, m, n, k, sms, limit, tail_rows, chosen)
+
+
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
                    block_n: int | None = None, stages: int | None = None, cluster: int | None = None,
                    group_m: int = 8, shared_mem_limit: int = 232448, m: int | None = None, n: int | None = None,
@@ -557,6 +636,15 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    f"takes adjacent tiles of the same rows and shares A's tile; this plan: cluster="
                                    f"{cfg.cluster}, {cfg.backend.value}{', groups' if cfg.groups else ''}"
                                    f"{', fp8' if cfg.fp8 else ''})", 'pass cluster=2, or multicast="b" or None')
+    if cfg.swap_ab:
+        for refused, why in ((cfg.backend is not Backend.TMA, f"on the {cfg.backend.value} backend"),
+                             (cfg.out_f32, "an fp32 output"), (cfg.splits != 1, f"split-K (splits={cfg.splits})"),
+                             (cfg.groups, "groups"), (cfg.fp8, "fp8"), (cfg.store_add, 'reduce="add"'),
+                             (cfg.tail_rows, f"a tail (tail_rows={cfg.tail_rows})")):
+            if refused:
+                raise InvalidArgumentError("swap_ab", True, f"is not built with {why}: swapped operands store a "
+                                           "16-bit output of a plain GEMM transposed, 64 rows of 128 bytes a slab",
+                                           "pass swap_ab=False (or leave it out)")
     if cfg.stages < 2:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
     if not isinstance(cfg.splits, int) or isinstance(cfg.splits, bool) or not 1 <= cfg.splits <= 64 or (
@@ -703,14 +791,22 @@ class GemmPlan:
         return self._tail
 
     @property
+    def kernel_dims(self) -> tuple[int, int]:
+        """The kernel's (M, N): the output's, or (N, M) where the operands are swapped (``config.swap_ab``)."""
+        return (self.n, self.m) if self.config.swap_ab else (self.m, self.n)
+
+    @property
     def tiles(self) -> tuple[int, int]:
-        return (-(-self.m // self.config.block_m), -(-self.n // self.config.block_n))
+        """The kernel's tile rows and columns (of C^T where the operands are swapped)."""
+        km, kn = self.kernel_dims
+        return (-(-km // self.config.block_m), -(-kn // self.config.block_n))
 
     @property
     def grid(self) -> tuple[int, int, int]:
         if self.config.backend is Backend.CP_ASYNC:
             return (self.tiles[0] * self.tiles[1], 1, 1)
-        return persistent_grid(self.m - self.config.tail_rows, self.n, self.config, self.sms)
+        km, kn = self.kernel_dims
+        return persistent_grid(km - self.config.tail_rows, kn, self.config, self.sms)
 
     @property
     def flops(self) -> float:
@@ -735,6 +831,11 @@ class GemmPlan:
                 w.ptr, self._w_pitch, self._split_rows * self._w_pitch, c.ptr, M, N, ldc, cfg.splits,
                 float(self.alpha), float(self.beta), grid=(min(-(-total // 256), 8 * sm_count(self.device)), 1, 1),
                 block=(256, 1, 1), stream=self._stream, pdl=True, checked=False)  # waits for the slices
+        elif cfg.backend is Backend.TMA and cfg.swap_ab:
+            # C^T = B^T A^T: B's map feeds the kernel's A stages, A's its B stages; C's map is C's own (the kernel
+            # stores each slab transposed)
+            self.maps = gemm_tensor_maps(b, a, c, cfg)
+            args = (*self.maps, c.ptr, N, M, K, ldc, *scal, 1, 0, 0, 0, 0, NO_MAP, 0, 0)
         elif cfg.backend is Backend.TMA:
             self.maps = gemm_tensor_maps(a, b, c, cfg)
             # the tiles of the first M - tail_rows rows (whole cluster rows of tiles: nothing stored past them);
@@ -856,7 +957,8 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
               backend: Any = "auto", out_dtype: str | None = None, block_n: int | None = None,
               stages: int | None = None, cluster: int | None = None, group_m: int = 8, splits: int | None = None,
               reduce: str | None = None, sms: int | None = None, tail_rows: int | None = None, stream: Any = None,
-              checked: bool | str | None = None, block_m: int | None = None, multicast: str | None = None) -> GemmPlan:
+              checked: bool | str | None = None, block_m: int | None = None, multicast: str | None = None,
+              swap_ab: bool | None = None) -> GemmPlan:
     """Check the arguments, pick the backend (logged), compile the variant and bind one launch (not run).
     ``block_n``, ``cluster`` and ``splits`` (split-K) left out are chosen per problem (``choose_tile``,
     ``choose_splits``); a split-K plan owns an fp32 workspace and launches twice (the partials, then their sum).
@@ -885,7 +987,10 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     of the same rows, each loading half of A's tile rows (whole tile rows, where an odd count of them leaves "b"'s
     pairs a part-empty turn; "a" implies ``cluster=2``, and a tile not given is chosen as for "b"); left out,
     ``choose_multicast_a`` decides. "b" asks for no cluster: a cluster, where the plan has one (chosen or given),
-    shares B."""
+    shares B.
+    ``swap_ab`` (tma): True computes C^T = B^T A^T (K-major B, a 16-bit output, no split-K, tail or reduce): the
+    tiles' rows run along N and their ``block_n`` side along M, C stored transposed from the tiles, for problems
+    whose M the 128-row tiles cover poorly; left out, ``choose_swap_ab`` decides where the tile plan is chosen."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
@@ -905,19 +1010,11 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
         raise InvalidArgumentError("sms", sms, f"must be an int in [1, {device_sms}] (the SMs of GPU {av.device})",
                                    "leave it out for all of them")
     limit = shared_mem_limit(choice.arch, av.device)
-    splits = first_plan_splits(splits, tail_rows)
-    multicast_a = parse_multicast(multicast)
-    cfg = default_config(choice.backend, bf16=av.dtype_name == "bfloat16", b_kmajor=b_kmajor,
-                         out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
-                         shared_mem_limit=limit, m=dims[0], n=dims[1], sms=sms or device_sms, k=dims[2],
-                         splits=splits, block_m=block_m, store_add=reduce is not None,
-                         multicast_a=multicast_a)
-    check_config(cfg, limit, dims[2])
-    if sms is not None and sms < cfg.cluster:
-        raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
-                                   "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
-    cfg, tail = resolve_tail(cfg, *dims, sms or device_sms, limit, tail_rows,
-                             block_n is None and cluster is None and splits is None)
+    cfg, tail = choose_plan(choice.backend, *dims, sms or device_sms, limit, bf16=av.dtype_name == "bfloat16",
+                            b_kmajor=b_kmajor, out_f32=odt == "float32", block_n=block_n, stages=stages,
+                            cluster=cluster, group_m=group_m, splits=splits, block_m=block_m,
+                            store_add=reduce is not None, multicast_a=parse_multicast(multicast),
+                            tail_rows=tail_rows, swap_ab=swap_ab, sms_given=sms is not None)
     out = c if c is not None else _empty(a, dims[:2], odt)
     plan = GemmPlan(cfg, choice, dims, float(alpha), float(beta), out, av.device, stream, checked, sms, tail)
     plan._bind(av, bv, cv or _checks.view(out, "c"))
@@ -999,7 +1096,7 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_splits",
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_plan", "choose_splits", "choose_swap_ab",
            "choose_multicast_a", "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
            "gemm_tensor_maps", "parse_multicast", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
            "stage_descriptors", "tile_turns", "turn_cost"]

@@ -109,12 +109,13 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
                   stages: int | None = None, cluster: int | None = None, group_m: int = 8,
                   splits: int | None = None, sms: int | None = None, beta: float = 0.0,
                   tail_rows: int | None = None, block_m: int | None = None,
-                  multicast: str | None = None) -> GemmDescription:
+                  multicast: str | None = None, swap_ab: bool | None = None) -> GemmDescription:
     """What ``plan_gemm`` decides for an (m, k) x B -> (m, n) product on ``arch``: backend, tile plan (fitted to the
     architecture's shared memory; BN, the cluster, split-K and ``config.tail_rows`` chosen for ``sms`` SMs), the
     three TMA maps (C's: the fp32 workspace of the splits when split-K is chosen), the kernel variant. ``sms``
     None: GPU 0's count when it is of ``arch``, else 132 on sm_90 (the H100 SXM and the H200). ``beta``
-    (checked; the plan is the same for any beta), ``tail_rows`` and ``multicast`` as ``plan_gemm``'s."""
+    (checked; the plan is the same for any beta), ``tail_rows``, ``multicast`` and ``swap_ab`` as ``plan_gemm``'s
+    (swapped, the A and B maps are of the caller's B and A)."""
     m, n, k = _positive("m", m), _positive("n", n), _positive("k", k)
     if not isinstance(beta, (int, float)) or isinstance(beta, bool) or not math.isfinite(beta):
         raise InvalidArgumentError("beta", beta, "must be a finite number", "pass beta=0.0")
@@ -126,14 +127,10 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
     choice = choose_backend(backend, arch=arch)
     limit = _gemm.shared_mem_limit(choice.arch, None)
     cfg_sms = _positive("sms", sms) if sms is not None else _sm_count(choice.arch)
-    splits = _gemm.first_plan_splits(splits, tail_rows)
-    cfg = _gemm.default_config(choice.backend, bf16=name == "bfloat16", b_kmajor=b_kmajor, out_f32=odt == "float32",
-                               block_n=block_n, stages=stages, cluster=cluster, group_m=group_m, shared_mem_limit=limit,
-                               m=m, n=n, k=k, splits=splits, sms=cfg_sms, block_m=block_m,
-                               multicast_a=_gemm.parse_multicast(multicast))
-    _gemm.check_config(cfg, limit, k)
-    cfg, _ = _gemm.resolve_tail(cfg, m, n, k, cfg_sms, limit, tail_rows,
-                                block_n is None and cluster is None and splits is None)
+    cfg, _ = _gemm.choose_plan(choice.backend, m, n, k, cfg_sms, limit, bf16=name == "bfloat16", b_kmajor=b_kmajor,
+                               out_f32=odt == "float32", block_n=block_n, stages=stages, cluster=cluster,
+                               group_m=group_m, splits=splits, block_m=block_m,
+                               multicast_a=_gemm.parse_multicast(multicast), tail_rows=tail_rows, swap_ab=swap_ab)
     maps: tuple = ()
     if choice.backend is Backend.TMA:
         a = _view((m, k), 2, name, 16)
@@ -141,7 +138,7 @@ def describe_gemm(m: int, n: int, k: int, *, dtype: Any = "bfloat16", b_major: s
         c = _view((m, n), 4 if odt == "float32" else 2, odt, 16)
         if cfg.splits > 1:  # the kernel stores into the splits' fp32 workspace; a second kernel sums it into C
             c = _gemm.split_workspace_view(0, cfg.splits, m, n, -(-n // 4) * 4, 0)
-        maps = _gemm.gemm_tensor_maps(a, b, c, cfg, encode=False, arch=choice.arch)
+        maps = _gemm.gemm_tensor_maps(*((b, a) if cfg.swap_ab else (a, b)), c, cfg, encode=False, arch=choice.arch)
     return GemmDescription(choice, device_limits(arch=choice.arch), cfg, maps, "gemm.cu",
                            {**choice.defines, **cfg.defines})
 

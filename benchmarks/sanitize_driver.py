@@ -196,13 +196,19 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
             # (its part slab read from registers), on 2 SMs: each CTA takes many tiles, so the C read-ahead's
             # buffers and barriers rotate across tiles; then beta 0 at BN 256, whose last two slabs a tile are
             # stored under the next tile's first k-block; N 522 in rows padded to 528 (the last tile column's last
-            # slabs stored from registers) in clusters of 2
+            # slabs stored from registers) in clusters of 2; the same on swapped operands
             for m, n, k, options in ((300, 520, 136, {"block_n": 192, "cluster": 1}),
                                      (200, 296, 72, {"block_m": 64, "block_n": 128, "cluster": 1}),
                                      (260, 280, 136, {"block_n": 144, "cluster": 1}),
                                      (300, 522, 136, {"block_n": 192, "cluster": 2}),
                                      (300, 520, 136, {"block_n": 256, "cluster": 1}),
-                                     (300, 522, 136, {"block_n": 256, "cluster": 2})):
+                                     (300, 522, 136, {"block_n": 256, "cluster": 2}),
+                                     # swapped operands (C^T's tiles, each slab stored transposed): beta 0 at BN
+                                     # 256 (deferred slabs), a C read on a narrow width, N 522 (the rows of the
+                                     # last warpgroup stored from registers) in clusters of 2
+                                     (520, 300, 136, {"block_n": 256, "cluster": 1, "swap_ab": True}),
+                                     (280, 260, 136, {"block_n": 144, "cluster": 1, "swap_ab": True}),
+                                     (300, 522, 136, {"block_n": 192, "cluster": 2, "swap_ab": True})):
                 a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
                 b = torch.randn(n, k, generator=gen).to("cuda", torch.bfloat16)
                 c0 = torch.randn(m, n, generator=gen).to("cuda", torch.bfloat16)

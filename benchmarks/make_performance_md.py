@@ -93,11 +93,15 @@ def gemm(d: dict) -> dict:
     tiles = sorted({r["tile"] for r in rows if r["backend"] == "tma"})
     # each sweep problem's ratio by its label, for the prose (x_MxNxK)
     swept = {f"x_{r['shape']}": ratio(r["x cuBLAS"]) for r in d["rows"] if r.get("set") == "sweep"}
+    # and each named tma row's (x_named_MxNxK; the first of a label)
+    for r in reversed(rows):
+        if r["backend"] == "tma":
+            swept[f"x_named_{r['shape']}"] = ratio(r["x cuBLAS"])
     # the sm_80 twin's rows at 8192^3, for the prose (twin_k, twin_n: "TFLOP/s (ratio)")
     twin = {f"twin_{r['b_major']}": f"{r['TFLOP/s']:.0f} TFLOP/s ({ratio(r['x cuBLAS'])} cuBLAS)" for r in rows
             if r["backend"] == "cp.async" and r["shape"] == "8192^3"}
     return {**swept, **twin, "run": run_line(d),
-            "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B; `cMa`: sharing A; `+ R rows ...`: C's last R rows by a plan of their own)",
+            "tiles": f"tma tile {', '.join(tiles)} (`sN cM`: N ring stages, clusters of M CTAs multicasting B; `cMa`: sharing A; `swap`: the tiles of C^T, the operands swapped; `+ R rows ...`: C's last R rows by a plan of their own)",
             "table": table(["shape (M x N x K)", "backend", "dtype", "B major", "TFLOP/s", "cuBLAS TFLOP/s", "vs cuBLAS",
                             "max rel err"], out, {4, 5, 6, 7}),
             "cublas_range": f"{min(cublas):.0f} to {max(cublas):.0f}" if cublas else "n/a",

@@ -905,13 +905,14 @@ def test_chosen_narrow_cases_replace_what_they_say() -> None:
 def test_chosen_narrow_plans_on_the_gpu(shape, width, kmajor) -> None:
     """Plans whose default is a narrow width (the rule's widths and clusters, either B major, in place of a chosen
     192-, 256- or clustered 128-wide tile; padded rows of C): 3 runs on poisoned outputs; the same shapes with
-    reduce="add" take a usual width (a narrow tile's part slab is stored, not added) and add into C."""
+    reduce="add" take a usual width (a narrow tile's part slab is stored, not added) and add into C. The plain
+    plan's choice (swap_ab=False: 5645x424x512 takes C^T's tiles by default)."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     m, n, k = shape
     case = dict(backend="tma", dtype="bfloat16", kmajor=kmajor, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
                 pad=8, special=None)
-    plan = _check_gemm(torch, case, runs=3, seed=_seed())
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), swap_ab=False)
     assert (plan.config.block_n, plan.config.cluster) == width and plan.config.narrow
     g = torch.Generator(device="cuda").manual_seed(_seed())
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)

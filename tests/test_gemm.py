@@ -751,7 +751,7 @@ SWAP_TILES = [(128, 256), (128, 192), (128, 128), (64, 128), (64, 256), (128, 20
 @pytest.mark.parametrize("i", range(24))
 def test_swapped_operands_on_the_gpu(i) -> None:
     """swap_ab=True (C^T = B^T A^T, each slab stored transposed) on every tile the swapped kernel takes, clusters
-    of 1 and 2, at seeded random shapes: both dtypes, alpha 1, -2 or 0, beta 0 (deferred slabs), 0.5 or 1 (C read
+    of 1 and 2 (two of them sharing A), at seeded random shapes: both dtypes, alpha 1, -2 or 0, beta 0 (deferred slabs), 0.5 or 1 (C read
     by TMA, then element by element in the transposed slab), N a multiple of 8 or not (a warpgroup's rows past N
     stored from registers), 1-8 SMs so that each CTA takes many tiles in turn; NaN planted in A one case in four;
     5 runs on outputs poisoned up to their row padding."""
@@ -765,8 +765,11 @@ def test_swapped_operands_on_the_gpu(i) -> None:
                 k=rng.randint(16, 900), out_f32=False, alpha=rng.choice((1.0, -2.0, 0.0)),
                 beta=(0.0, 0.0, 0.5, 1.0)[i % 4], pad=rng.choice((8, 24)), special="nan_a" if i % 4 == 1 else None)
     sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
-    plan = _check_gemm(torch, case, runs=5, seed=_seed(), swap_ab=True, block_m=bm, block_n=bn, cluster=cl, sms=sms)
+    shared = "a" if i in (8, 10) else None  # pairs sharing the kernel's A (the caller's B) by multicast
+    plan = _check_gemm(torch, case, runs=5, seed=_seed(), swap_ab=True, block_m=bm, block_n=bn, cluster=cl, sms=sms,
+                       multicast=shared)
     assert plan.config.swap_ab and (plan.config.block_m, plan.config.block_n) == (bm, bn) and plan.grid[0] <= sms
+    assert plan.config.multicast_a == (shared == "a")
 
 
 @pytest.mark.requires_sm90

@@ -143,6 +143,6 @@ def gemm_tile_label(plan) -> str:
     cfg = plan.config
     label = f"{cfg.block_m}x{cfg.block_n}x64 s{cfg.stages} c{cfg.cluster}{'a' if cfg.multicast_a else ''}"
     label += f" k{cfg.splits}" if cfg.splits > 1 else ""
-    label += " swap" if getattr(cfg, "swap_ab", False) else ""
+    label += " swap" if cfg.swap_ab else ""
     tail = getattr(plan, "tail", None)
     return label + (f" + {cfg.tail_rows} rows {gemm_tile_label(tail)}" if tail is not None else "")

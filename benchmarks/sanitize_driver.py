@@ -208,16 +208,19 @@ def _tensor_core_cases(torch, ops, backends, check) -> None:
                                      # last warpgroup stored from registers) in clusters of 2
                                      (520, 300, 136, {"block_n": 256, "cluster": 1, "swap_ab": True}),
                                      (280, 260, 136, {"block_n": 144, "cluster": 1, "swap_ab": True}),
-                                     (300, 522, 136, {"block_n": 192, "cluster": 2, "swap_ab": True})):
+                                     (300, 522, 136, {"block_n": 192, "cluster": 2, "swap_ab": True}),
+                                     # and N-major B swapped (MN-major A stages), a C read
+                                     (300, 520, 136, {"block_n": 208, "cluster": 2, "swap_ab": True, "b_major": "n"})):
                 a = torch.randn(m, k, generator=gen).to("cuda", torch.bfloat16)
-                b = torch.randn(n, k, generator=gen).to("cuda", torch.bfloat16)
+                nmajor = options.get("b_major") == "n"
+                b = torch.randn(*((k, n) if nmajor else (n, k)), generator=gen).to("cuda", torch.bfloat16)
                 c0 = torch.randn(m, n, generator=gen).to("cuda", torch.bfloat16)
                 c = torch.empty(m, -(-n // 8) * 8, device="cuda", dtype=torch.bfloat16)[:, :n]
                 c.copy_(c0)
                 beta = 0.0 if options["block_n"] == 256 else 0.5
                 ops.gemm(a, b, c, beta=beta, backend=backend, sms=2, **options)
                 torch.cuda.synchronize()
-                ref = a.float().cpu() @ b.float().cpu().T + beta * c0.float().cpu()
+                ref = a.float().cpu() @ (b.float().cpu() if nmajor else b.float().cpu().T) + beta * c0.float().cpu()
                 err = ((c.float().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1.0)).item()
                 check(f"gemm {backend} {m}x{n}x{k} beta={beta} bf16 out {options}", err <= 1e-2)
         # (700 rows, D=64, causal: three consumer warpgroups, the first of which passes over a key block its rows

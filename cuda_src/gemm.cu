@@ -38,14 +38,18 @@
 //     epilogue stored from registers.
 //
 // Shared-memory images (both engines): an A stage is BM rows of BK = 64 elements (128 bytes, 128B swizzle,
-// 1024-byte aligned: the box (BM, 64) of a TMA map, or two boxes of BM / 2 rows where the pair shares A). A K-major B stage is BN rows of 128 bytes likewise; an
-// N-major B stage is ceil(BN/64) slabs of BK k-rows x 64 n (128 bytes), slab j at j * BK * 128 bytes.
+// 1024-byte aligned: the box (BM, 64) of a TMA map, or two boxes of BM / 2 rows where the pair shares A); an MN-major
+// A stage (tma, TMAKIT_GEMM_A_KMAJOR=0) is BM/64 slabs of BK k-rows x 64 m, slab j at j * BK * 128 bytes. A K-major
+// B stage is BN rows of 128 bytes likewise; an N-major B stage is ceil(BN/64) slabs of BK k-rows x 64 n (128 bytes),
+// slab j at j * BK * 128 bytes.
 //
 // Compile-time parameters (defines): TMAKIT_GEMM_BM (128 | 64 (tma)), TMAKIT_GEMM_BN (128 | 192 (tma) | 256; on tma
 // also a narrow width, any other multiple of 16 from 64 to 240: see kNarrow),
-// TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_MULTICAST_A (tma, CLUSTER 2), TMAKIT_GEMM_BF16, TMAKIT_GEMM_B_KMAJOR,
-// TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is split-K's (splits, M, N)
-// workspace), TMAKIT_GEMM_SWAP_AB (tma: the caller's A and B swapped, C stored transposed; see kSwapAB), and the wgmma descriptors of the stages (tmakit/ops/gemm.py: descriptor_defines, from
+// TMAKIT_GEMM_STAGES, TMAKIT_GEMM_CLUSTER (1 | 2, tma), TMAKIT_GEMM_MULTICAST_A (tma, CLUSTER 2), TMAKIT_GEMM_BF16,
+// TMAKIT_GEMM_B_KMAJOR, TMAKIT_GEMM_OUT_F32, TMAKIT_GEMM_STORE_ADD (tma), TMAKIT_GEMM_SPLIT_K (tma: C's map is
+// split-K's (splits, M, N) workspace), TMAKIT_GEMM_SWAP_AB (tma: the caller's A and B swapped, C stored transposed;
+// see kSwapAB), TMAKIT_GEMM_A_KMAJOR (tma, SWAP_AB: 0 for MN-major A stages), and the wgmma descriptors of the
+// stages (tmakit/ops/gemm.py: descriptor_defines, from
 // tmakit.wgmma_descriptors): TMAKIT_GEMM_DESC_A, the 8 descriptors of A's four k16 slices for the first consumer
 // warpgroup's rows 0-63 and then the second's (64-127, or 0-63 again at BM 64), and TMAKIT_GEMM_DESC_B, B's four,
 // each for a stage at shared address 0. The defaults are the derivation's for the default configuration.
@@ -98,6 +102,9 @@
 #endif
 #ifndef TMAKIT_GEMM_SWAP_AB
 #define TMAKIT_GEMM_SWAP_AB 0  // 1 (tma): C^T = B^T A^T, the caller's operands swapped, each slab stored transposed
+#endif
+#ifndef TMAKIT_GEMM_A_KMAJOR
+#define TMAKIT_GEMM_A_KMAJOR 1  // 0 (tma, SWAP_AB): A's stages MN-major, the caller's N-major B as the kernel's A
 #endif
 #ifndef TMAKIT_GEMM_FP8
 #define TMAKIT_GEMM_FP8 0  // 1: e4m3 A and B with per-128 block scales, bf16 out (tma; tmakit/ops/fp8_gemm.py)
@@ -187,6 +194,7 @@ namespace gemm {
 // columns), C read there too where beta != 0. Either B major (N-major: its last 64-column slab loaded whole), BM 128,
 // no split-K, fp8 or groups (ops/gemm.py plans it so).
 constexpr bool kSplitN = kBM == 64;
+constexpr bool kAKMajor = TMAKIT_GEMM_A_KMAJOR != 0;  // MN-major: swapped operands with the caller's N-major B
 constexpr int kWgN = kSplitN ? kBN / 2 : kBN;  // a consumer warpgroup's columns
 static_assert(kBM == 128 || (kBM == 64 && (kBN == 128 || kBN == 256)), "BM is 128, or 64 with BN 128 or 256");
 constexpr WgmmaType kType = kFp8 ? WgmmaType::kE4m3 : kBf16 ? WgmmaType::kBf16 : WgmmaType::kF16;
@@ -203,14 +211,17 @@ constexpr int kCols1 = kSplitN ? kWgN : 0;  // consumer warpgroup 1's first colu
 constexpr uint32_t kBConsumerBytes = !kSplitN ? 0u : kBKMajor ? kWgN * kRowBytes : (kWgN / 64) * kBK * kRowBytes;
 // The defines must describe this kernel's stages (a compile with other tile defines and the built-in descriptor
 // defaults stops here): 128B-swizzled rows of 128 bytes, a k16 slice 32 bytes along a K-major row or 16 rows of an
-// N-major slab, N-major slabs BK rows apart, the second consumer 64 rows on (BM 128) or on the same rows (BM 64).
+// MN-major slab, MN-major slabs BK rows apart, the second consumer 64 rows on (BM 128: 64 K-major rows or one
+// MN-major slab, 8 KiB either way) or on the same rows (BM 64).
 TMAKIT_HD constexpr bool descriptors_match_stages() {
   if (list_size(TMAKIT_GEMM_DESC_A) != 2 * kSlices || list_size(TMAKIT_GEMM_DESC_B) != kSlices) return false;
   if (kAConsumerBytes != (kSplitN ? 0u : 64 * kRowBytes)) return false;
   for (int kk = 0; kk < kSlices; ++kk) {
     const uint64_t a0 = desc_a(kk), a1 = desc_a(kSlices + kk), b = desc_b(kk);
-    if (wgmma_desc_start(a0) != 32u * kk || a1 - a0 != desc_a(kSlices) - desc_a(0)) return false;
+    if (wgmma_desc_start(a0) != (kAKMajor ? 32u * kk : 16u * kRowBytes * kk)) return false;
+    if (a1 - a0 != desc_a(kSlices) - desc_a(0)) return false;
     if (wgmma_desc_sbo(a0) != 1024 || wgmma_desc_swizzle(a0) != kWgmmaSwizzle128B) return false;
+    if (!kAKMajor && wgmma_desc_lbo(a0) != kBK * kRowBytes) return false;
     if (wgmma_desc_start(b) != (kBKMajor ? 32u * kk : 16u * kRowBytes * kk)) return false;
     if (wgmma_desc_sbo(b) != 1024 || wgmma_desc_swizzle(b) != kWgmmaSwizzle128B) return false;
     if (!kBKMajor && wgmma_desc_lbo(b) != kBK * kRowBytes) return false;
@@ -272,6 +283,8 @@ TMAKIT_HD constexpr int stmatrix_acc(int s, int q, int e) {
 // lands where matrix e with its two bits swapped would in the row order) and stored at (row0, slab's n0). A 16-bit
 // output of a plain GEMM only (ops/gemm.py plans it so).
 constexpr bool kSwapAB = TMAKIT_GEMM_SWAP_AB != 0;
+static_assert(kAKMajor || (kSwapAB && !kMulticastA), "MN-major A: swapped operands (the caller's N-major B), its "
+                                                      "slabs loaded whole by each CTA");
 __device__ __forceinline__ void stmatrix_group(uint32_t base, int t, int q, const uint32_t (&r)[4]) {
   if constexpr (kSwapAB) {
     const uint32_t rt[4] = {r[0], r[2], r[1], r[3]};
@@ -321,14 +334,15 @@ __device__ __forceinline__ bool slab_direct(int slab_n0, int N, int row0, int M)
   if constexpr (kSwapAB) return row0 + 64 > M && (M * kOutBytes) % 16 != 0;
   return slab_n0 + kSlabCols > N && (N * kOutBytes) % 16 != 0;
 }
-// C's element (row gm, column gn) of the kernel's product, and the step to (gm, gn + 1): the caller's C, transposed
-// where the operands are swapped.
+// C's element (row gm, column gn) of the kernel's product: the caller's C, transposed where the operands are swapped
+// (then (gm, gn + 1) is ldc further on, not 1).
 __device__ __forceinline__ long long c_index(int gm, int gn, long long ldc) {
   return kSwapAB ? static_cast<long long>(gn) * ldc + gm : static_cast<long long>(gm) * ldc + gn;
 }
 
-// C's map: the output (N, M), or split-K's workspace (N, M, splits), so that TMA clips each split's tile rows
-// at M (a workspace of splits x M rows; rows past M would land in the next split's slice of a rank-2 one).
+// C's map: the output (N, M) (the caller's, whose M is the kernel's N where the operands are swapped), or split-K's
+// workspace (N, M, splits), so that TMA clips each split's tile rows at M (a workspace of splits x M rows; rows past
+// M would land in the next split's slice of a rank-2 one).
 constexpr bool kSplitK = TMAKIT_GEMM_SPLIT_K != 0;
 constexpr int kCRank = kSplitK ? 3 : 2;
 static_assert(!kSplitK || (kOutF32 && !kGrouped && !kFp8 && TMAKIT_GEMM_STORE_ADD == 0),
@@ -437,7 +451,12 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           uint8_t* a_st = smem + p.index * kStageBytes;
           uint8_t* b_st = a_st + kABytes;
           const int k0 = kb * kBK;
-          if constexpr (kAShare > 1) {  // this CTA's half of the A tile's rows, to both CTAs of the pair
+          if constexpr (!kAKMajor) {  // MN-major A (the caller's N-major B, swapped): BM / 64 slabs of 64 m
+#pragma unroll
+            for (int slab = 0; slab < kBM / 64; ++slab)
+              cp_async_bulk_tensor_g2s<2>(a_st + slab * kBK * kRowBytes, &map_a, Coords{{m0 + slab * 64, k0, 0, 0, 0}},
+                                          full);
+          } else if constexpr (kAShare > 1) {  // this CTA's half of the A tile's rows, to both CTAs of the pair
             constexpr int rows = kBM / kAShare;
             cp_async_bulk_tensor_g2s_multicast<2>(a_st + rank * rows * kRowBytes, &map_a,
                                                   Coords{{k0, m0 + static_cast<int>(rank) * rows, 0, 0, 0}}, full, 0x3);
@@ -622,7 +641,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
           wgmma_fence();
   #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk) {
-            wgmma_mma_async_ss<kWgN, kType, kType, false, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
+            wgmma_mma_async_ss<kWgN, kType, kType, !kAKMajor, !kBKMajor>(acc, wgmma_desc_rebase(desc_a(kk), a_st),
                                                                      wgmma_desc_rebase(desc_b(kk), b_st), kb > kb_begin || kk > 0);
           }
           wgmma_commit_group();
@@ -708,7 +727,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               if (t == 0 && s + 1 < kFullSlabs) {  // the store issuer (a narrow tile's part slab reads C itself)
                 const int next0 = n0 + (s + 1) * kSlabCols;  // consumer 0's next slab; consumer 1's kCols1 on
                 if (consumer == 0) {
-                  if (!slab_direct(next0, N, row0, M)) load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
+                  if (!slab_direct(next0, N, row0, M))
+                    load_c_slab(c_full[b ^ 1], store.reserve<1>(), c_map, next0, row0);
                 } else if (!slab_direct(next0 + kCols1, N, row0, M)) {
                   load_c_slab(c_full[2 + (b ^ 1)], store.reserve<1>(), c_map, next0 + kCols1, row0);
                 }
@@ -726,9 +746,11 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                 const int r = wgmma_d_row(t, i), cl = wgmma_d_col(t, i) - s * kSlabCols;
                 float v0 = alpha == 0.f ? 0.f : alpha * acc[i], v1 = alpha == 0.f ? 0.f : alpha * acc[i + 1];
                 if constexpr (kSwapAB) {  // the pair is two rows of the transposed slab, one element each
-                  half_bits* h0 = reinterpret_cast<half_bits*>(buf + swizzle_offset(cl * kRowBytes + r * 2, kSwizzle128B));
-                  half_bits* h1 = reinterpret_cast<half_bits*>(buf + swizzle_offset((cl + 1) * kRowBytes + r * 2, kSwizzle128B));
-                  if (beta != 0.f) v0 += beta * in_to_f32(*h0), v1 += beta * in_to_f32(*h1);
+                  half_bits* h0 = reinterpret_cast<half_bits*>(buf + swizzle_offset(cl * kRowBytes + r * 2,
+                                                                                    kSwizzle128B));
+                  half_bits* h1 = reinterpret_cast<half_bits*>(buf + swizzle_offset((cl + 1) * kRowBytes + r * 2,
+                                                                                    kSwizzle128B));
+                  v0 += beta * in_to_f32(*h0), v1 += beta * in_to_f32(*h1);  // (a 16-bit output here reads C)
                   const uint32_t p = pack_out2(v0, v1);
                   *h0 = static_cast<half_bits>(p & 0xffffu), *h1 = static_cast<half_bits>(p >> 16);
                   continue;
@@ -774,9 +796,10 @@ extern "C" __global__ void __launch_bounds__(384, 1)
               if (gm < m_end && gn < N) {
                 const long long at = c_index(gm, gn, ldc);
                 const float v0 = epilogue_value(acc[i], alpha, beta, c_ptr, at, true);
-                if (kSwapAB) {  // gn + 1 is the next row of C
+                if constexpr (kSwapAB) {  // gn + 1 is the next row of C
                   store_c(c_ptr, at, v0);
-                  if (gn + 1 < N) store_c(c_ptr, at + ldc, epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + ldc, true));
+                  if (gn + 1 < N)
+                    store_c(c_ptr, at + ldc, epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + ldc, true));
                 } else if (gn + 1 < N) {  // gn even, rows of whole 16 bytes: aligned pairs
                   const float v1 = epilogue_value(acc[i + 1], alpha, beta, c_ptr, at + 1, true);
                   if constexpr (kOutF32)

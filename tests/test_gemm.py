@@ -278,8 +278,8 @@ def test_block_m_64_arguments(fake_launch) -> None:
 
 def test_swapped_operands_arguments(fake_launch) -> None:
     """``swap_ab``: C^T = B^T A^T, chosen where the turn model says the tiles of C^T cost at most 0.9 of C's (the
-    cluster's discount counted from K = 3072), K-major B and a 16-bit output only; the maps are B's, A's and C's
-    own; given where the kernel cannot build it, refused naming what it lacks."""
+    cluster's discount counted from K = 3072), a 16-bit output only; the maps are B's (MN-major slabs where B is
+    N-major), A's and C's own; given where the kernel cannot build it, refused naming what it lacks."""
     d = describe_gemm(1000, 4097, 2048)  # 33 x 4 lone 128 x 256 tiles of C^T: one turn; C's 8 x 33 of 128 x 128: two
     assert d.config.swap_ab and (d.config.block_m, d.config.block_n, d.config.cluster, d.config.splits) == (128, 256, 1, 1)
     assert [m.shape for m in d.maps] == [(4097, 2048), (1000, 2048), (1000, 4097)]  # B feeds the kernel's A stages
@@ -288,28 +288,38 @@ def test_swapped_operands_arguments(fake_launch) -> None:
     assert not plain.swap_ab and (plain.block_n, plain.cluster) == (128, 2)
     assert gemm_mod.plan_turn_cost(d.config, 4097, 1000, 132) == 1.0
     assert abs(gemm_mod.plan_turn_cost(plain, 1000, 4097, 132) - 2 * 0.6 * 0.95) < 1e-9
-    for kwargs in (dict(b_major="n"), dict(out_dtype="float32"), dict(splits=1), dict(block_n=128), dict(sms=8)):
-        assert not describe_gemm(1000, 4097, 2048, **kwargs).config.swap_ab, kwargs  # N-major, fp32, given or few SMs
+    nmajor = describe_gemm(1000, 4097, 2048, b_major="n")  # B (K, N): the kernel's A in MN-major (64, 64) slabs
+    assert nmajor.config.swap_ab and not nmajor.config.a_kmajor and nmajor.config.b_kmajor
+    assert nmajor.maps[0].shape == (2048, 4097) and nmajor.maps[0].box == (64, 64)
+    assert nmajor.config.caller_b_kmajor is False and d.config.caller_b_kmajor is True
+    assert nmajor.defines["TMAKIT_GEMM_A_KMAJOR"] == 0 and d.defines["TMAKIT_GEMM_A_KMAJOR"] == 1
+    for kwargs in (dict(out_dtype="float32"), dict(splits=1), dict(block_n=128), dict(stages=3), dict(tail_rows=0),
+                   dict(sms=8), dict(arch="sm_100")):  # fp32, a tile given, few SMs or an unknown count: plain
+        assert not describe_gemm(1000, 4097, 2048, **kwargs).config.swap_ab, kwargs
+    assert describe_gemm(1000, 4097, 2048, stages=5).config.stages == 5  # given stages: the plain plan, which fits
     assert not describe_gemm(8192, 8192, 8192).config.swap_ab
     assert describe_gemm(12120, 632, 256).config.swap_ab  # short K: lone swapped CTAs for clustered ones
     assert not describe_gemm(9448, 640, 9656).config.swap_ab  # long K: the pairs' discount keeps the plain plan
     given = describe_gemm(300, 500, 64, swap_ab=True, block_n=208, cluster=2)
     assert given.config.swap_ab and given.tile == (128, 208, 64) and given.maps[0].shape == (500, 64)
-    for kwargs, match in ((dict(b_major="n"), r'swap_ab=True: needs K-major B \(b_major="k"\)'),
+    for kwargs, match in ((dict(b_major="n", multicast="a"), r"multicast='a': cannot share A with swapped operands"),
                           (dict(out_dtype="float32"), r"swap_ab=True: is not built with an fp32 output"),
                           (dict(splits=2), r"swap_ab=True: is not built with split-K \(splits=2\)"),
                           (dict(tail_rows=128), r"tail_rows=128: must be 0 with swap_ab=True"),
-                          (dict(backend="cp.async"), r"swap_ab=True: is not built with .*cp.async")):
+                          (dict(backend="cp.async"), r"swap_ab=True: is not built with the cp.async backend")):
         with pytest.raises(InvalidArgumentError, match=match):
             describe_gemm(1000, 4097, 2048, swap_ab=True, **kwargs)
     with pytest.raises(InvalidArgumentError, match=r"swap_ab='yes': must be True, False or None"):
         describe_gemm(1000, 4097, 2048, swap_ab="yes")
-    with pytest.raises(InvalidArgumentError, match=r"swap_ab=True: needs K-major B"):
-        plan_gemm(_fake((64, 64)), _fake((64, 64)), b_major="n", swap_ab=True)
+    # given, split-K not asked for is left out: these problems' C^T would take it
+    for m, n, k in ((64, 4096, 8192), (200, 1000, 8192), (7, 4097, 4096)):
+        assert describe_gemm(m, n, k, swap_ab=True).config.splits == 1
     for bad, why in ((dict(store_add=True), 'reduce="add"'), (dict(groups=4, cluster=1), "groups"),
-                     (dict(tail_rows=128), r"a tail \(tail_rows=128\)")):
+                     (dict(tail_rows=128), r"a tail \(tail_rows=128\)"), (dict(b_kmajor=False), "an N-major kernel B")):
         with pytest.raises(InvalidArgumentError, match=rf"swap_ab=True: is not built with {why}"):
             check_config(replace(default_config(Backend.TMA), swap_ab=True, **bad), 232448)
+    with pytest.raises(InvalidArgumentError, match=r"a_kmajor=False: needs swap_ab"):
+        check_config(replace(default_config(Backend.TMA), a_kmajor=False), 232448)
     swapped = compile_cuda("gemm.cu", arch="sm_90a", defines={**Backend.TMA.defines, **d.defines})
     ptx = _entries(swapped.ptx)["tmakit_gemm_tma"]
     assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in ptx  # each slab staged transposed
@@ -751,38 +761,58 @@ SWAP_TILES = [(128, 256), (128, 192), (128, 128), (64, 128), (64, 256), (128, 20
 @pytest.mark.parametrize("i", range(24))
 def test_swapped_operands_on_the_gpu(i) -> None:
     """swap_ab=True (C^T = B^T A^T, each slab stored transposed) on every tile the swapped kernel takes, clusters
-    of 1 and 2 (two of them sharing A), at seeded random shapes: both dtypes, alpha 1, -2 or 0, beta 0 (deferred slabs), 0.5 or 1 (C read
-    by TMA, then element by element in the transposed slab), N a multiple of 8 or not (a warpgroup's rows past N
-    stored from registers), 1-8 SMs so that each CTA takes many tiles in turn; NaN planted in A one case in four;
-    5 runs on outputs poisoned up to their row padding."""
+    of 1 and 2 (two of them sharing A), at seeded random shapes: both dtypes and B majors (N-major: MN-major A
+    stages), alpha 1 or -2, beta 0 (deferred slabs), 0.5 or 1 (C read by TMA, then element by element in the
+    transposed slab), each tile with each beta, N a multiple of 8 or not (a warpgroup's rows past N stored from
+    registers), 1-8 SMs so that each CTA takes many tiles in turn; NaN planted in A one case in four; 5 runs on
+    outputs poisoned up to their row padding."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
     rng = random.Random(7000 + i)
     bm, bn = SWAP_TILES[i % len(SWAP_TILES)]
     cl = (1, 2)[(i // len(SWAP_TILES)) % 2]
     n = rng.choice((8 * rng.randint(1, 200), rng.randint(1, 1600)))
-    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=True, m=rng.randint(1, 1800), n=n,
-                k=rng.randint(16, 900), out_f32=False, alpha=rng.choice((1.0, -2.0, 0.0)),
-                beta=(0.0, 0.0, 0.5, 1.0)[i % 4], pad=rng.choice((8, 24)), special="nan_a" if i % 4 == 1 else None)
+    shared = "a" if i in (8, 10) else None  # pairs sharing the kernel's A (the caller's K-major B) by multicast
+    case = dict(backend="tma", dtype=rng.choice(("bfloat16", "float16")), kmajor=shared == "a" or i % 3 != 1,
+                m=rng.randint(1, 1800), n=n, k=rng.randint(16, 900), out_f32=False, alpha=rng.choice((1.0, -2.0)),
+                beta=(0.0, 0.5, 1.0)[(i // len(SWAP_TILES) + i) % 3], pad=rng.choice((8, 24)),
+                special="nan_a" if i % 4 == 1 else None)
     sms = max(cl, rng.choice((1, 2, 3, 4, 8)))
-    shared = "a" if i in (8, 10) else None  # pairs sharing the kernel's A (the caller's B) by multicast
     plan = _check_gemm(torch, case, runs=5, seed=_seed(), swap_ab=True, block_m=bm, block_n=bn, cluster=cl, sms=sms,
                        multicast=shared)
     assert plan.config.swap_ab and (plan.config.block_m, plan.config.block_n) == (bm, bn) and plan.grid[0] <= sms
-    assert plan.config.multicast_a == (shared == "a")
+    assert plan.config.multicast_a == (shared == "a") and plan.config.a_kmajor == case["kmajor"]
 
 
 @pytest.mark.requires_sm90
-@pytest.mark.parametrize("m, n, k", [(1000, 4097, 2048), (8976, 632, 7656), (12120, 632, 256), (7, 4097, 64)])
-def test_swapped_operands_chosen_on_the_gpu(m, n, k) -> None:
-    """The plan chosen by default, swapped where ``choose_swap_ab`` says (1000 x 4097: one turn of 33 x 4 tiles of
-    C^T; not the 7-row decode), matches the float32 reference: 3 runs on poisoned outputs."""
+@pytest.mark.parametrize("m, n, k, kmajor, swapped", [(1000, 4097, 2048, True, True), (8976, 632, 7656, True, False),
+                                                      (12120, 632, 256, True, True), (7, 4097, 64, True, False),
+                                                      (8592, 272, 6776, False, True), (1320, 7160, 1624, False, True)])
+def test_swapped_operands_chosen_on_the_gpu(m, n, k, kmajor, swapped) -> None:
+    """The plan chosen by default on the 132 SMs of an H100 or H200: swapped where ``choose_swap_ab`` says so
+    (1000 x 4097: one turn of 33 x 4 tiles of C^T; N-major B too), not at long K in pairs or for the 7-row decode;
+    its output matches the float32 reference, 3 runs on poisoned outputs; then re-pointed to new buffers, and as the
+    one-shot op."""
     torch = pytest.importorskip("torch")
     torch.backends.cuda.matmul.allow_tf32 = False
-    case = dict(backend="tma", dtype="bfloat16", kmajor=True, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
+    from tmakit import ops
+
+    case = dict(backend="tma", dtype="bfloat16", kmajor=kmajor, m=m, n=n, k=k, out_f32=False, alpha=1.0, beta=0.0,
                 pad=8, special=None)
-    plan = _check_gemm(torch, case, runs=3, seed=_seed())
-    assert plan.config.swap_ab == describe_gemm(m, n, k).config.swap_ab
+    plan = _check_gemm(torch, case, runs=3, seed=_seed(), sms=min(132, torch.cuda.get_device_properties(0).multi_processor_count))
+    if plan.sms == 132:
+        assert plan.config.swap_ab == swapped
+    _, a = _padded(torch, m, k, torch.bfloat16)
+    _, b = _padded(torch, n, k, torch.bfloat16) if kmajor else _padded(torch, k, n, torch.bfloat16)
+    cbuf, c = _padded(torch, m, n, torch.bfloat16, fill=float("nan"))
+    want = a.float() @ (b.float().T if kmajor else b.float())
+    major = "k" if kmajor else "n"
+    for run in (lambda: plan(a, b, c), lambda: ops.gemm(a, b, c, b_major=major, swap_ab=plan.config.swap_ab)):
+        cbuf.fill_(float("nan"))
+        assert run() is c
+        torch.cuda.synchronize()
+        err = ((c.float() - want).abs().max() / want.abs().max()).item()
+        assert err <= 8e-3 and torch.isnan(cbuf[:, n:]).all(), err
 
 
 @pytest.mark.requires_sm90

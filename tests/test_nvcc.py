@@ -101,15 +101,22 @@ def test_every_build_of_a_kernel_compiles_under_nvcc(kernel, defines, arch, tmp_
 
 @requires_nvcc
 @pytest.mark.parametrize("arch", sorted(GENCODE))
-@pytest.mark.parametrize("options", [dict(block_m=64, block_n=256), dict(block_n=176, cluster=2, b_kmajor=False)],
-                         ids=["bm64", "narrow_nmajor_cluster"])
+@pytest.mark.parametrize("options", [dict(block_m=64, block_n=256), dict(block_n=176, cluster=2, b_kmajor=False),
+                                     dict(block_n=208, cluster=2, swap_nmajor=True)],
+                         ids=["bm64", "narrow_nmajor_cluster", "swapped_nmajor"])
 def test_gemm_builds_with_their_own_descriptors_compile_under_nvcc(options, arch, tmp_path):
-    """BM 64 (both warpgroups on the same rows) and N-major B need their own stage descriptors, whose lists nvcc's -D
-    would split at the commas: a translation unit defines them and includes the kernel."""
+    """BM 64 (both warpgroups on the same rows), N-major B and swapped operands with an N-major B (MN-major A
+    stages) need their own stage descriptors, whose lists nvcc's -D would split at the commas: a translation unit
+    defines them and includes the kernel."""
+    from dataclasses import replace
+
     from tmakit.backend import Backend
     from tmakit.ops.gemm import default_config
 
+    swap = options.pop("swap_nmajor", False)
     cfg = default_config(Backend.TMA, **options)
+    if swap:
+        cfg = replace(cfg, swap_ab=True, a_kmajor=False)
     source = tmp_path / "gemm_descriptors.cu"
     source.write_text("".join(f"#define {k} {v}\n" for k, v in cfg.defines.items()) + '#include "gemm.cu"\n')
     log = _nvcc(source, arch, tmp_path)

@@ -84,7 +84,7 @@ __device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_
 
 // stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_90; the same section): each matrix stored transposed, register
 // i of lane L (row L/4, columns 2(L%4), 2(L%4)+1 of matrix i) into column L/4 of rows 2(L%4), 2(L%4)+1; lane L
-// supplies the address of row (L % 8) of matrix (L / 8) as stored.
+// supplies the address of row (L % 8) of matrix (L / 8) as stored. All 32 lanes call it.
 __device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_trans_shared_b16(uint32_t smem_addr,
                                                                                const uint32_t (&r)[4]) {
 #if TMAKIT_HAS_SM90

@@ -65,8 +65,14 @@ class GemmConfig:
     block_m: int = BLOCK_M  # BM: 128, or 64 on tma (the two consumer warpgroups each take half of BN)
     multicast_a: bool = False  # tma, cluster 2: the pair takes adjacent tiles of the same rows and shares A, not B
     # tma: the caller's A and B swapped (C^T = B^T A^T: the tile's rows run along the caller's N, its BN along M),
-    # C stored transposed; a 16-bit output of a plain GEMM, K-major B, no split-K or tail (choose_swap_ab)
+    # C stored transposed; a 16-bit output of a plain GEMM, no split-K or tail (choose_swap_ab)
     swap_ab: bool = False
+    a_kmajor: bool = True  # tma: the kernel's A K-major; False (MN-major slabs) where a swap takes an N-major B
+
+    @property
+    def caller_b_kmajor(self) -> bool:
+        """The caller's B major: the kernel's B's, or its A's where the operands are swapped."""
+        return self.a_kmajor if self.swap_ab else self.b_kmajor
 
     @property
     def threads(self) -> int:
@@ -111,7 +117,7 @@ class GemmConfig:
             "TMAKIT_GEMM_GROUPED": int(self.groups > 0), "TMAKIT_GEMM_FP8": int(self.fp8),
             "TMAKIT_GEMM_STORE_ADD": int(self.store_add),
             "TMAKIT_GEMM_SPLIT_K": int(self.splits > 1),  # C's map: the (splits, M, N) workspace
-            "TMAKIT_GEMM_SWAP_AB": int(self.swap_ab)}
+            "TMAKIT_GEMM_SWAP_AB": int(self.swap_ab), "TMAKIT_GEMM_A_KMAJOR": int(self.a_kmajor)}
         if self.backend is Backend.TMA:
             d.update(descriptor_defines(self))
         return d
@@ -476,7 +482,10 @@ def choose_swap_ab(plain: GemmConfig, swapped: GemmConfig, m: int, n: int, k: in
                    shared_mem_limit: int = 232448) -> bool:
     """Whether the plan of C^T (``swapped``, chosen for an n x m output) replaces ``plain`` (chosen for m x n):
     both of whole tiles, neither taking a tail, and the swapped one's ``plan_turn_cost`` (the cluster's discount
-    counted from K >= _SWAP_CLUSTER_MIN_K) at most _SWAP_MARGIN of the plain one's."""
+    counted from K >= _SWAP_CLUSTER_MIN_K) at most _SWAP_MARGIN of the plain one's. No ``sms`` (a GPU of
+    unknown size): False."""
+    if not sms:
+        return False
     for cfg, rows, cols in ((plain, m, n), (swapped, n, m)):
         if cfg.splits > 1 or choose_tail_rows(cfg, rows, cols, k, sms, shared_mem_limit=shared_mem_limit):
             return False
@@ -491,39 +500,43 @@ def choose_plan(backend: Backend, m: int, n: int, k: int, sms: int, limit: int, 
                 sms_given: bool = False) -> tuple[GemmConfig, GemmConfig | None]:
     """``plan_gemm``'s (and ``describe_gemm``'s) plan for an m x n x k product: ``default_config``, checked, its
     tail (``resolve_tail``), and swapped operands (``swap_ab``: True, False, or None for ``choose_swap_ab``'s
-    choice where the tile plan is chosen: no block_n, cluster, splits, block_m, multicast or tail given). Returns
+    choice where the tile plan is chosen: no block_n, cluster, splits, block_m, stages, multicast or tail_rows
+    given; given, split-K not asked for is left out). Returns
     the config and the tail's (None without one). ``sms_given``: ``sms`` is the caller's (checked against the
     cluster)."""
     if swap_ab is not None and not isinstance(swap_ab, bool):
         raise InvalidArgumentError("swap_ab", swap_ab, "must be True, False or None (chosen per problem)",
                                    "leave it out")
-    splits = first_plan_splits(splits, tail_rows)
+    if swap_ab and tail_rows:
+        raise InvalidArgumentError("tail_rows", tail_rows, "must be 0 with swap_ab=True (a tail is C's last rows, "
+                                   "the swapped kernel's last columns)", "pass tail_rows=0")
     kw = dict(bf16=bf16, out_f32=out_f32, block_n=block_n, stages=stages, cluster=cluster, group_m=group_m,
-              shared_mem_limit=limit, k=k, splits=splits, sms=sms, block_m=block_m, store_add=store_add,
-              multicast_a=multicast_a)
-    cfg = default_config(backend, b_kmajor=b_kmajor, m=m, n=n, **kw)
-    chosen = block_n is None and cluster is None and splits is None
-    swappable = backend is Backend.TMA and b_kmajor and not out_f32 and not store_add and not tail_rows
-    if swap_ab is None and swappable and chosen and block_m is None and multicast_a is None:
-        swapped = default_config(backend, b_kmajor=True, m=n, n=m, **kw)
-        swap_ab = choose_swap_ab(cfg, swapped, m, n, k, sms, limit)
-        if swap_ab:
-            cfg = replace(swapped, swap_ab=True)
-    elif swap_ab:
-        if not b_kmajor:
-            raise InvalidArgumentError("swap_ab", True, 'needs K-major B (b_major="k"): B\'s rows become the '
-                                       "kernel's A tiles", 'pass b_major="k" with B stored (N, K), or swap_ab=False')
-        if tail_rows:
-            raise InvalidArgumentError("tail_rows", tail_rows, "must be 0 with swap_ab=True (a tail is C's last "
-                                       "rows, the swapped kernel's last columns)", "pass tail_rows=0")
-        cfg = replace(default_config(backend, b_kmajor=True, m=n, n=m, **kw), swap_ab=True)
+              shared_mem_limit=limit, k=k, sms=sms, block_m=block_m, store_add=store_add)
+
+    def swapped_config(splits: int | None) -> GemmConfig:
+        # C^T's plan: the caller's N as its rows, its M along BN; the kernel's B is the caller's A (K-major) and its
+        # A the caller's B (MN-major slabs, not shared by multicast, where B is N-major)
+        shared = multicast_a if b_kmajor or multicast_a else False
+        return replace(default_config(backend, b_kmajor=True, m=n, n=m, splits=splits, multicast_a=shared, **kw),
+                       swap_ab=True, a_kmajor=b_kmajor)
+
+    if swap_ab:  # given: split-K not asked for is left out (the swapped kernel does not split)
+        cfg = swapped_config(1 if splits is None else splits)
+    else:
+        splits = first_plan_splits(splits, tail_rows)
+        cfg = default_config(backend, b_kmajor=b_kmajor, m=m, n=n, splits=splits, multicast_a=multicast_a, **kw)
+        chosen = (block_n is None and cluster is None and splits is None and block_m is None and stages is None
+                  and multicast_a is None and tail_rows is None)
+        if (swap_ab is None and chosen and backend is Backend.TMA and not out_f32 and not store_add
+                and choose_swap_ab(cfg, swapped := swapped_config(None), m, n, k, sms, limit)):
+            cfg = swapped
     check_config(cfg, limit, k)
     if sms_given and sms < cfg.cluster:
         raise InvalidArgumentError("sms", sms, f"must be at least the cluster's {cfg.cluster} CTAs",
                                    "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
     if cfg.swap_ab:
         return cfg, None
-    return resolve_tail(cfg, m, n, k, sms, limit, tail_rows, chosen)
+    return resolve_tail(cfg, m, n, k, sms, limit, tail_rows, block_n is None and cluster is None and splits is None)
 
 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
@@ -637,14 +650,22 @@ def check_config(cfg: GemmConfig, limit: int, k: int | None = None) -> None:
                                    f"{cfg.cluster}, {cfg.backend.value}{', groups' if cfg.groups else ''}"
                                    f"{', fp8' if cfg.fp8 else ''})", 'pass cluster=2, or multicast="b" or None')
     if cfg.swap_ab:
-        for refused, why in ((cfg.backend is not Backend.TMA, f"on the {cfg.backend.value} backend"),
+        for refused, why in ((cfg.backend is not Backend.TMA, f"the {cfg.backend.value} backend"),
                              (cfg.out_f32, "an fp32 output"), (cfg.splits != 1, f"split-K (splits={cfg.splits})"),
                              (cfg.groups, "groups"), (cfg.fp8, "fp8"), (cfg.store_add, 'reduce="add"'),
-                             (cfg.tail_rows, f"a tail (tail_rows={cfg.tail_rows})")):
+                             (cfg.tail_rows, f"a tail (tail_rows={cfg.tail_rows})"),
+                             (not cfg.b_kmajor, "an N-major kernel B (its B is the caller's A, K-major)")):
             if refused:
                 raise InvalidArgumentError("swap_ab", True, f"is not built with {why}: swapped operands store a "
                                            "16-bit output of a plain GEMM transposed, 64 rows of 128 bytes a slab",
                                            "pass swap_ab=False (or leave it out)")
+    if not cfg.a_kmajor and not cfg.swap_ab:
+        raise InvalidArgumentError("a_kmajor", False, "needs swap_ab: MN-major A stages are the caller's N-major B, "
+                                   "swapped", "leave a_kmajor True (plan_gemm sets it)")
+    if not cfg.a_kmajor and cfg.multicast_a:
+        raise InvalidArgumentError("multicast", "a", "cannot share A with swapped operands and N-major B: the "
+                                   "kernel's A (the caller's B) is loaded in MN-major slabs, whole by each CTA",
+                                   'pass multicast="b" or leave it out')
     if cfg.stages < 2:
         raise InvalidArgumentError("stages", cfg.stages, "must be at least 2 (a ring)", "use 3 or 4")
     if not isinstance(cfg.splits, int) or isinstance(cfg.splits, bool) or not 1 <= cfg.splits <= 64 or (
@@ -863,7 +884,8 @@ class GemmPlan:
                 raise InvalidArgumentError("a, b", "partly given", "re-pointing a plan needs a and b (and c)",
                                            "call plan() for the same buffers or plan(a, b[, c])")
             out_dtype = "float32" if self.config.out_f32 else None
-            av, bv, cv, dims = _check_inputs(*(views if views else (a, b, c)), self.config.b_kmajor, out_dtype)
+            av, bv, cv, dims = _check_inputs(*(views if views else (a, b, c)), self.config.caller_b_kmajor,
+                                             out_dtype)
             if dims != (self.m, self.n, self.k) or (av.dtype_name == "bfloat16") != self.config.bf16 or \
                     av.device != self.device:
                 raise InvalidArgumentError("a", f"shape {av.shape} ({av.dtype_name}) on device {av.device}, "
@@ -907,10 +929,11 @@ def split_workspace_view(ptr: int, splits: int, m: int, n: int, pitch: int, devi
 def _operand_boxes(cfg: GemmConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """The boxes of A's and B's maps: A (BM, 64); B (BN / cluster, 64) K-major (each CTA of a cluster loads its
     share and multicasts it) or (64, 64) N-major slabs. With ``multicast_a`` the pair shares A instead: A
-    (BM / cluster, 64), B (BN, 64) K-major."""
+    (BM / cluster, 64), B (BN, 64) K-major. An MN-major A (``a_kmajor`` False) is loaded as (64, 64) slabs."""
     a_rows = cfg.block_m // cfg.cluster if cfg.multicast_a else cfg.block_m
     b_rows = cfg.block_n if cfg.multicast_a else cfg.block_n // cfg.cluster
-    return (a_rows, BLOCK_K), ((b_rows, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
+    box_a = (a_rows, BLOCK_K) if cfg.a_kmajor else (BLOCK_K, 64)
+    return box_a, ((b_rows, BLOCK_K) if cfg.b_kmajor else (BLOCK_K, 64))
 
 
 def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, *, encode: bool = True,
@@ -937,7 +960,9 @@ def stage_descriptors(a_map: Any, b_map: Any, cfg: GemmConfig) -> tuple[list, li
     64-127 at BM 128, the same rows at BM 64); B's four, N = BN (at BM 64 each warpgroup moves its own start to its
     half)."""
     second = 64 if cfg.block_m == 128 else 0
-    a = wgmma_descriptors(a_map, "A", "K", k=BLOCK_K) + wgmma_descriptors(a_map, "A", "K", k=BLOCK_K, mn_offset=second)
+    major = "K" if cfg.a_kmajor else "MN"
+    a = wgmma_descriptors(a_map, "A", major, k=BLOCK_K) + wgmma_descriptors(a_map, "A", major, k=BLOCK_K,
+                                                                            mn_offset=second)
     b = wgmma_descriptors(b_map, "B", "K" if cfg.b_kmajor else "MN", k=BLOCK_K, mn=cfg.block_n)
     return a, b
 
@@ -947,7 +972,8 @@ def descriptor_defines(cfg: GemmConfig) -> dict[str, str]:
     descriptors depend on the box, element size and swizzle, not on the tensor)."""
     dtype = "bf16" if cfg.bf16 else "f16"
     box_a, box_b = _operand_boxes(replace(cfg, multicast_a=False))  # the stages' layout is the same either way
-    a_map = describe_tensor(shape=(2 * cfg.block_m, 2 * BLOCK_K), dtype=dtype, box=box_a, swizzle="128B", encode=False)
+    a_shape = (2 * cfg.block_m, 2 * BLOCK_K) if cfg.a_kmajor else (2 * BLOCK_K, 2 * cfg.block_m)  # (rows, cols)
+    a_map = describe_tensor(shape=a_shape, dtype=dtype, box=box_a, swizzle="128B", encode=False)
     b_map = describe_tensor(shape=(2 * max(box_b), 2 * max(box_b)), dtype=dtype, box=box_b, swizzle="128B", encode=False)
     a, b = stage_descriptors(a_map, b_map, cfg)
     return {"TMAKIT_GEMM_DESC_A": descriptor_define(a), "TMAKIT_GEMM_DESC_B": descriptor_define(b)}
@@ -1096,7 +1122,8 @@ def gemm(a: Any, b: Any, out: Any = None, **options: Any) -> Any:
                   lambda: plan_gemm(a, b, out, **options), lambda plan, views: plan._rerun(a, b, out, views))
 
 
-__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_plan", "choose_splits", "choose_swap_ab",
-           "choose_multicast_a", "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines", "first_plan_splits", "gemm",
-           "gemm_tensor_maps", "parse_multicast", "persistent_grid", "plan_gemm", "resolve_tail", "rows_of", "shared_mem_limit",
-           "stage_descriptors", "tile_turns", "turn_cost"]
+__all__ = ["GemmConfig", "GemmPlan", "check_config", "choose_block_m", "choose_multicast_a", "choose_plan",
+           "choose_splits", "choose_swap_ab", "choose_tail_rows", "choose_tile", "default_config", "descriptor_defines",
+           "first_plan_splits", "gemm", "gemm_tensor_maps", "parse_multicast", "persistent_grid", "plan_gemm",
+           "plan_turn_cost", "resolve_tail", "rows_of", "shared_mem_limit", "stage_descriptors", "tile_turns",
+           "turn_cost"]

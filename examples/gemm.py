@@ -43,20 +43,26 @@ def explain(plan: tmakit.ops.GemmDescription) -> None:
         print("  cp.async path: no tensor maps; every thread copies 16-byte chunks into the same swizzled stages")
         return
     a_map, b_map, c_map = plan.maps
-    for name, tm in (("A", a_map), ("B", b_map), ("C", c_map)):
+    if cfg.swap_ab:  # C^T = B^T A^T: the caller's B fills the kernel's A stages, A its B stages; C stored transposed
+        print("  swapped operands: the tiles are C^T's (rows along N, block_n along M); the kernel's A is the "
+              "caller's B, its B the caller's A")
+    names = ("A (the caller's B)", "B (the caller's A)") if cfg.swap_ab else ("A", "B")
+    for name, tm in ((names[0], a_map), (names[1], b_map), ("C", c_map)):
         print(f"  map {name}: shape {tm.shape} box {tm.box_shape} swizzle {tm.swizzle.name} box_bytes {tm.box_bytes}")
     a_bytes = plan.a_stage_bytes  # the whole A tile: one box, or where the pair shares A two (its own and its peer's)
     print(f"  expect_tx per stage and CTA: A tile {a_bytes} + B tile {plan.expect_tx - a_bytes} = {plan.expect_tx} bytes"
           f"{' (A in two boxes, one from each CTA of the pair)' if cfg.multicast_a else ''}")
     print("wgmma descriptors of stage 0 (stage at shared address 0x0; consumer 0's A rows):")
-    for d in tmakit.wgmma_descriptors(a_map, "A", "K", stage_address=0):
+    a_major = "K" if cfg.a_kmajor else "MN"
+    for d in tmakit.wgmma_descriptors(a_map, "A", a_major, stage_address=0):
         print(f"  A k-slice {d.k_slice}: {d}")
     b_major = "K" if cfg.b_kmajor else "MN"
     for d in tmakit.wgmma_descriptors(b_map, "B", b_major, stage_address=plan.a_stage_bytes, mn=cfg.block_n):
         print(f"  B k-slice {d.k_slice}: {d}")
-    wrong = [d.value + 6 * d.k_slice for d in tmakit.wgmma_descriptors(a_map, "A", "K", stage_address=0)]
-    bad = tmakit.check_wgmma_descriptor(a_map, "A", "K", wrong, stage_address=0)
-    print(f"a descriptor advanced by 128 bytes per k-slice instead of 32 is caught before launch:\n  {bad[0]}")
+    wrong = [d.value + 6 * d.k_slice for d in tmakit.wgmma_descriptors(a_map, "A", a_major, stage_address=0)]
+    bad = tmakit.check_wgmma_descriptor(a_map, "A", a_major, wrong, stage_address=0)
+    print(f"a descriptor 96 bytes further on each k-slice (K-major: 128 a slice, not 32) is caught before launch:"
+          f"\n  {bad[0]}")
 
 
 def main(argv: list[str] | None = None) -> int:

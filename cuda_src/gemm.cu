@@ -288,7 +288,7 @@ static_assert(kAKMajor || (kSwapAB && !kMulticastA), "MN-major A: swapped operan
 __device__ __forceinline__ void stmatrix_group(uint32_t base, int t, int q, const uint32_t (&r)[4]) {
   if constexpr (kSwapAB) {
     const uint32_t rt[4] = {r[0], r[2], r[1], r[3]};
-    stmatrix_sync_aligned_m8n8_x4_trans_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * q, 16 * (t / 32),
+    stmatrix_sync_aligned_m8n8_x4_shared_b16<true>(ldmatrix_x4_address(base, t % 32, 16 * q, 16 * (t / 32),
                                                                        kRowBytes, kSwizzle128B), rt);
   } else {
     stmatrix_sync_aligned_m8n8_x4_shared_b16(ldmatrix_x4_address(base, t % 32, 16 * (t / 32), 16 * q, kRowBytes,

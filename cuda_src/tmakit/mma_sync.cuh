@@ -67,30 +67,21 @@ __device__ __forceinline__ void ldmatrix_sync_aligned_m8n8_x4_trans_shared_b16(u
                : "memory");
 }
 
-// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90; PTX ISA "Warp-level matrix store instruction: stmatrix"):
-// four 8x8 b16 matrices to shared memory, ldmatrix's inverse. Register i of lane L holds row L/4, columns 2(L%4),
-// 2(L%4)+1 of matrix i (an mma / wgmma accumulator fragment, packed); lane L supplies the address of row (L % 8) of
-// matrix (L / 8), as for ldmatrix (ldmatrix_x4_address gives the A-fragment order). All 32 lanes call it.
+// stmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_90; PTX ISA "Warp-level matrix store instruction:
+// stmatrix"): four 8x8 b16 matrices to shared memory, ldmatrix's inverse. Register i of lane L holds row L/4, columns
+// 2(L%4), 2(L%4)+1 of matrix i (an mma / wgmma accumulator fragment, packed); lane L supplies the address of row
+// (L % 8) of matrix (L / 8) as stored, as for ldmatrix (ldmatrix_x4_address gives the A-fragment order). Trans
+// (.trans): each matrix stored transposed, register i of lane L into column L/4 of rows 2(L%4), 2(L%4)+1. All 32
+// lanes call it.
+template <bool Trans = false>
 __device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_shared_b16(uint32_t smem_addr, const uint32_t (&r)[4]) {
 #if TMAKIT_HAS_SM90
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
-               ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
-#else
-  (void)smem_addr, (void)r;
-  TMAKIT_REQUIRES_SM90();
-#endif
-}
-
-// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (sm_90; the same section): each matrix stored transposed, register
-// i of lane L (row L/4, columns 2(L%4), 2(L%4)+1 of matrix i) into column L/4 of rows 2(L%4), 2(L%4)+1; lane L
-// supplies the address of row (L % 8) of matrix (L / 8) as stored. All 32 lanes call it.
-__device__ __forceinline__ void stmatrix_sync_aligned_m8n8_x4_trans_shared_b16(uint32_t smem_addr,
-                                                                               const uint32_t (&r)[4]) {
-#if TMAKIT_HAS_SM90
-  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
-               ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-               : "memory");
+  if constexpr (Trans)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+  else
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+                 ::"r"(smem_addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
 #else
   (void)smem_addr, (void)r;
   TMAKIT_REQUIRES_SM90();

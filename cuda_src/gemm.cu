@@ -276,12 +276,12 @@ TMAKIT_HD constexpr int stmatrix_acc(int s, int q, int e) {
   return 4 * (s * (kSlabCols / 8) + 2 * q + (e >> 1)) + 2 * (e & 1);
 }
 // Swapped operands (TMAKIT_GEMM_SWAP_AB): the kernel computes C^T = B^T A^T, its M and N the caller's N and M (A's
-// map the caller's B, K-major; B's the caller's A), so that a tile's BN side, any multiple of 16, runs along the
-// caller's M (cuBLAS's kernels tile so: ncu names 256 x 128 tiles, 256 along M, at 1000 x 4097 x 2048, one turn of
-// 132 where 128-row tiles take two). A warpgroup's 64 rows are then 128 bytes of the caller's columns and a slab's
-// 64 columns are 64 of its rows: the slab is staged transposed (stmatrix .trans: matrix e of the fragment order
-// lands where matrix e with its two bits swapped would in the row order) and stored at (row0, slab's n0). A 16-bit
-// output of a plain GEMM only (ops/gemm.py plans it so).
+// map the caller's B, in MN-major slabs where it is N-major: kAKMajor; B's the caller's A), so that a tile's BN
+// side, any multiple of 16, runs along the caller's M (cuBLAS's kernels tile so: ncu names 256 x 128 tiles, 256
+// along M, at 1000 x 4097 x 2048, one turn of 132 where 128-row tiles take two). A warpgroup's 64 rows are then 128
+// bytes of the caller's columns and a slab's 64 columns are 64 of its rows: the slab is staged transposed
+// (stmatrix .trans: matrix e of the fragment order lands where matrix e with its two bits swapped would in the row
+// order) and stored at (row0, slab's n0). A 16-bit output of a plain GEMM only (ops/gemm.py plans it so).
 constexpr bool kSwapAB = TMAKIT_GEMM_SWAP_AB != 0;
 static_assert(kAKMajor || (kSwapAB && !kMulticastA), "MN-major A: swapped operands (the caller's N-major B), its "
                                                       "slabs loaded whole by each CTA");

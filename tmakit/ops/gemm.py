@@ -214,6 +214,18 @@ def tile_turns(m: int, n: int, block_n: int, cluster: int, sms: int, block_m: in
     return -(-_tile_ctas(m, n, block_n, cluster, block_m, multicast_a) // _turn_ctas(cluster, sms))
 
 
+def _many_turns(m: int, n: int, sms: int) -> bool:
+    """Whether the cluster's many-turn discount applies to an m x n output: judged by its 256-wide tiles in pairs
+    (more than 3 turns), a property of the problem, not of one tile option."""
+    return tile_turns(m, n, 256, 2, sms) > 3
+
+
+def _cluster_discount(cluster: int, many_turns: bool) -> float:
+    """The turn model's factor for a cluster of ``cluster`` CTAs (_CLUSTER_COST, or _CLUSTER_COST_MANY_TURNS for
+    a problem of many turns)."""
+    return (_CLUSTER_COST_MANY_TURNS if many_turns else _CLUSTER_COST).get(cluster, 1.0)
+
+
 def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: int | None = None,
                 widths: tuple[int, ...] = (256, 128), k: int | None = None, b_kmajor: bool = True) -> tuple[int, int]:
     """(block_n, cluster) with the fewest tile-cost turns for an m x n output on ``sms`` SMs; a given block_n or
@@ -234,12 +246,12 @@ def choose_tile(m: int, n: int, sms: int, block_n: int | None = None, cluster: i
     # clusters, so that two clustered options are compared on their turns and widths alone (judged per option, a
     # 128-wide tile of 5 turns got the many-turn discount and beat a faster 256-wide one of 3; docs/PERFORMANCE.md).
     # N-major B with N < 640 keeps the per-option judgement: there the 256-wide tiles it would take lost.
-    many_turns = tile_turns(m, n, 256, 2, sms) > 3
+    many_turns = _many_turns(m, n, sms)
 
     def cost(o: tuple[int, int]) -> tuple:
         turns = tile_turns(m, n, o[0], o[1], sms)
         many = turns > 3 if not b_kmajor and n < _NMAJOR_NARROW else many_turns
-        cluster_cost = (_CLUSTER_COST_MANY_TURNS if many else _CLUSTER_COST).get(o[1], 1.0)
+        cluster_cost = _cluster_discount(o[1], many)
         return turns * _TILE_COST.get(o[0], 1.0) * cluster_cost, -o[0], -o[1]
     best = min(options, key=cost)
     others = [o for o in options if o[0] != 192]
@@ -473,8 +485,7 @@ def plan_turn_cost(cfg: GemmConfig, m: int, n: int, sms: int, clusters: bool = T
     times its tile's cost (``tile_cost``), halved for 64-row tiles, times (``clusters``) ``choose_tile``'s cluster
     discount (judged by the problem's turns of 256-wide tiles in pairs)."""
     turns = tile_turns(m, n, cfg.block_n, cfg.cluster, sms, cfg.block_m, cfg.multicast_a)
-    many = tile_turns(m, n, 256, 2, sms) > 3
-    discount = (_CLUSTER_COST_MANY_TURNS if many else _CLUSTER_COST).get(cfg.cluster, 1.0) if clusters else 1.0
+    discount = _cluster_discount(cfg.cluster, _many_turns(m, n, sms)) if clusters else 1.0
     return turns * tile_cost(cfg.block_n) * cfg.block_m / BLOCK_M * discount
 
 
@@ -515,18 +526,20 @@ def choose_plan(backend: Backend, m: int, n: int, k: int, sms: int, limit: int, 
 
     def swapped_config(splits: int | None) -> GemmConfig:
         # C^T's plan: the caller's N as its rows, its M along BN; the kernel's B is the caller's A (K-major) and its
-        # A the caller's B (MN-major slabs, not shared by multicast, where B is N-major)
-        shared = multicast_a if b_kmajor or multicast_a else False
+        # A the caller's B (MN-major slabs where B is N-major, which no pair shares unless asked: check_config
+        # refuses that)
+        shared = multicast_a if b_kmajor or multicast_a is not None else False
         return replace(default_config(backend, b_kmajor=True, m=n, n=m, splits=splits, multicast_a=shared, **kw),
                        swap_ab=True, a_kmajor=b_kmajor)
 
+    tile_chosen = False  # block_n, cluster and splits left out (the tail rule's condition)
     if swap_ab:  # given: split-K not asked for is left out (the swapped kernel does not split)
         cfg = swapped_config(1 if splits is None else splits)
     else:
         splits = first_plan_splits(splits, tail_rows)
         cfg = default_config(backend, b_kmajor=b_kmajor, m=m, n=n, splits=splits, multicast_a=multicast_a, **kw)
-        chosen = (block_n is None and cluster is None and splits is None and block_m is None and stages is None
-                  and multicast_a is None and tail_rows is None)
+        tile_chosen = block_n is None and cluster is None and splits is None
+        chosen = tile_chosen and block_m is None and stages is None and multicast_a is None and tail_rows is None
         if (swap_ab is None and chosen and backend is Backend.TMA and not out_f32 and not store_add
                 and choose_swap_ab(cfg, swapped := swapped_config(None), m, n, k, sms, limit)):
             cfg = swapped
@@ -536,7 +549,7 @@ def choose_plan(backend: Backend, m: int, n: int, k: int, sms: int, limit: int, 
                                    "pass more SMs" if cfg.multicast_a else "pass cluster=1, or more SMs")
     if cfg.swap_ab:
         return cfg, None
-    return resolve_tail(cfg, m, n, k, sms, limit, tail_rows, block_n is None and cluster is None and splits is None)
+    return resolve_tail(cfg, m, n, k, sms, limit, tail_rows, tile_chosen)
 
 
 def default_config(backend: Backend, *, bf16: bool = True, b_kmajor: bool = True, out_f32: bool = False,
@@ -957,8 +970,8 @@ def gemm_tensor_maps(a: ArrayView, b: ArrayView, c: ArrayView, cfg: GemmConfig, 
 def stage_descriptors(a_map: Any, b_map: Any, cfg: GemmConfig) -> tuple[list, list]:
     """The wgmma descriptors the tma kernel reads its stages with, derived from the maps that fill them (stages at
     shared address 0): A's four k16 slices for the first consumer warpgroup's rows 0-63, then the second's (rows
-    64-127 at BM 128, the same rows at BM 64); B's four, N = BN (at BM 64 each warpgroup moves its own start to its
-    half)."""
+    64-127 at BM 128, the same rows at BM 64; MN-major where ``a_kmajor`` is False); B's four, N = BN (at BM 64
+    each warpgroup moves its own start to its half)."""
     second = 64 if cfg.block_m == 128 else 0
     major = "K" if cfg.a_kmajor else "MN"
     a = wgmma_descriptors(a_map, "A", major, k=BLOCK_K) + wgmma_descriptors(a_map, "A", major, k=BLOCK_K,
@@ -1014,9 +1027,10 @@ def plan_gemm(a: Any, b: Any, c: Any = None, *, alpha: float = 1.0, beta: float 
     pairs a part-empty turn; "a" implies ``cluster=2``, and a tile not given is chosen as for "b"); left out,
     ``choose_multicast_a`` decides. "b" asks for no cluster: a cluster, where the plan has one (chosen or given),
     shares B.
-    ``swap_ab`` (tma): True computes C^T = B^T A^T (K-major B, a 16-bit output, no split-K, tail or reduce): the
-    tiles' rows run along N and their ``block_n`` side along M, C stored transposed from the tiles, for problems
-    whose M the 128-row tiles cover poorly; left out, ``choose_swap_ab`` decides where the tile plan is chosen."""
+    ``swap_ab`` (tma): True computes C^T = B^T A^T (either B major, an N-major B read as MN-major A stages; a
+    16-bit output, no split-K, tail or reduce): the tiles' rows run along N and their ``block_n`` side along M, C
+    stored transposed from the tiles, for problems whose M the 128-row tiles cover poorly; left out,
+    ``choose_swap_ab`` decides where the tile plan is chosen."""
     b_kmajor = _parse_b_major(b_major)
     for name, value in (("alpha", alpha), ("beta", beta)):
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):

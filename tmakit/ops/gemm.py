@@ -736,8 +736,8 @@ def _check_inputs(a: Any, b: Any, c: Any, b_kmajor: bool, out_dtype: str | None)
     if bv.device != av.device:
         raise InvalidArgumentError("b", f"array on device {bv.device}", f"must be on a's device ({av.device})",
                                    "move it to a's device")
-    M, K, lda = _rows(av, "a")
-    br, bc, ldb = _rows(bv, "b")
+    M, K, _ = _rows(av, "a")
+    br, bc, _ = _rows(bv, "b")
     N, Kb = (br, bc) if b_kmajor else (bc, br)
     if Kb != K:
         want = f"(N, {K})" if b_kmajor else f"({K}, N)"

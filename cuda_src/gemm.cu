@@ -524,7 +524,8 @@ extern "C" __global__ void __launch_bounds__(384, 1)
         }
         store.publish();
         const int slab_n0 = pending_n0 + s * kSlabCols;
-        if (store.issuer() && slab_n0 < N) cp_async_bulk_tensor_s2g<kCRank>(&map_c, c_coords(slab_n0, pending_row0, 0), buf);
+        if (store.issuer() && slab_n0 < N)
+          cp_async_bulk_tensor_s2g<kCRank>(&map_c, c_coords(slab_n0, pending_row0, 0), buf);
         store.commit();
       }
       pending = false;
